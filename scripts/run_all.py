@@ -1,0 +1,1 @@
+"""Placeholder: replaced by the process runner in the foundation issue."""
