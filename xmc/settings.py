@@ -35,6 +35,17 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 # --- Security of internal messages and tokens --------------------------------
 XMC_TASK_SIGNING_KEY = env.str("XMC_TASK_SIGNING_KEY", default=SECRET_KEY)
 
+# --- Identity and API -------------------------------------------------------
+# Bearer tokens are JWTs signed by this server (HS256 with XMC_SECRET_KEY).
+XMC_TOKEN_TTL_S = env.int("XMC_TOKEN_TTL_S", default=30 * 24 * 3600)
+XMC_JWT_ISSUER = env.str("XMC_JWT_ISSUER", default="xmc")
+XMC_LOGIN_CODE_TTL_S = env.int("XMC_LOGIN_CODE_TTL_S", default=300)
+# Per-identity request rate (token bucket) for gRPC and REST.
+XMC_RATE_LIMIT_PER_S = env.float("XMC_RATE_LIMIT_PER_S", default=50.0)
+XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
+XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
+XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
+
 # --- Kubernetes --------------------------------------------------------------
 XMC_K8S_NAMESPACE = env.str("XMC_K8S_NAMESPACE", default="default")
 KUBECONFIG = env.str("KUBECONFIG", default="")

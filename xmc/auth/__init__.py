@@ -1,0 +1,1 @@
+"""Identity: server-signed JWT bearer tokens and the `xmanager login` flow."""
