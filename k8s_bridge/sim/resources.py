@@ -1,0 +1,168 @@
+"""Resource types served by the cluster simulator.
+
+`RESOURCE_TYPES` is the single table of every store-backed resource the
+simulator's API server serves (namespaces, pods, events, batch Jobs, JobSets,
+the Kueue kinds and Leases).  The store (`k8s_bridge.sim.store`) uses it for
+per-type semantics (scope, status subresource, CRD or built-in, supported field
+selectors), the HTTP layer (`k8s_bridge.sim.apiserver`) for URL routing and
+discovery, and the simulated controllers (`k8s_bridge.sim.controllers`) to name
+what they read and write: ``store.get(by_plural("pods"), ns, name)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One served resource (group/version/plural) and how the server treats it.
+
+    The first seven fields are the interface shared with the controllers; the
+    rest tune server behaviour and have defaults.
+    """
+
+    group: str  # "" for the core group
+    version: str  # "v1", "v1alpha2", "v1beta1"
+    plural: str  # "jobsets"
+    kind: str  # "JobSet"
+    namespaced: bool = True
+    subresources: tuple[str, ...] = ("status",)  # pods also "log"
+    short_names: tuple[str, ...] = ()
+    # --- server behaviour ---------------------------------------------------
+    crd: bool = False  # CustomResourceDefinition semantics (no SMP, PUT needs RV)
+    categories: tuple[str, ...] = ()
+    # Field selectors supported besides metadata.name / metadata.namespace.
+    field_selectors: tuple[str, ...] = ()
+    # DELETE answers with the deleted object instead of a Status (pods, namespaces).
+    return_deleted_object: bool = False
+    # metadata.generation is maintained for this type.
+    has_generation: bool = True
+    # Default propagation policy of DELETE when the client gives none.
+    default_propagation: str = "Background"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def has_status_subresource(self) -> bool:
+        return "status" in self.subresources
+
+    @property
+    def strategic_merge(self) -> bool:
+        """Built-in types accept strategic merge patch; custom resources answer 415."""
+        return not self.crd
+
+    @property
+    def qualified_resource(self) -> str:
+        """`jobsets.jobset.x-k8s.io` or `pods`, as used in NotFound/Conflict messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def qualified_kind(self) -> str:
+        """`JobSet.jobset.x-k8s.io` or `Pod`, as used in Invalid/precondition messages."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+
+_POD_FIELDS = (
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+)
+_EVENT_FIELDS = (
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+)
+
+RESOURCE_TYPES: dict[str, ResourceType] = {
+    rt.plural: rt
+    for rt in (
+        ResourceType(
+            "", "v1", "namespaces", "Namespace", namespaced=False,
+            subresources=("status", "finalize"), short_names=("ns",),
+            field_selectors=("status.phase",), return_deleted_object=True,
+            has_generation=False,
+        ),
+        ResourceType(
+            "", "v1", "pods", "Pod", subresources=("status", "log"),
+            short_names=("po",), categories=("all",), field_selectors=_POD_FIELDS,
+            return_deleted_object=True,
+        ),
+        ResourceType(
+            "", "v1", "events", "Event", subresources=(), short_names=("ev",),
+            field_selectors=_EVENT_FIELDS, has_generation=False,
+        ),
+        ResourceType(
+            "batch", "v1", "jobs", "Job", categories=("all",),
+            field_selectors=("status.successful",),
+            # batch/v1 Jobs keep the legacy default: a DELETE without a policy
+            # orphans the pods (kubectl always sends Background explicitly).
+            default_propagation="Orphan",
+        ),
+        ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", crd=True),
+        ResourceType(
+            "kueue.x-k8s.io", "v1beta1", "workloads", "Workload", short_names=("wl",),
+            crd=True, categories=("kueue",),
+        ),
+        ResourceType(
+            "kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False,
+            short_names=("cq",), crd=True, categories=("kueue",),
+        ),
+        ResourceType(
+            "kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue",
+            short_names=("queue", "queues", "lq"), crd=True, categories=("kueue",),
+        ),
+        ResourceType(
+            "kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False,
+            subresources=(), short_names=("flavor", "flavors", "rf"), crd=True,
+            categories=("kueue",),
+        ),
+        ResourceType(
+            "coordination.k8s.io", "v1", "leases", "Lease", subresources=(),
+            has_generation=False,
+        ),
+    )
+}
+
+
+def by_plural(plural: str) -> ResourceType:
+    """The resource type for `plural` (KeyError if the simulator does not serve it)."""
+    return RESOURCE_TYPES[plural]
+
+
+def by_group_version_plural(group: str, version: str, plural: str) -> ResourceType | None:
+    rt = RESOURCE_TYPES.get(plural)
+    if rt is None or rt.group != group or rt.version != version:
+        return None
+    return rt
+
+
+def group_versions() -> dict[str, list[ResourceType]]:
+    """Resource types grouped by apiVersion, in table order."""
+    out: dict[str, list[ResourceType]] = {}
+    for rt in RESOURCE_TYPES.values():
+        out.setdefault(rt.api_version, []).append(rt)
+    return out

@@ -1,0 +1,159 @@
+"""Label and field selectors of the simulated API server.
+
+Parsed once per list/watch request by `k8s_bridge.sim.store.Store` and then
+applied to each object.  The grammar is the one of Kubernetes' string form:
+``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``,
+``k>1``/``k<1`` for labels; ``f=v``, ``f==v``, ``f!=v`` for fields; a comma
+means AND.  Syntax errors raise `ValueError` (the store turns them into 400).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+LabelMatcher = Callable[[dict[str, str]], bool]
+FieldMatcher = Callable[[dict[str, Any]], bool]
+
+_KEY_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside parentheses."""
+    parts: list[str] = []
+    depth = 0
+    cur: list[str] = []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _check_key(key: str) -> str:
+    if not _KEY_RE.match(key):
+        raise ValueError(f"invalid label key {key!r}")
+    return key
+
+
+def parse_label_selector(text: str | None) -> LabelMatcher | None:
+    """A predicate over an object's labels, or None for "everything"."""
+    if not text or not text.strip():
+        return None
+    reqs: list[LabelMatcher] = []
+    for part in _split_top_level(text):
+        m = re.match(r"^(\S+)\s+(in|notin)\s*\((.*)\)$", part)
+        if m:
+            key = _check_key(m.group(1))
+            values = {v.strip() for v in m.group(3).split(",") if v.strip()}
+            if m.group(2) == "in":
+                reqs.append(lambda ls, k=key, vs=values: ls.get(k) in vs)
+            else:
+                reqs.append(lambda ls, k=key, vs=values: ls.get(k) not in vs)
+            continue
+        m = re.match(r"^([^=!<>\s]+)\s*(==|=|!=|>|<)\s*(\S*)$", part)
+        if m:
+            key, op, value = _check_key(m.group(1)), m.group(2), m.group(3)
+            if op in ("=", "=="):
+                reqs.append(lambda ls, k=key, v=value: ls.get(k) == v)
+            elif op == "!=":
+                reqs.append(lambda ls, k=key, v=value: ls.get(k) != v)
+            else:
+                bound = int(value)
+                if op == ">":
+                    reqs.append(lambda ls, k=key, b=bound: _int_or_none(ls.get(k)) is not None and _int_or_none(ls.get(k)) > b)  # type: ignore[operator]
+                else:
+                    reqs.append(lambda ls, k=key, b=bound: _int_or_none(ls.get(k)) is not None and _int_or_none(ls.get(k)) < b)  # type: ignore[operator]
+            continue
+        if part.startswith("!"):
+            key = _check_key(part[1:].strip())
+            reqs.append(lambda ls, k=key: k not in ls)
+            continue
+        key = _check_key(part)
+        reqs.append(lambda ls, k=key: k in ls)
+    return lambda labels: all(r(labels) for r in reqs)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _unescape(value: str) -> str:
+    out: list[str] = []
+    it = iter(value)
+    for ch in it:
+        if ch == "\\":
+            out.append(next(it, ""))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _split_fields(text: str) -> list[str]:
+    parts: list[str] = []
+    cur: list[str] = []
+    escaped = False
+    for ch in text:
+        if escaped:
+            cur.append("\\" + ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == ",":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def field_value(obj: dict[str, Any], path: str) -> str:
+    """The string value a field selector compares against ("" when absent)."""
+    if path == "source":  # events: source.component
+        return str((obj.get("source") or {}).get("component") or "")
+    cur: Any = obj
+    for seg in path.split("."):
+        if not isinstance(cur, dict):
+            return ""
+        cur = cur.get(seg)
+    if cur is None:
+        return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    return str(cur)
+
+
+def parse_field_selector(text: str | None, supported: tuple[str, ...]) -> FieldMatcher | None:
+    """A predicate over a whole object, or None.
+
+    Raises ValueError("field label not supported: X") for a field outside
+    `supported` (metadata.name and metadata.namespace are always supported).
+    """
+    if not text or not text.strip():
+        return None
+    allowed = {"metadata.name", "metadata.namespace", *supported}
+    reqs: list[FieldMatcher] = []
+    for part in _split_fields(text):
+        m = re.match(r"^([^=!]+?)\s*(==|=|!=)\s*(.*)$", part)
+        if not m:
+            raise ValueError(f"invalid selector: '{part}'; can't understand '{part}'")
+        field, op, value = m.group(1).strip(), m.group(2), _unescape(m.group(3))
+        if field not in allowed:
+            raise ValueError(f"field label not supported: {field}")
+        if op == "!=":
+            reqs.append(lambda o, f=field, v=value: field_value(o, f) != v)
+        else:
+            reqs.append(lambda o, f=field, v=value: field_value(o, f) == v)
+    return lambda obj: all(r(obj) for r in reqs)

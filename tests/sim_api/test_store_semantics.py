@@ -1,0 +1,154 @@
+"""The simulator store, called in-process the way the simulated controllers call it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from k8s_bridge.sim.resources import by_plural
+from k8s_bridge.sim.store import ApiError, Store
+
+JOBSETS = by_plural("jobsets")
+PODS = by_plural("pods")
+JOBS = by_plural("jobs")
+
+
+def jobset(name: str, **meta: object) -> dict:
+    return {"metadata": {"name": name, **meta}, "spec": {"replicatedJobs": []}}
+
+
+def pod(name: str, **meta: object) -> dict:
+    return {"metadata": {"name": name, **meta}, "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
+
+
+def test_it_stamps_identity_and_drops_status_on_create() -> None:
+    store = Store()
+    created = store.create(JOBSETS, "default", {**jobset("ada"), "status": {"restarts": 3}})
+    assert created["metadata"]["generation"] == 1
+    assert created["metadata"]["uid"]
+    assert int(created["metadata"]["resourceVersion"]) == store.resource_version
+    assert "status" not in created
+    with pytest.raises(ApiError) as err:
+        store.create(JOBSETS, "default", jobset("ada"))
+    assert err.value.code == 409 and err.value.reason == "AlreadyExists"
+
+
+def test_it_names_objects_from_generate_name() -> None:
+    store = Store()
+    created = store.create(PODS, "default", pod("", generateName="worker-"))
+    assert created["metadata"]["name"].startswith("worker-") and len(created["metadata"]["name"]) == 12
+
+
+def test_it_bumps_generation_only_for_spec_changes() -> None:
+    store = Store()
+    store.create(JOBSETS, "default", jobset("bea"))
+    labelled = store.patch(JOBSETS, "default", "bea", "merge", {"metadata": {"labels": {"a": "b"}}})
+    assert labelled["metadata"]["generation"] == 1
+    status = store.patch(JOBSETS, "default", "bea", "merge", {"status": {"restarts": 1}}, subresource="status")
+    assert status["metadata"]["generation"] == 1 and status["status"] == {"restarts": 1}
+    ignored = store.patch(JOBSETS, "default", "bea", "merge", {"status": {"restarts": 9}})
+    assert ignored["status"] == {"restarts": 1}
+    assert ignored["metadata"]["resourceVersion"] == status["metadata"]["resourceVersion"]
+    spec = store.patch(JOBSETS, "default", "bea", "merge", {"spec": {"suspend": True}})
+    assert spec["metadata"]["generation"] == 2
+
+
+def test_it_rejects_stale_updates_with_conflict() -> None:
+    store = Store()
+    old = store.create(JOBSETS, "default", jobset("cy"))
+    store.patch(JOBSETS, "default", "cy", "merge", {"spec": {"suspend": True}})
+    with pytest.raises(ApiError) as err:
+        store.update(JOBSETS, "default", "cy", old)
+    assert err.value.code == 409 and err.value.reason == "Conflict"
+    assert "the object has been modified" in err.value.message
+
+
+def test_it_keeps_finalized_objects_until_the_last_finalizer_goes() -> None:
+    store = Store()
+    store.create(JOBSETS, "default", jobset("dee", finalizers=["x/y"]))
+    deleting = store.delete(JOBSETS, "default", "dee")
+    assert deleting["metadata"]["deletionTimestamp"] and deleting["metadata"]["generation"] == 2
+    store.patch(JOBSETS, "default", "dee", "json", [{"op": "remove", "path": "/metadata/finalizers"}])
+    with pytest.raises(ApiError) as err:
+        store.get(JOBSETS, "default", "dee")
+    assert err.value.code == 404
+
+
+def test_it_garbage_collects_dependents_in_background_and_orphans_on_request() -> None:
+    store = Store()
+    owner = store.create(JOBSETS, "default", jobset("eve"))
+    ref = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "eve",
+           "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    store.create(PODS, "default", pod("eve-0", ownerReferences=[ref]))
+    store.delete(JOBSETS, "default", "eve")
+    assert store.list(PODS, "default")[0] == []
+
+    owner = store.create(JOBSETS, "default", jobset("eve"))
+    store.create(PODS, "default", pod("eve-1", ownerReferences=[dict(ref, uid=owner["metadata"]["uid"])]))
+    store.delete(JOBSETS, "default", "eve", propagation_policy="Orphan")
+    (orphan,), _ = store.list(PODS, "default")
+    assert "ownerReferences" not in orphan["metadata"]
+
+
+def test_it_waits_for_blocking_dependents_in_foreground_deletion() -> None:
+    store = Store()
+    owner = store.create(JOBS, "default", {"metadata": {"name": "job"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}}}})
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": "job", "uid": owner["metadata"]["uid"],
+           "controller": True, "blockOwnerDeletion": True}
+    store.create(PODS, "default", pod("job-0", ownerReferences=[ref], finalizers=["batch.kubernetes.io/job-tracking"]))
+    store.delete(JOBS, "default", "job", propagation_policy="Foreground")
+    assert "foregroundDeletion" in store.get(JOBS, "default", "job")["metadata"]["finalizers"]
+    assert store.get(PODS, "default", "job-0")["metadata"]["deletionTimestamp"]
+    store.patch(PODS, "default", "job-0", "merge", {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiError):
+        store.get(JOBS, "default", "job")
+
+
+def test_it_delivers_watch_events_after_a_resource_version_and_expires_old_ones() -> None:
+    store = Store()
+    start = store.create(JOBSETS, "default", jobset("fay"))["metadata"]["resourceVersion"]
+    store.patch(JOBSETS, "default", "fay", "merge", {"spec": {"suspend": True}})
+    events = list(store.watch(JOBSETS, "default", resource_version=start, timeout_s=0.2))
+    assert [e["type"] for e in events] == ["MODIFIED"]
+    store.compact()
+    (error,) = list(store.watch(JOBSETS, "default", resource_version=start, timeout_s=0.2))
+    assert error["type"] == "ERROR" and error["object"]["code"] == 410
+
+
+def test_it_calls_listeners_after_commit() -> None:
+    store = Store()
+    seen: list[tuple[str, str]] = []
+    store.add_listener(lambda etype, rt, obj: seen.append((etype, obj["metadata"]["name"])))
+    store.create(JOBSETS, "default", jobset("gil"))
+    store.delete(JOBSETS, "default", "gil")
+    assert seen == [("ADDED", "gil"), ("DELETED", "gil")]
+
+
+def test_it_survives_concurrent_writers_with_unique_resource_versions() -> None:
+    store = Store()
+    rvs: list[str] = []
+    lock = threading.Lock()
+
+    def writer(i: int) -> None:
+        for j in range(50):
+            obj = store.create(PODS, "default", pod(f"p-{i}-{j}"))
+            with lock:
+                rvs.append(obj["metadata"]["resourceVersion"])
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(rvs)) == 200
+
+
+def test_it_round_trips_a_snapshot() -> None:
+    store = Store()
+    store.create(JOBSETS, "default", jobset("hal"))
+    copy = Store()
+    copy.restore(store.snapshot())
+    assert copy.get(JOBSETS, "default", "hal") == store.get(JOBSETS, "default", "hal")
+    assert copy.resource_version == store.resource_version
