@@ -1,0 +1,193 @@
+"""gRPC adapter of the identity layer: authenticate and meter every RPC.
+
+Install `xmc.auth.grpc.AuthInterceptor` on the gRPC server (``manage.py
+grpcserver``)::
+
+    server = grpc.server(executor, interceptors=[AuthInterceptor()])
+
+For each RPC (except health checking and server reflection, which load
+balancers and tools call without credentials) it reads ``authorization:
+Bearer <token>`` from the invocation metadata, verifies it with the shared
+verifier `xmc.auth.identity.authenticate_bearer`, takes one token from the
+caller's rate-limit bucket (`xmc.ratelimit.check_rate`) and binds the identity
+for the handler, which reads it with `xmc.auth.identity.current_identity`.
+Failures end the RPC with UNAUTHENTICATED or RESOURCE_EXHAUSTED and a message
+saying what to do. The ``x-goog-user-email`` metadata the client asserts is
+bound too, for audit (`xmc.auth.identity.current_asserted_email`); it never
+influences who the caller is.
+
+Why the work happens inside the wrapped handler and not in
+``intercept_service``: grpcio runs ``intercept_service`` on the server's single
+request-dispatch thread, so a database lookup there would serialize every RPC.
+The wrapped behaviour runs on the handler's worker thread, and only there may
+``context.abort`` be called.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import grpc
+from django.db import DatabaseError
+
+from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer, bound_identity
+from xmc.ratelimit import check_rate
+
+logger = logging.getLogger(__name__)
+
+AUTHORIZATION_KEY = "authorization"
+ASSERTED_EMAIL_KEY = "x-goog-user-email"
+RETRY_AFTER_MS_KEY = "retry-after-ms"
+
+# Methods callable without a token: infrastructure, no user data.
+DEFAULT_EXEMPT_PREFIXES: tuple[str, ...] = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Authenticates (bearer JWT) and rate-limits every non-exempt RPC.
+
+    ``rate_limit=False`` turns metering off (for servers that must never
+    refuse, e.g. an internal admin port).
+    """
+
+    def __init__(
+        self,
+        *,
+        exempt_prefixes: Sequence[str] = DEFAULT_EXEMPT_PREFIXES,
+        rate_limit: bool = True,
+    ) -> None:
+        self._exempt_prefixes = tuple(exempt_prefixes)
+        self._rate_limit = rate_limit
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(self._exempt_prefixes):
+            return handler
+        authorization, asserted_email, duplicate = _read_metadata(handler_call_details.invocation_metadata or ())
+        gate = _Gate(method, authorization, asserted_email, duplicate, self._rate_limit)
+        return _wrap_handler(handler, gate)
+
+
+def _read_metadata(metadata: Sequence[Any]) -> tuple[str | None, str | None, bool]:
+    """(authorization value, asserted email, whether authorization came more than once)."""
+    authorizations: list[str] = []
+    asserted_email: str | None = None
+    for key, value in metadata:
+        if key == AUTHORIZATION_KEY:
+            authorizations.append(value if isinstance(value, str) else value.decode("latin-1"))
+        elif key == ASSERTED_EMAIL_KEY and asserted_email is None:
+            asserted_email = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return (authorizations[0] if authorizations else None), asserted_email, len(authorizations) > 1
+
+
+class _Gate:
+    """The per-RPC check, run on the handler's thread before the handler."""
+
+    def __init__(
+        self,
+        method: str,
+        authorization: str | None,
+        asserted_email: str | None,
+        duplicate_authorization: bool,
+        rate_limit: bool,
+    ) -> None:
+        self.method = method
+        self.authorization = authorization
+        self.asserted_email = asserted_email
+        self.duplicate_authorization = duplicate_authorization
+        self.rate_limit = rate_limit
+
+    def admit(self, context: grpc.ServicerContext) -> Identity:
+        """The caller's identity, or abort the RPC (``context.abort`` raises)."""
+        if self.duplicate_authorization:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "more than one authorization header")
+        try:
+            identity = authenticate_bearer(self.authorization)
+        except Unauthenticated as exc:
+            logger.info("auth.grpc.rejected method=%s peer=%s reason=%s", self.method, context.peer(), exc)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        except DatabaseError:
+            logger.exception("auth.grpc.lookup_failed method=%s", self.method)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "identity lookup failed; retry later")
+        if self.rate_limit:
+            decision = check_rate(identity.email)
+            if not decision.allowed:
+                retry_ms = int(decision.retry_after_s * 1000)
+                logger.debug("auth.grpc.rate_limited method=%s email=%s", self.method, identity.email)
+                context.set_trailing_metadata(((RETRY_AFTER_MS_KEY, str(retry_ms)),))
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"rate limit exceeded for {identity.email}: retry in {decision.retry_after_s:.3f}s",
+                )
+        return identity
+
+
+def _wrap_handler(handler: grpc.RpcMethodHandler, gate: _Gate) -> grpc.RpcMethodHandler:
+    """The same handler with ``gate`` in front and the identity bound around it."""
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
+            identity = gate.admit(context)
+            with bound_identity(identity, gate.asserted_email):
+                return inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        def unary_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            identity = gate.admit(context)
+            return _bound_iterator(identity, gate.asserted_email, lambda: inner_us(request, context))
+
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        inner_su = handler.stream_unary
+
+        def stream_unary(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+            identity = gate.admit(context)
+            with bound_identity(identity, gate.asserted_email):
+                return inner_su(request_iterator, context)
+
+        return grpc.stream_unary_rpc_method_handler(
+            stream_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    inner_ss = handler.stream_stream
+
+    def stream_stream(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        identity = gate.admit(context)
+        return _bound_iterator(identity, gate.asserted_email, lambda: inner_ss(request_iterator, context))
+
+    return grpc.stream_stream_rpc_method_handler(
+        stream_stream,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def _bound_iterator(
+    identity: Identity, asserted_email: str | None, start: Callable[[], Iterator[Any]]
+) -> Iterator[Any]:
+    """Run a streaming handler with the identity bound while it produces responses."""
+    with bound_identity(identity, asserted_email):
+        yield from start()

@@ -1,0 +1,131 @@
+"""Server-signed bearer tokens (JWT, HS256): issue and verify.
+
+Called by the login flow's token endpoint (`xmc.auth.services`), by
+``manage.py issue_token`` and, through `xmc.auth.identity.authenticate_bearer`,
+by every API request.
+
+The claims are ``email``, ``sub`` (the same email), ``iss``
+(``settings.XMC_JWT_ISSUER``), ``iat`` and ``exp``. ``email`` is a plain claim
+because the real ``xmanager`` client reads the caller's email from the
+*unverified* token to fill ``x-goog-user-email`` (client contract section 1.3);
+only this module's `verify_token` decides whether a token is genuine.
+
+The signing key is not ``SECRET_KEY`` itself but an HMAC of a purpose string
+under it, so a token signature can never be replayed as (or confused with) a
+Django session, password-reset or signed-cookie value, which all derive their
+own keys from the same secret.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from dataclasses import dataclass
+
+import jwt
+from django.conf import settings
+
+from xmc.auth.identity import Identity, Unauthenticated, identity_for_email, normalize_email
+
+ALGORITHM = "HS256"
+_KEY_PURPOSE = b"xmc.auth.tokens.jwt-signing-key.v1"
+# Tolerated clock difference between the host that signed and the one that
+# verifies (``iat`` slightly in the future, ``exp`` slightly in the past).
+LEEWAY_S = 10
+_REQUIRED_CLAIMS = ["email", "iss", "iat", "exp"]
+
+
+class InvalidToken(Exception):
+    """A bearer token that must not be accepted; the message says why."""
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    """The verified claims of a token (no database involved)."""
+
+    email: str
+    issuer: str
+    issued_at: int
+    expires_at: int
+
+
+def signing_key() -> bytes:
+    """The HS256 key: HMAC-SHA256 of a fixed purpose string under ``SECRET_KEY``."""
+    return hmac.new(settings.SECRET_KEY.encode("utf-8"), _KEY_PURPOSE, hashlib.sha256).digest()
+
+
+def issue_token(email: str, ttl_s: int | None = None, *, now: float | None = None) -> str:
+    """Sign a bearer token for ``email`` valid ``ttl_s`` seconds (default ``XMC_TOKEN_TTL_S``).
+
+    ``now`` (epoch seconds) exists for tests that need an already-expired token.
+    """
+    email = normalize_email(email)
+    if "@" not in email or email.startswith("@") or email.endswith("@"):
+        raise ValueError(f"not an email address: {email!r}")
+    ttl = settings.XMC_TOKEN_TTL_S if ttl_s is None else int(ttl_s)
+    if ttl <= 0:
+        raise ValueError(f"token lifetime must be positive, got {ttl}")
+    issued_at = int(time.time() if now is None else now)
+    payload = {
+        "email": email,
+        "sub": email,
+        "iss": settings.XMC_JWT_ISSUER,
+        "iat": issued_at,
+        "exp": issued_at + ttl,
+    }
+    return jwt.encode(payload, signing_key(), algorithm=ALGORITHM)
+
+
+def decode_token(token: str) -> TokenClaims:
+    """Check signature, algorithm, issuer, expiry and the email claim; no database.
+
+    Raises `InvalidToken` with one of: malformed, bad signature, expired, wrong
+    issuer, missing claim, algorithm not allowed (``alg: none`` and anything but
+    HS256 are refused before any signature check).
+    """
+    try:
+        payload = jwt.decode(
+            token,
+            signing_key(),
+            algorithms=[ALGORITHM],
+            issuer=settings.XMC_JWT_ISSUER,
+            leeway=LEEWAY_S,
+            options={"require": _REQUIRED_CLAIMS},
+        )
+    except jwt.ExpiredSignatureError as exc:
+        raise InvalidToken("token expired") from exc
+    except jwt.InvalidSignatureError as exc:
+        raise InvalidToken("bad signature") from exc
+    except jwt.InvalidIssuerError as exc:
+        raise InvalidToken(f"wrong issuer (expected {settings.XMC_JWT_ISSUER!r})") from exc
+    except jwt.MissingRequiredClaimError as exc:
+        raise InvalidToken(f"missing claim {exc.claim!r}") from exc
+    except jwt.InvalidAlgorithmError as exc:
+        raise InvalidToken(f"algorithm not allowed (only {ALGORITHM})") from exc
+    except jwt.ImmatureSignatureError as exc:
+        raise InvalidToken("token issued in the future") from exc
+    except jwt.DecodeError as exc:
+        raise InvalidToken("malformed token") from exc
+    except jwt.InvalidTokenError as exc:
+        raise InvalidToken(f"invalid token ({exc})") from exc
+    email = payload["email"]
+    if not isinstance(email, str) or "@" not in email:
+        raise InvalidToken("the email claim is not an email address")
+    return TokenClaims(
+        email=normalize_email(email),
+        issuer=payload["iss"],
+        issued_at=int(payload["iat"]),
+        expires_at=int(payload["exp"]),
+    )
+
+
+def verify_token(token: str) -> Identity:
+    """`decode_token`, then resolve staff rights and groups (one query).
+
+    A token of a deactivated Django user is an `InvalidToken` too.
+    """
+    claims = decode_token(token)
+    try:
+        return identity_for_email(claims.email)
+    except Unauthenticated as exc:
+        raise InvalidToken(str(exc)) from exc
