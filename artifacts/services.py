@@ -1,0 +1,73 @@
+"""Every write of an Artifact row (CreateArtifact, UpdateArtifact, DeleteArtifact).
+
+Called by the API and the admin. The artifact lifecycle (notify-when updates
+of running JobSets, managed xprof) hooks in here in a later issue.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from artifacts.models import Artifact
+from experiments.models import Experiment
+from workunits.models import WorkUnit
+from xmc import convert, pb
+from xmc.errors import InvalidArgument, NotFound
+
+
+def get_artifact(aid: int) -> Artifact:
+    try:
+        return Artifact.objects.select_related("work_unit").get(id=aid)
+    except Artifact.DoesNotExist:
+        raise NotFound(f"artifacts/{aid} not found", field="name") from None
+
+
+def create_artifact(
+    xid: int, wid: int | None, message: pb.artifact.Artifact, *, now: datetime | None = None
+) -> Artifact:
+    """CreateArtifact under an experiment (``wid=None``) or a work unit."""
+    fields = convert.artifact_fields(message, convert.ARTIFACT_MUTABLE)
+    if message.HasField("payload") and not fields["payload_kind"]:
+        raise InvalidArgument("artifact.payload must set one kind", field="artifact.payload")
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        if not Experiment.objects.filter(id=xid).exists():
+            raise NotFound(f"experiments/{xid} not found", field="parent")
+        work_unit = None
+        if wid is not None:
+            work_unit = WorkUnit.objects.filter(experiment_id=xid, wid=wid).first()
+            if work_unit is None:
+                raise NotFound(f"experiments/{xid}/workUnits/{wid} not found", field="parent")
+        return Artifact.objects.create(
+            experiment_id=xid, work_unit=work_unit, create_time=now, update_time=now, **fields
+        )
+
+
+def update_artifact(
+    aid: int, message: pb.artifact.Artifact, paths: Sequence[str], *, now: datetime | None = None
+) -> Artifact:
+    """UpdateArtifact: replace the masked fields (repeated fields whole)."""
+    if not paths:
+        raise InvalidArgument("update_mask must name at least one field", field="update_mask")
+    fields = convert.artifact_fields(message, paths)
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        try:
+            artifact = Artifact.objects.select_for_update(no_key=True).select_related("work_unit").get(id=aid)
+        except Artifact.DoesNotExist:
+            raise NotFound(f"artifacts/{aid} not found", field="artifact.name") from None
+        for name, value in fields.items():
+            setattr(artifact, name, value)
+        artifact.update_time = now
+        artifact.save(update_fields=[*fields, "update_time"])
+        return artifact
+
+
+def delete_artifact(aid: int) -> None:
+    with transaction.atomic(durable=True):
+        deleted, _ = Artifact.objects.filter(id=aid).delete()
+    if not deleted:
+        raise NotFound(f"artifacts/{aid} not found", field="name")

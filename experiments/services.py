@@ -1,0 +1,144 @@
+"""Every write of an Experiment row.
+
+Called by the API (gRPC and REST), the admin and ``workunits.services`` (for
+the roll-up, inside its own transaction). Public entry points open one
+durable transaction each; ``apply_rollup`` runs inside the caller's.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from experiments import rollup
+from experiments.choices import ActiveState, LaunchState
+from experiments.models import Experiment
+from xmc import convert, pb
+from xmc.errors import InvalidArgument, NotFound
+
+log = logging.getLogger(__name__)
+
+
+def get_experiment(xid: int) -> Experiment:
+    try:
+        return Experiment.objects.get(id=xid)
+    except Experiment.DoesNotExist:
+        raise NotFound(f"experiments/{xid} not found", field="name") from None
+
+
+def default_acls(creator: str) -> dict:
+    return convert.to_json(pb.xid.XidAcls(owners=[pb.xid.XidAcls.Role(user=creator)]))
+
+
+def create_experiment(message: pb.experiment.Experiment, *, creator: str, now: datetime | None = None) -> Experiment:
+    """CreateExperiment: the client's fields plus defaults for what it left out.
+
+    The creator is the verified identity (never a field of the request); an
+    empty request yields a NORMAL-priority experiment owned by its creator,
+    ACTIVE and LAUNCHING.
+    """
+    if not creator:
+        raise InvalidArgument("creator must be a verified identity", field="creator")
+    now = now or timezone.now()
+    fields = convert.experiment_fields(
+        message, [p for p in convert.EXPERIMENT_MUTABLE if p not in ("priority", "acls")]
+    )
+    fields["priority"] = (
+        convert.enum_name(pb.priority.Priority, message.priority, field="experiment.priority")
+        if message.priority else "NORMAL"
+    )
+    has_acls = message.HasField("acls") and any(
+        (message.acls.owners, message.acls.writers, message.acls.readers)
+    )
+    fields["acls"] = convert.to_json(message.acls) if has_acls else default_acls(creator)
+    with transaction.atomic(durable=True):
+        return Experiment.objects.create(
+            creator=creator,
+            create_time=now,
+            update_time=now,
+            status_update_time=now,
+            active_state=ActiveState.ACTIVE,
+            launch_state=LaunchState.LAUNCHING,
+            **fields,
+        )
+
+
+def update_experiment(
+    xid: int, message: pb.experiment.Experiment, paths: Sequence[str], *, now: datetime | None = None
+) -> Experiment:
+    """UpdateExperiment: replace the masked fields (repeated fields whole)."""
+    if not paths:
+        raise InvalidArgument("update_mask must name at least one field", field="update_mask")
+    fields = convert.experiment_fields(message, paths)  # validates before any write
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        exp = _lock(xid)
+        for name, value in fields.items():
+            setattr(exp, name, value)
+        exp.update_time = now
+        exp.save(update_fields=[*fields, "update_time"])
+        return exp
+
+
+def update_launch_state(xid: int, launch_state: int, *, now: datetime | None = None) -> Experiment:
+    """UpdateExperimentLaunchState; the active state follows the new launch state."""
+    name = convert.enum_name(pb.status.ExperimentStatus.LaunchState, launch_state, field="launch_state")
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        exp = _lock(xid)
+        exp.launch_state = name
+        exp.update_time = now
+        apply_rollup(exp, state_moves=(), severity_moves=(), now=now, extra_fields=("launch_state", "update_time"))
+        return exp
+
+
+def _lock(xid: int) -> Experiment:
+    try:
+        return Experiment.objects.select_for_update(no_key=True).get(id=xid)
+    except Experiment.DoesNotExist:
+        raise NotFound(f"experiments/{xid} not found", field="name") from None
+
+
+def lock_experiments(xids: Iterable[int]) -> dict[int, Experiment]:
+    """Lock experiment rows in xid order (always *after* their work units)."""
+    rows = Experiment.objects.select_for_update(no_key=True).filter(id__in=sorted(set(xids))).order_by("id")
+    return {exp.id: exp for exp in rows}
+
+
+def apply_rollup(
+    exp: Experiment,
+    *,
+    state_moves: Iterable[tuple[str | None, str | None]],
+    severity_moves: Iterable[tuple[str | None, str | None]],
+    now: datetime,
+    extra_fields: Sequence[str] = (),
+) -> None:
+    """Fold work unit moves into a *locked* experiment and save it.
+
+    ``state_moves`` are ``(old, new)`` current-execution states (``None`` for
+    a work unit that did not exist); ``severity_moves`` the work units'
+    highest current message severity before and after. Recomputes the active
+    state; entering INACTIVE sets ``complete_time``, leaving it clears it.
+    """
+    state_moves = list(state_moves)
+    changed_states = any(old != new for old, new in state_moves)
+    exp.child_state_counts = rollup.fold_counts(exp.child_state_counts, state_moves)
+    exp.message_severity_counts = rollup.fold_counts(exp.message_severity_counts, severity_moves)
+    new_active = rollup.active_state(exp.launch_state, exp.child_state_counts)
+    if new_active != exp.active_state:
+        if new_active == ActiveState.INACTIVE:
+            exp.complete_time = now
+        else:
+            exp.complete_time = None
+        log.info("experiment.active_state", extra={"xid": exp.id, "from": exp.active_state, "to": new_active})
+        exp.active_state = new_active
+    if changed_states:
+        exp.last_child_status_update_time = now
+    exp.status_update_time = now
+    exp.save(update_fields=[
+        "child_state_counts", "message_severity_counts", "active_state", "complete_time",
+        "last_child_status_update_time", "status_update_time", *extra_fields,
+    ])

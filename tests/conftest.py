@@ -1,0 +1,19 @@
+"""Shared fixtures: every test that touches the database runs on real Postgres."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_outbox_delivery(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """Record what the outbox would hand to the actuator instead of sending it."""
+    delivered: list[list[int]] = []
+    monkeypatch.setattr("workunits.outbox.deliver", lambda ids: delivered.append(list(ids)))
+    return delivered
+
+
+@pytest.fixture
+def delivered(_no_outbox_delivery: list[list[int]]) -> list[list[int]]:
+    """Operation ids handed to the outbox (run on-commit work with
+    ``django_capture_on_commit_callbacks(execute=True)`` around the call)."""
+    return _no_outbox_delivery
