@@ -594,6 +594,22 @@ class Store:
         must not be mutated.  Selector errors raise ApiError before the first item."""
         rt = _rt(rt)
         label_match, field_match = self._selectors(rt, label_selector, field_selector)
+        if resource_version not in (None, "", "0"):
+            self._parse_rv(resource_version)  # type: ignore[arg-type]
+        return self._watch_gen(rt, namespace, resource_version, label_match, field_match,
+                               allow_bookmarks, timeout_s, send_initial_events)
+
+    def _watch_gen(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        resource_version: str | None,
+        label_match: Any,
+        field_match: Any,
+        allow_bookmarks: bool,
+        timeout_s: float | None,
+        send_initial_events: bool,
+    ) -> Iterator[tuple[str, Obj, WatchEvent | None] | None]:
         log = self._logs[rt.plural]
         ns_filter = namespace if rt.namespaced and namespace else None
 

@@ -1,0 +1,225 @@
+"""Start and stop a whole simulated cluster: store, API server, controllers.
+
+`run_simulator` is the one entry point: `manage.py simcluster`
+(`k8s_bridge.management.commands.simcluster`) calls it and then waits for a
+signal; the tests (tests/sim_api/conftest.py) call it once per session and
+stop the returned `SimulatorHandle`.  It wires the pieces owned by two people:
+the store and HTTP layer here, and ``k8s_bridge.sim.controllers.start_controllers``
+with ``k8s_bridge.sim.clock.SimClock`` from the controllers side.  When the
+controllers package is not importable the simulator still serves the API (a
+plain API server) if ``controllers=False``, and fails with a clear message
+otherwise.
+
+It also owns the housekeeping threads: graceful-deletion reaping of pods past
+their deadline (a backstop for the kubelet stand-in) and periodic state-file
+persistence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from k8s_bridge.sim import apiserver
+from k8s_bridge.sim.apiserver import ApiServer, PodLogBuffer, pod_log_buffer
+from k8s_bridge.sim.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+class ControllersUnavailable(RuntimeError):
+    """k8s_bridge.sim.controllers / k8s_bridge.sim.clock cannot be imported."""
+
+
+def write_kubeconfig(path: str, server_url: str, context: str = "xmc-sim", namespace: str = "default") -> None:
+    """A kubeconfig any client accepts: no credentials, plain HTTP."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "users": [{"name": context, "user": {}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context, "namespace": namespace}}],
+        "current-context": context,
+        "preferences": {},
+    }
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")
+    with os.fdopen(fd, "w") as fh:
+        yaml.safe_dump(config, fh, sort_keys=False)
+    os.replace(tmp, path)
+
+
+def save_state(store: Store, path: str) -> None:
+    """Atomically write the store snapshot as JSON."""
+    data = store.snapshot()
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".simstate-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def load_state(store: Store, path: str) -> bool:
+    if not os.path.exists(path):
+        return False
+    with open(path) as fh:
+        store.restore(json.load(fh))
+    return True
+
+
+@dataclass
+class SimulatorHandle:
+    """A running simulator.  `stop()` saves state (if configured) and shuts down."""
+
+    store: Store
+    server: ApiServer
+    clock: Any
+    controllers: Any = None
+    kubeconfig_path: str | None = None
+    state_file: str | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return int(self.server.port)
+
+    @property
+    def pod_logs(self) -> PodLogBuffer:
+        """Fallback log buffer (used when no kubelet log provider is registered)."""
+        return pod_log_buffer(self.store)
+
+    def save(self) -> None:
+        if self.state_file:
+            save_state(self.store, self.state_file)
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        stop_controllers = getattr(self.controllers, "stop", None)
+        if callable(stop_controllers):
+            try:
+                stop_controllers()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                logger.exception("sim.server.controllers_stop_failed")
+        try:
+            self.save()
+        except Exception:  # noqa: BLE001
+            logger.exception("sim.server.save_failed")
+        self.server.stop()
+        stop_clock = getattr(self.clock, "stop", None)
+        if callable(stop_clock):
+            stop_clock()
+        for t in self._threads:
+            t.join(timeout=2)
+        apiserver.forget_store(self.store)
+
+
+def _clock_fn(clock: Any) -> Callable[[], float]:
+    if callable(getattr(clock, "now", None)):
+        return clock.now  # type: ignore[no-any-return]
+    if callable(clock):
+        return clock  # type: ignore[no-any-return]
+    raise TypeError("clock must be callable or have now()")
+
+
+def _make_clock(speed: float) -> Any:
+    try:
+        from k8s_bridge.sim.clock import SimClock
+    except ImportError as exc:
+        raise ControllersUnavailable(f"k8s_bridge.sim.clock.SimClock is not available yet: {exc}") from exc
+    return SimClock(speed)
+
+
+def _start_controllers(store: Store, clock: Any, config: dict[str, Any]) -> Any:
+    try:
+        from k8s_bridge.sim.controllers import start_controllers
+    except ImportError as exc:
+        raise ControllersUnavailable(
+            "k8s_bridge.sim.controllers.start_controllers is not available yet "
+            f"({exc}); run with controllers=False for a plain API server"
+        ) from exc
+    return start_controllers(store, clock, config)
+
+
+def _register_kubelet_logs(store: Store, controllers: Any) -> None:
+    pod_log = getattr(controllers, "pod_log", None)
+    if callable(pod_log):
+        apiserver.register_log_provider(
+            lambda ns, name, container, previous: pod_log(ns, name, container, previous), store=store
+        )
+
+
+def run_simulator(
+    port: int = 0,
+    host: str = "127.0.0.1",
+    speed: float = 1.0,
+    state_file: str | None = None,
+    queues_config: str | None = None,
+    kubeconfig_out: str | None = None,
+    controllers: bool = True,
+    clock: Any = None,
+    save_interval_s: float = 10.0,
+    reap_interval_s: float = 0.2,
+    controller_config: dict[str, Any] | None = None,
+) -> SimulatorHandle:
+    """Start a simulator and return its handle (call `.stop()` when done).
+
+    `port=0` picks a free port.  With `controllers=False` only the API server
+    runs (no JobSet/Kueue/kubelet behaviour); `clock` defaults to a
+    `SimClock(speed)` when controllers run, else to `time.time`.
+    """
+    if clock is None:
+        clock = _make_clock(speed) if controllers else time.time
+    store = Store(clock=_clock_fn(clock))
+    if state_file and load_state(store, state_file):
+        logger.info("sim.server.state_restored", extra={"state_file": state_file, "rv": store.resource_version})
+    server = ApiServer(store, host, port)
+    handle = SimulatorHandle(store=store, server=server, clock=clock, state_file=state_file)
+    if controllers:
+        config = {"queues_config": queues_config, "speed": speed, "server_url": server.url,
+                  **(controller_config or {})}
+        handle.controllers = _start_controllers(store, clock, config)
+        _register_kubelet_logs(store, handle.controllers)
+    server.start()
+    if kubeconfig_out:
+        write_kubeconfig(kubeconfig_out, server.url)
+        handle.kubeconfig_path = kubeconfig_out
+
+    def reaper() -> None:
+        while not handle._stop.wait(reap_interval_s):
+            try:
+                store.reap_graceful_deletions()
+            except Exception:  # noqa: BLE001 - keep reaping
+                logger.exception("sim.server.reap_failed")
+
+    def saver() -> None:
+        while not handle._stop.wait(save_interval_s):
+            try:
+                handle.save()
+            except Exception:  # noqa: BLE001 - keep serving
+                logger.exception("sim.server.save_failed")
+
+    for target, name in ((reaper, "reaper"), (saver, "saver")):
+        if name == "saver" and not state_file:
+            continue
+        t = threading.Thread(target=target, name=f"sim-{name}-{server.port}", daemon=True)
+        t.start()
+        handle._threads.append(t)
+    return handle
