@@ -1,0 +1,163 @@
+"""Simulated cluster controllers: JobSet, batch Job, kubelet, Kueue.
+
+Entry point: `start_controllers(store, clock, config_path)`, called by the
+`simcluster` management command (and the tests) after creating the
+`k8s_bridge.sim.store.Store` and the `k8s_bridge.sim.clock.SimClock`.  It
+loads the queue configuration, registers the JobSet and Kueue webhooks as
+store admission hooks, seeds namespaces/flavors/queues, fills the informer
+cache, and starts every controller's workers.  The returned `Controllers`
+object is the hook for the API server:
+
+* `Controllers.pending_workloads` - Kueue's visibility API
+  (`pendingworkloads` of a ClusterQueue or LocalQueue);
+* `Controllers.pod_log` / `Controllers.pod_log_lines` - container logs;
+* `Controllers.stop` - stop all threads.
+
+Design and behaviour: docs/architecture/simulator_controllers.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from k8s_bridge.sim.clock import SimClock
+from k8s_bridge.sim.controllers.config import SimConfig, load_config, seed
+from k8s_bridge.sim.controllers.job import JobController
+from k8s_bridge.sim.controllers.jobset import JobSetController, default_jobset, validate_jobset_update
+from k8s_bridge.sim.controllers.kubelet import Kubelet, LogUnavailable
+from k8s_bridge.sim.controllers.kueue import (
+    KueueJobReconciler,
+    KueueScheduler,
+    UnknownQueue,
+    kueue_jobset_mutate,
+    kueue_jobset_validate_update,
+)
+from k8s_bridge.sim.controllers.runtime import (
+    JOBSETS,
+    LOCALQUEUES,
+    WATCHED,
+    Controller,
+    ControllerContext,
+    EventRecorder,
+    ObjectCache,
+    Obj,
+)
+from k8s_bridge.sim.resources import ResourceType
+
+__all__ = ["Controllers", "LogUnavailable", "UnknownQueue", "start_controllers"]
+
+log = logging.getLogger(__name__)
+
+
+class Controllers:
+    """Running simulated controllers (returned by `start_controllers`)."""
+
+    def __init__(self, store: Any, clock: SimClock, config: SimConfig) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.cache = ObjectCache()
+        self.ctx = ControllerContext(store, clock, self.cache, EventRecorder(store, clock), config)
+        self.jobset = JobSetController(self.ctx)
+        self.job = JobController(self.ctx)
+        self.kubelet = Kubelet(self.ctx, config.nodes)
+        self.kueue_jobs = KueueJobReconciler(self.ctx, config.kueue)
+        self.scheduler = KueueScheduler(self.ctx, config.kueue)
+        self._stopped = False
+
+    @property
+    def controllers(self) -> list[Controller]:
+        return [self.jobset, self.job, self.kubelet, self.kueue_jobs]
+
+    # --- wiring -------------------------------------------------------------------
+
+    def _listener(self, event_type: str, rt: ResourceType, obj: Obj) -> None:
+        if self._stopped or rt not in WATCHED:
+            return
+        self.cache.apply(event_type, rt.plural, obj)
+
+    def _admission(self, op: str, rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+        """JobSet + Kueue webhooks (run by the store under its lock, before validation)."""
+        if rt.plural != JOBSETS.plural:
+            return
+        if op == "CREATE":
+            kueue_jobset_mutate(obj, self.config.kueue,
+                                lambda ns, name: self.cache.get(LOCALQUEUES.plural, ns, name) is not None)
+            default_jobset(obj)
+            return
+        if op == "UPDATE" and old is not None:
+            errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(obj, old)
+            if errors:
+                from k8s_bridge.sim.store import invalid
+
+                raise invalid(rt, obj["metadata"]["name"], [
+                    {"reason": "FieldValueInvalid", "message": e.split(": ", 1)[1], "field": e.split(": ", 1)[0]}
+                    for e in errors])
+
+    def _start(self) -> None:
+        self.store.add_listener(self._listener)
+        self.store.add_admission_hook(self._admission, (JOBSETS.plural,))
+        seed(self.store, self.config)
+        for rt in WATCHED:
+            items, _ = self.store.list(rt)
+            for obj in items:
+                self.cache.apply("ADDED", rt.plural, obj)
+        for c in self.controllers:
+            c.start()
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Stop every worker thread (the store and clock stay usable)."""
+        self._stopped = True
+        self.scheduler.stop()
+        for c in self.controllers:
+            c.stop()
+
+    # --- hooks for the API server ---------------------------------------------------
+
+    def pending_workloads(self, cluster_queue: str | None = None, namespace: str | None = None,
+                          local_queue: str | None = None) -> list[dict[str, Any]]:
+        """Kueue visibility API items, see `k8s_bridge.sim.controllers.kueue.KueueScheduler.pending_workloads`.
+
+        Raises `UnknownQueue` (-> 404) for a ClusterQueue/LocalQueue that does not exist.
+        """
+        return self.scheduler.pending_workloads(cluster_queue, namespace, local_queue)
+
+    def pod_log_lines(self, namespace: str, name: str, container: str | None = None,
+                      previous: bool = False) -> list[tuple[float, str]]:
+        """(simulated epoch seconds, line) pairs; LookupError -> 404, LogUnavailable -> 400."""
+        return self.kubelet.log_lines(namespace, name, container, previous)
+
+    def pod_log(self, namespace: str, name: str, container: str | None = None, previous: bool = False,
+                timestamps: bool = False, tail_lines: int | None = None, since_seconds: float | None = None) -> str:
+        """A container's log text as `GET .../pods/{name}/log` returns it."""
+        lines = self.pod_log_lines(namespace, name, container, previous)
+        if since_seconds is not None:
+            cutoff = self.clock.now() - since_seconds
+            lines = [ln for ln in lines if ln[0] >= cutoff]
+        if tail_lines is not None:
+            lines = lines[-tail_lines:] if tail_lines > 0 else []
+        if timestamps:
+            return "".join(f"{dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%f000Z')} {text}\n"
+                           for t, text in lines)
+        return "".join(f"{text}\n" for _, text in lines)
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until every work queue is drained (tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(c.queue.idle() for c in self.controllers):
+                return True
+            time.sleep(0.005)
+        return False
+
+
+def start_controllers(store: Any, clock: SimClock, config_path: str | Path | None = None) -> Controllers:
+    """Seed the queue configuration and start every simulated controller."""
+    ctrls = Controllers(store, clock, load_config(config_path))
+    ctrls._start()
+    return ctrls

@@ -1,0 +1,340 @@
+"""Stand-in for the Kubernetes batch/v1 Job controller inside the simulator.
+
+Reconciles each Job (key: namespace, name) from its Pods, found through the
+owner-UID index of the informer cache: creates Pods up to `parallelism` for
+the completions still missing (Indexed: one per index, named
+`<job>-<index>-<random>`), counts `active` / `ready` / `succeeded` / `failed`,
+applies `backoffLimit` (failed pods, plus container restarts for
+`restartPolicy: OnFailure`) and `activeDeadlineSeconds`, sets the `Complete`
+/ `Failed` / `Suspended` conditions and deletes the active Pods of suspended
+or finished Jobs.  Started by `k8s_bridge.sim.controllers.start_controllers`;
+the JobSet controller (`k8s_bridge.sim.controllers.jobset`) reads the Job
+status this writes.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Hashable, Iterable
+
+from k8s_bridge.sim.clock import format_time, parse_time
+from k8s_bridge.sim.controllers.runtime import (
+    JOBS,
+    PODS,
+    Controller,
+    ControllerContext,
+    Obj,
+    clone,
+    condition_true,
+    controller_owner_uid,
+    is_deleting,
+    owner_reference,
+    set_condition,
+)
+
+COMPONENT = "job-controller"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+# Pod re-creation back-off after failures (the real controller: 10 s doubling, capped at 6 min).
+POD_BACKOFF_BASE = 10.0
+POD_BACKOFF_CAP = 360.0
+
+
+def random_suffix(n: int = 5) -> str:
+    return "".join(random.choice(_ALPHABET) for _ in range(n))
+
+
+def pod_index(pod: Obj) -> int | None:
+    md = pod.get("metadata") or {}
+    raw = (md.get("annotations") or {}).get(INDEX_KEY) or (md.get("labels") or {}).get(INDEX_KEY)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def pod_is_ready(pod: Obj) -> bool:
+    return condition_true(pod, "Ready")
+
+
+def pod_phase(pod: Obj) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def parse_indexes(text: str | None) -> set[int]:
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.update(range(int(a), int(b) + 1))
+        else:
+            out.add(int(part))
+    return out
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """`{0,1,2,4}` -> "0-2,4" (the Job API's compressed interval list)."""
+    items = sorted(set(indexes))
+    parts: list[str] = []
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        parts.append(str(items[i]) if i == j else f"{items[i]}-{items[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def job_spec_numbers(job: Obj) -> tuple[int, int | None, bool, int]:
+    """(parallelism, completions, indexed, backoffLimit) with API defaults."""
+    spec = job.get("spec") or {}
+    parallelism = spec.get("parallelism")
+    completions = spec.get("completions")
+    indexed = spec.get("completionMode") == "Indexed"
+    if parallelism is None:
+        parallelism = 1
+    if completions is None and indexed:
+        completions = parallelism  # lenient: the real API rejects Indexed without completions
+    if completions is None and spec.get("parallelism") is None:
+        completions = 1
+    backoff_limit = spec.get("backoffLimit")
+    if backoff_limit is None:
+        backoff_limit = 6
+    return int(parallelism), (None if completions is None else int(completions)), indexed, int(backoff_limit)
+
+
+def restart_count(pod: Obj) -> int:
+    st = pod.get("status") or {}
+    return sum(int(c.get("restartCount") or 0) for c in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []))
+
+
+def pod_finished_at(pod: Obj) -> float | None:
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (c.get("state") or {}).get("terminated")
+        if term and term.get("finishedAt"):
+            return parse_time(term["finishedAt"])
+    return None
+
+
+class JobController(Controller):
+    name = "job"
+    workers = 2
+
+    def __init__(self, ctx: ControllerContext) -> None:
+        super().__init__(ctx)
+        self.cache.add_handler(JOBS.plural, self._on_job)
+        self.cache.add_handler(PODS.plural, self._on_pod)
+
+    def _on_job(self, event: str, obj: Obj, old: Obj | None) -> None:
+        md = obj["metadata"]
+        self.queue.add((md.get("namespace") or "", md["name"]))
+
+    def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
+        md = obj["metadata"]
+        for ref in md.get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == "Job":
+                self.queue.add((md.get("namespace") or "", ref["name"]))
+
+    def resync_keys(self) -> Iterable[Hashable]:
+        return self.cache.keys(JOBS.plural)
+
+    # --- reconcile --------------------------------------------------------------
+
+    def reconcile(self, key: Hashable) -> float | None:
+        ns, name = key  # type: ignore[misc]
+        job = self.cache.get(JOBS.plural, ns, name)
+        if job is None or is_deleting(job):
+            return None
+        uid = job["metadata"]["uid"]
+        now = self.clock.now()
+        spec = job.get("spec") or {}
+        parallelism, completions, indexed, backoff_limit = job_spec_numbers(job)
+        pods = [p for p in self.cache.owned(PODS.plural, uid) if controller_owner_uid(p) == uid]
+        live = [p for p in pods if not is_deleting(p)]
+        active = [p for p in live if pod_phase(p) not in ("Succeeded", "Failed")]
+        terminating = [p for p in pods if is_deleting(p) and pod_phase(p) not in ("Succeeded", "Failed")]
+        succeeded_pods = [p for p in pods if pod_phase(p) == "Succeeded"]
+        failed_pods = [p for p in pods if pod_phase(p) == "Failed" and not is_deleting(p)]
+
+        old_status = job.get("status") or {}
+        status: dict[str, Any] = clone(old_status)
+        conds: list[dict[str, Any]] = status.setdefault("conditions", [])
+        events: list[tuple[str, str, str]] = []
+
+        if indexed:
+            done = parse_indexes(old_status.get("completedIndexes"))
+            done.update(i for i in (pod_index(p) for p in succeeded_pods) if i is not None and (completions is None or i < completions))
+            succeeded = len(done)
+            if done:
+                status["completedIndexes"] = format_indexes(done)
+        else:
+            done = set()
+            succeeded = max(int(old_status.get("succeeded") or 0), len(succeeded_pods))
+        failed = max(int(old_status.get("failed") or 0), len(failed_pods))
+        restart_policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") or "Never"
+        restarts = sum(restart_count(p) for p in active) if restart_policy == "OnFailure" else 0
+
+        finished = condition_true(job, "Complete") or condition_true(job, "Failed")
+        suspended = bool(spec.get("suspend"))
+        requeue: float | None = None
+        to_delete: list[Obj] = []
+        to_create: list[int | None] = []
+
+        if finished:
+            to_delete = active
+        elif suspended:
+            to_delete = active
+            if set_condition(conds, "Suspended", "True", "JobSuspended", "Job suspended", now):
+                events.append(("Normal", "Suspended", "Job suspended"))
+        else:
+            if condition_true(job, "Suspended"):
+                set_condition(conds, "Suspended", "False", "JobResumed", "Job resumed", now)
+                events.append(("Normal", "Resumed", "Job resumed"))
+                status["startTime"] = format_time(now)
+            if not status.get("startTime"):
+                status["startTime"] = format_time(now)
+            start = parse_time(status["startTime"]) or now
+            deadline = spec.get("activeDeadlineSeconds")
+            failure: tuple[str, str] | None = None
+            if failed + restarts > backoff_limit:
+                failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            elif deadline is not None and now >= start + float(deadline):
+                failure = ("DeadlineExceeded", "Job was active longer than specified deadline")
+            elif deadline is not None:
+                requeue = start + float(deadline) - now
+            complete = False
+            if failure is None:
+                if completions is not None:
+                    complete = succeeded >= completions
+                else:
+                    complete = succeeded > 0 and not active
+            if failure is not None:
+                set_condition(conds, "FailureTarget", "True", failure[0], failure[1], now, extra={"lastProbeTime": format_time(now)})
+                set_condition(conds, "Failed", "True", failure[0], failure[1], now, extra={"lastProbeTime": format_time(now)})
+                events.append(("Warning", failure[0], failure[1]))
+                to_delete = active
+            elif complete:
+                set_condition(conds, "SuccessCriteriaMet", "True", "CompletionsReached", "Reached expected number of succeeded pods", now,
+                              extra={"lastProbeTime": format_time(now)})
+                set_condition(conds, "Complete", "True", "CompletionsReached", "Reached expected number of succeeded pods", now,
+                              extra={"lastProbeTime": format_time(now)})
+                status["completionTime"] = format_time(now)
+                events.append(("Normal", "Completed", "Job completed"))
+                to_delete = active
+            else:
+                wait = self._pod_backoff(failed_pods, failed, now)
+                if wait > 0:
+                    requeue = wait if requeue is None else min(requeue, wait)
+                else:
+                    to_create = self._missing(active + terminating, done, parallelism, completions, succeeded, indexed)
+
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if pod_is_ready(p))
+        status["succeeded"] = succeeded
+        status["failed"] = failed
+        status["terminating"] = len(terminating)
+        status.setdefault("uncountedTerminatedPods", {})
+        if not conds:
+            status.pop("conditions")
+
+        if status != old_status:
+            new = clone(job)
+            new["status"] = status
+            job = self.ctx.update_status(JOBS, new)
+        for etype, reason, msg in events:
+            self.ctx.event(job, JOBS, etype, reason, msg, COMPONENT)
+        for pod in to_delete:
+            if self.ctx.delete(PODS, ns, pod["metadata"]["name"], uid=pod["metadata"]["uid"]):
+                self.ctx.event(job, JOBS, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}", COMPONENT)
+        for idx in to_create:
+            pod = self.ctx.create(PODS, build_pod(job, idx))
+            self.ctx.event(job, JOBS, "Normal", "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}", COMPONENT)
+        return requeue
+
+    def _pod_backoff(self, failed_pods: list[Obj], failed: int, now: float) -> float:
+        if not failed_pods:
+            return 0.0
+        last = max((pod_finished_at(p) or 0.0) for p in failed_pods)
+        delay = min(POD_BACKOFF_CAP, POD_BACKOFF_BASE * 2 ** max(0, failed - 1))
+        return max(0.0, last + delay - now)
+
+    @staticmethod
+    def _missing(active: list[Obj], done: set[int], parallelism: int, completions: int | None,
+                 succeeded: int, indexed: bool) -> list[int | None]:
+        slots = parallelism - len(active)
+        if slots <= 0:
+            return []
+        if indexed:
+            busy = {pod_index(p) for p in active}
+            return [i for i in range(completions or 0) if i not in done and i not in busy][:slots]
+        if completions is None:
+            return [None] * slots if succeeded == 0 else []
+        remaining = completions - succeeded - len(active)
+        return [None] * max(0, min(slots, remaining))
+
+
+def build_pod(job: Obj, index: int | None) -> Obj:
+    """The Pod the Job controller creates for `index` (None for NonIndexed Jobs)."""
+    jmd = job["metadata"]
+    tmpl = (job.get("spec") or {}).get("template") or {}
+    tmd = tmpl.get("metadata") or {}
+    job_name, uid = jmd["name"], jmd["uid"]
+    name = f"{job_name}-{index}-{random_suffix()}" if index is not None else f"{job_name}-{random_suffix()}"
+    labels = dict(tmd.get("labels") or {})
+    labels.update({
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": job_name,
+        "controller-uid": uid,
+        "job-name": job_name,
+    })
+    annotations = dict(tmd.get("annotations") or {})
+    spec = clone(tmpl.get("spec") or {})
+    if index is not None:
+        labels[INDEX_KEY] = str(index)
+        annotations[INDEX_KEY] = str(index)
+        spec.setdefault("hostname", f"{job_name}-{index}")
+        for c in spec.get("containers") or []:
+            env = c.setdefault("env", [])
+            if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+                env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {
+                    "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}})
+    spec.setdefault("restartPolicy", "Never")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("serviceAccountName", "default")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": jmd.get("namespace") or "default",
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(job, JOBS)],
+            "finalizers": [],
+        },
+        "spec": spec,
+        "status": {"phase": "Pending", "qosClass": qos_class(spec)},
+    }
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    containers = spec.get("containers") or []
+    any_set = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if req or lim:
+            any_set = True
+        for r in ("cpu", "memory"):
+            if r not in lim or (r in req and req[r] != lim[r]):
+                guaranteed = False
+    if guaranteed and any_set:
+        return "Guaranteed"
+    return "Burstable" if any_set else "BestEffort"

@@ -1,0 +1,342 @@
+"""Kubelet (and scheduler) stand-in: makes simulated Pods behave.
+
+For each Pod (key: namespace, name) it binds the pod to a fake node (the
+scheduler's job: `spec.nodeName`, `PodScheduled`, event `Scheduled`), then
+writes the pod status that the pod's behaviour script
+(`k8s_bridge.sim.controllers.script`, annotation `sim.xmc.dev/script`) says
+the pod has at the current simulated time: phase, conditions with transition
+times, container statuses (waiting / running / terminated, restartCount,
+lastState), plus the kubelet Events (Pulling, Pulled, Failed, BackOff,
+Created, Started, Killing).  It requeues itself for the timeline's next change
+through the `k8s_bridge.sim.clock.SimClock`.  Graceful deletions
+(`deletionTimestamp` set by the store) are acted on like a kubelet: event
+`Killing`, the container terminates, then the deletion is confirmed with
+grace period 0.
+
+Container logs are kept in memory and served by `Kubelet.log_lines`
+(exposed as `k8s_bridge.sim.controllers.Controllers.pod_log`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Iterable
+
+from k8s_bridge.sim.clock import format_time, parse_time
+from k8s_bridge.sim.controllers.runtime import (
+    PODS,
+    Controller,
+    ControllerContext,
+    Obj,
+    clone,
+    find_condition,
+    is_deleting,
+)
+from k8s_bridge.sim.controllers.script import (
+    DEFAULT_SCRIPT,
+    SCRIPT_ANNOTATION,
+    Script,
+    ScriptError,
+    Timeline,
+    View,
+    parse_script,
+)
+
+log = logging.getLogger(__name__)
+
+RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+# Simulated seconds a deleted running container takes to stop before the
+# kubelet confirms the deletion (capped by the pod's grace period).
+STOP_SECONDS = 1.0
+
+
+class LogUnavailable(Exception):
+    """The container has no logs yet (HTTP 400 with this message)."""
+
+
+@dataclass
+class PodRuntime:
+    uid: str
+    node: str
+    scheduled_at: float
+    timeline: Timeline
+    emitted: int = 0
+    killed_at: float | None = None
+    killed_view: View | None = None
+    script_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Kubelet(Controller):
+    name = "kubelet"
+    workers = 2
+
+    def __init__(self, ctx: ControllerContext, nodes: list[str] | None = None) -> None:
+        super().__init__(ctx)
+        self.nodes = nodes or ["sim-node-1"]
+        self._rr = itertools.count()
+        self._ip = itertools.count(2)
+        self._lock = threading.Lock()
+        self._runtimes: dict[str, PodRuntime] = {}
+        self.cache.add_handler(PODS.plural, self._on_pod)
+
+    def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
+        md = obj["metadata"]
+        if event == "DELETED":
+            with self._lock:
+                self._runtimes.pop(md.get("uid") or "", None)
+            return
+        self.queue.add((md.get("namespace") or "", md["name"]))
+
+    def resync_keys(self) -> Iterable[Hashable]:
+        return self.cache.keys(PODS.plural)
+
+    # --- logs ------------------------------------------------------------------
+
+    def log_lines(self, namespace: str, name: str, container: str | None = None,
+                  previous: bool = False) -> list[tuple[float, str]]:
+        """(simulated time, line) of a container's log; LookupError if no such pod."""
+        pod = self.cache.get(PODS.plural, namespace, name)
+        if pod is None:
+            raise LookupError(f'pods "{name}" not found')
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        names += [c.get("name") for c in (pod.get("spec") or {}).get("initContainers") or []]
+        cname = container or (names[0] if names else "main")
+        if cname not in names:
+            raise LogUnavailable(f'container "{cname}" is not valid for pod "{name}"')
+        with self._lock:
+            rt = self._runtimes.get(pod["metadata"]["uid"])
+        if rt is None:
+            raise LogUnavailable(f'container "{cname}" in pod "{name}" is waiting to start: ContainerCreating')
+        view = rt.killed_view or rt.timeline.view(self.clock.now())
+        seg = view.segment
+        waiting = (seg.state.get("waiting") or {}).get("reason")
+        if "running" in seg.state or "terminated" in seg.state:
+            current = seg.restart_count
+        elif waiting == "CrashLoopBackOff":
+            current = seg.restart_count - 1
+        else:
+            current = -1
+        if previous:
+            current -= 1 if waiting != "CrashLoopBackOff" else 1
+            if current < 0:
+                raise LogUnavailable(f'previous terminated container "{cname}" in pod "{name}" not found')
+        elif current < 0:
+            why = {"ErrImagePull": "image can't be pulled",
+                   "ImagePullBackOff": "trying and failing to pull image"}.get(waiting or "", waiting or "ContainerCreating")
+            raise LogUnavailable(f'container "{cname}" in pod "{name}" is waiting to start: {why}')
+        return [(t, text) for (t, attempt, text) in view.logs if attempt == current]
+
+    # --- reconcile -------------------------------------------------------------
+
+    def reconcile(self, key: Hashable) -> float | None:
+        ns, name = key  # type: ignore[misc]
+        pod = self.cache.get(PODS.plural, ns, name)
+        if pod is None:
+            return None
+        uid = pod["metadata"]["uid"]
+        now = self.clock.now()
+        with self._lock:
+            rt = self._runtimes.get(uid)
+        if is_deleting(pod):
+            return self._stop_pod(pod, rt, now)
+        spec = pod.get("spec") or {}
+        if not spec.get("nodeName"):
+            return self._schedule(pod, now)
+        phase = (pod.get("status") or {}).get("phase")
+        if rt is None:
+            if phase in ("Succeeded", "Failed"):
+                return None  # finished before this kubelet started: leave it alone
+            rt = self._start(pod, now)
+        view = rt.timeline.view(now)
+        status = self._status(pod, rt, view)
+        if status != pod.get("status"):
+            new = clone(pod)
+            new["status"] = status
+            pod = self.ctx.update_status(PODS, new)
+        self._emit(pod, rt, view)
+        if view.next_change is None:
+            return None
+        return max(0.0, view.next_change - self.clock.now()) + 1e-6
+
+    def _effective_script(self, pod: Obj) -> tuple[Script, str | None]:
+        md = pod.get("metadata") or {}
+        text = (md.get("annotations") or {}).get(SCRIPT_ANNOTATION)
+        try:
+            script = parse_script(text if text is not None else DEFAULT_SCRIPT)
+            error = None
+        except ScriptError as exc:
+            script, error = parse_script(DEFAULT_SCRIPT), f"invalid {SCRIPT_ANNOTATION} {text!r}: {exc}"
+        if script.heal_restarts is not None:
+            try:
+                attempt = int((md.get("labels") or {}).get(RESTART_ATTEMPT_LABEL, "0"))
+            except ValueError:
+                attempt = 0
+            if attempt >= script.heal_restarts:
+                script = script.healed()
+        return script, error
+
+    def _schedule(self, pod: Obj, now: float) -> float | None:
+        script, _ = self._effective_script(pod)
+        md = pod["metadata"]
+        if script.schedule_fail:
+            status = clone(pod.get("status") or {})
+            conds = status.setdefault("conditions", [])
+            msg = f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} Insufficient resources (sim.xmc.dev/script schedule=fail). preemption: not eligible."
+            if not find_condition(conds, "PodScheduled"):
+                conds.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None,
+                              "lastTransitionTime": format_time(now), "reason": "Unschedulable", "message": msg})
+                new = clone(pod)
+                new["status"] = status
+                pod = self.ctx.update_status(PODS, new)
+                self.ctx.event(pod, PODS, "Warning", "FailedScheduling", msg, "default-scheduler")
+            return None
+        created = parse_time(md.get("creationTimestamp")) or now
+        if now < created + script.schedule_delay:
+            return created + script.schedule_delay - now
+        node = self.nodes[next(self._rr) % len(self.nodes)]
+        new = clone(pod)
+        new["spec"]["nodeName"] = node
+        pod = self.ctx.update(PODS, new)
+        self.ctx.event(pod, PODS, "Normal", "Scheduled",
+                       f"Successfully assigned {md.get('namespace')}/{md['name']} to {node}", "default-scheduler")
+        return 0.0  # reconcile again: the kubelet starts it
+
+    def _start(self, pod: Obj, now: float) -> PodRuntime:
+        md, spec = pod["metadata"], pod.get("spec") or {}
+        script, error = self._effective_script(pod)
+        containers = spec.get("containers") or [{"name": "main", "image": "busybox"}]
+        main = containers[0]
+        started = parse_time((pod.get("status") or {}).get("startTime"))
+        t0 = started if started is not None else now
+        sched = find_condition(pod, "PodScheduled")
+        sched_at = parse_time((sched or {}).get("lastTransitionTime")) or t0
+        timeline = Timeline(script, spec.get("restartPolicy") or "Always", t0, main.get("image") or "",
+                            main.get("name") or "main", f"{md['name']}_{md.get('namespace')}({md['uid']})")
+        rt = PodRuntime(md["uid"], spec.get("nodeName") or self.nodes[0], min(sched_at, t0), timeline, script_error=error)
+        rt.extra["pod_ip"] = _ip(next(self._ip))
+        with self._lock:
+            rt = self._runtimes.setdefault(md["uid"], rt)
+        if error:
+            self.ctx.event(pod, PODS, "Warning", "InvalidSimScript", error, "kubelet", rt.node)
+        return rt
+
+    def _emit(self, pod: Obj, rt: PodRuntime, view: View) -> None:
+        with self._lock:
+            new = view.happenings[rt.emitted:]
+            rt.emitted = max(rt.emitted, len(view.happenings))
+        for h in new:
+            self.ctx.event(pod, PODS, h.etype, h.reason, h.message, "kubelet", rt.node)
+
+    def _stop_pod(self, pod: Obj, rt: PodRuntime | None, now: float) -> float | None:
+        """Graceful deletion: Killing event, container terminates, deletion confirmed."""
+        md = pod["metadata"]
+        phase = (pod.get("status") or {}).get("phase")
+        if rt is None or phase in ("Succeeded", "Failed"):
+            self.ctx.delete(PODS, md.get("namespace") or "", md["name"], uid=md["uid"], grace_period_seconds=0)
+            return None
+        if rt.killed_at is None:
+            view = rt.timeline.view(now)
+            with self._lock:
+                rt.killed_at = now
+                rt.killed_view = view
+            self._emit(pod, rt, view)
+            containers = (pod.get("spec") or {}).get("containers") or []
+            for c in containers:
+                self.ctx.event(pod, PODS, "Normal", "Killing", f"Stopping container {c.get('name')}", "kubelet", rt.node)
+            grace = md.get("deletionGracePeriodSeconds")
+            stop = min(STOP_SECONDS, float(grace)) if grace is not None else STOP_SECONDS
+            return stop
+        if now < rt.killed_at + STOP_SECONDS - 1e-9 and rt.killed_view is not None:
+            return rt.killed_at + STOP_SECONDS - now
+        self.ctx.delete(PODS, md.get("namespace") or "", md["name"], uid=md["uid"], grace_period_seconds=0)
+        return None
+
+    # --- status --------------------------------------------------------------------
+
+    def _status(self, pod: Obj, rt: PodRuntime, view: View) -> dict[str, Any]:
+        spec = pod.get("spec") or {}
+        seg = view.segment
+        t0 = rt.timeline.t0
+        containers = spec.get("containers") or []
+        names = [c.get("name") for c in containers]
+        terminal = seg.phase in ("Succeeded", "Failed")
+        ready = seg.ready and not terminal
+
+        def cond(ctype: str, ok: bool, since: float, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
+            c: dict[str, Any] = {"type": ctype, "status": "True" if ok else "False", "lastProbeTime": None,
+                                 "lastTransitionTime": format_time(since)}
+            if reason:
+                c["reason"] = reason
+            if message:
+                c["message"] = message
+            return c
+
+        if ready:
+            ready_c = cond("Ready", True, view.ready_since or t0)
+            cready_c = cond("ContainersReady", True, view.ready_since or t0)
+        else:
+            reason = "PodCompleted" if terminal else "ContainersNotReady"
+            message = None if terminal else f"containers with unready status: [{' '.join(n for n in names if n)}]"
+            ready_c = cond("Ready", False, view.unready_since, reason, message)
+            cready_c = cond("ContainersReady", False, view.unready_since, reason, message)
+        conditions = [
+            cond("PodReadyToStartContainers", not terminal, t0 if not terminal else seg.start),
+            cond("Initialized", True, t0),
+            ready_c,
+            cready_c,
+            cond("PodScheduled", True, rt.scheduled_at),
+        ]
+        statuses = []
+        for i, c in enumerate(containers):
+            statuses.append({
+                "name": c.get("name"),
+                "image": c.get("image"),
+                "imageID": "" if "waiting" in seg.state and not seg.started else f"docker.io/library/{c.get('image')}@sha256:{'0' * 64}",
+                "containerID": f"containerd://{rt.uid[:8]}{i}{seg.restart_count}",
+                "ready": ready,
+                "started": seg.started,
+                "restartCount": seg.restart_count,
+                "state": clone(seg.state),
+                "lastState": clone(seg.last_state),
+            })
+            if "waiting" in seg.state and seg.restart_count == 0 and not seg.last_state:
+                statuses[-1].pop("containerID")
+        status: dict[str, Any] = {
+            "phase": seg.phase,
+            "conditions": conditions,
+            "hostIP": _node_ip(rt.node, self.nodes),
+            "hostIPs": [{"ip": _node_ip(rt.node, self.nodes)}],
+            "podIP": rt.extra["pod_ip"],
+            "podIPs": [{"ip": rt.extra["pod_ip"]}],
+            "startTime": format_time(t0),
+            "containerStatuses": statuses,
+            "qosClass": (pod.get("status") or {}).get("qosClass") or "BestEffort",
+        }
+        init = spec.get("initContainers") or []
+        if init:
+            inits = []
+            for c in init:
+                sidecar = c.get("restartPolicy") == "Always"
+                state = ({"running": {"startedAt": format_time(t0)}} if sidecar and not terminal else
+                         {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": format_time(t0),
+                                         "finishedAt": format_time(t0 if not sidecar else seg.start)}})
+                inits.append({"name": c.get("name"), "image": c.get("image"), "imageID": "", "ready": sidecar and not terminal,
+                              "started": sidecar and not terminal, "restartCount": 0, "state": state, "lastState": {}})
+            status["initContainerStatuses"] = inits
+        return status
+
+
+def _ip(n: int) -> str:
+    return f"10.{64 + (n >> 16) % 64}.{(n >> 8) & 255}.{n & 255}"
+
+
+def _node_ip(node: str, nodes: list[str]) -> str:
+    try:
+        i = nodes.index(node)
+    except ValueError:
+        i = 0
+    return f"10.128.0.{i + 2}"

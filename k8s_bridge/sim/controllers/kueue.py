@@ -1,0 +1,993 @@
+"""Kueue, simulated: the JobSet integration, the scheduler and queue status.
+
+Three parts, all acting only through the store:
+
+* `kueue_jobset_admission` - Kueue's JobSet mutating/validating webhook as a
+  store admission hook: fills `kueue.x-k8s.io/queue-name=default` when a
+  LocalQueue `default` exists in the namespace, suspends a managed JobSet at
+  CREATE, keeps the queue-name label immutable while the JobSet runs.
+* `KueueJobReconciler` (key: the JobSet) - the generic job reconciler of
+  reference jobset_kueue.md 4.6: one Workload per JobSet
+  (`jobset-<name>-<hash>`, owned by it, finalizer
+  `kueue.x-k8s.io/resource-in-use`), Finished on JobSet completion/failure,
+  two-phase eviction (suspend the JobSet, then release quota once every
+  replicated job reports `active == 0`, Requeued), unsuspending admitted
+  JobSets with the podset labels and flavor node selectors, and suspending
+  running JobSets that are not admitted.
+* `KueueScheduler` (a thread) - admission cycles per ClusterQueue: pending
+  Workloads ordered by priority, then creation time, then UID; flavor
+  assignment against nominal quota; preemption of lower-priority admitted
+  Workloads (`withinClusterQueue: LowerPriority`); `QuotaReserved` /
+  `Admitted` / Inadmissible conditions; ClusterQueue and LocalQueue status;
+  and the visibility API view (`KueueScheduler.pending_workloads`).
+
+The queue configuration (flavors, queues, priority classes) is seeded from
+YAML by `k8s_bridge.sim.controllers.config`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Hashable, Iterable
+
+from k8s_bridge.sim.clock import parse_time
+from k8s_bridge.sim.controllers.quantity import format_quantity, parse_quantity
+from k8s_bridge.sim.controllers.runtime import (
+    CLUSTERQUEUES,
+    JOBSETS,
+    LOCALQUEUES,
+    RESOURCEFLAVORS,
+    WORKLOADS,
+    Controller,
+    ControllerContext,
+    Obj,
+    api_code,
+    clone,
+    condition_true,
+    controller_owner_uid,
+    find_condition,
+    is_deleting,
+    owner_reference,
+    set_condition,
+)
+
+log = logging.getLogger(__name__)
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+LQ_LABEL = "kueue.x-k8s.io/local-queue-name"
+CQ_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+FINALIZER = "kueue.x-k8s.io/resource-in-use"
+WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
+PC_SOURCE = "scheduling.k8s.io/priorityclass"
+COMPONENT_JOB = "kueue-job-controller"
+COMPONENT_ADMISSION = "kueue-admission"
+
+
+@dataclass
+class KueueOptions:
+    """Behaviour switches of the simulated Kueue (queue config file, `kueue:` section)."""
+
+    granular_reasons: bool = True  # UnadmittedWorkloadsObservability (default on since v0.19)
+    manage_jobs_without_queue_name: bool = False
+    priority_classes: dict[str, int] = field(default_factory=dict)  # scheduling.k8s.io PriorityClass
+    workload_priority_classes: dict[str, int] = field(default_factory=dict)
+    default_priority_class: str | None = None  # a PriorityClass with globalDefault
+    status_interval_wall: float = 0.2  # min wall seconds between queue status writes
+
+
+def workload_name(jobset_name: str, jobset_uid: str) -> str:
+    """`jobset-<name>-<5 hex>` exactly as Kueue names a JobSet's Workload."""
+    digest = hashlib.sha1(f"JobSet\njobset.x-k8s.io\n{jobset_name}\n{jobset_uid}".encode()).hexdigest()
+    return f"{('jobset-' + jobset_name)[:247]}-{digest[:5]}"
+
+
+def _reason(opts: KueueOptions, granular: str) -> str:
+    if opts.granular_reasons:
+        return granular
+    return "Inadmissible" if granular in ("Misconfigured", "Suspended") else "Pending"
+
+
+def _is_active_jobset(js: Obj) -> bool:
+    return any(int(r.get("active") or 0) > 0 for r in (js.get("status") or {}).get("replicatedJobsStatus") or [])
+
+
+def _jobset_finished(js: Obj) -> dict[str, Any] | None:
+    for t in ("Completed", "Failed"):
+        c = find_condition(js, t)
+        if c and c.get("status") == "True":
+            return c
+    return None
+
+
+def _quota_reserved(wl: Obj) -> bool:
+    return bool((wl.get("status") or {}).get("admission"))
+
+
+def pod_requests(pod_spec: dict[str, Any]) -> dict[str, Fraction]:
+    """Per-pod requests: sum of containers (limits when no request), max with init containers."""
+    total: dict[str, Fraction] = {}
+
+    def add(into: dict[str, Fraction], c: dict[str, Any]) -> None:
+        res = c.get("resources") or {}
+        reqs = dict(res.get("limits") or {})
+        reqs.update(res.get("requests") or {})
+        for r, q in reqs.items():
+            try:
+                into[r] = into.get(r, Fraction(0)) + parse_quantity(q)
+            except ValueError:
+                continue
+
+    sidecars: dict[str, Fraction] = {}
+    for c in pod_spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            add(sidecars, c)
+    for c in pod_spec.get("containers") or []:
+        add(total, c)
+    for r, q in sidecars.items():
+        total[r] = total.get(r, Fraction(0)) + q
+    for c in pod_spec.get("initContainers") or []:
+        if c.get("restartPolicy") != "Always":
+            one: dict[str, Fraction] = {}
+            add(one, c)
+            for r, q in one.items():
+                total[r] = max(total.get(r, Fraction(0)), q + sidecars.get(r, Fraction(0)))
+    return total
+
+
+def podset_requests(wl: Obj) -> list[tuple[str, int, dict[str, Fraction]]]:
+    """(podset name, count, total requests) for each podSet of a Workload."""
+    out = []
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        count = int(ps.get("count") or 1)
+        per_pod = pod_requests(((ps.get("template") or {}).get("spec")) or {})
+        out.append((ps.get("name") or "main", count, {r: q * count for r, q in per_pod.items() if q}))
+    return out
+
+
+def workload_priority(wl: Obj) -> int:
+    try:
+        return int((wl.get("spec") or {}).get("priority") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+# --- webhook ------------------------------------------------------------------------
+
+
+def kueue_jobset_mutate(obj: Obj, opts: KueueOptions, lq_exists: Any) -> None:
+    """Kueue's JobSet defaulting webhook (CREATE): default queue name, suspend."""
+    md = obj.setdefault("metadata", {})
+    labels = md.setdefault("labels", {})
+    ns = md.get("namespace") or "default"
+    if not labels.get(QUEUE_LABEL) and lq_exists(ns, "default"):
+        labels[QUEUE_LABEL] = "default"
+    if not labels:
+        md.pop("labels")
+    managed = bool(labels.get(QUEUE_LABEL)) or opts.manage_jobs_without_queue_name
+    if managed and (obj.get("spec") or {}).get("managedBy") in (None, "", "jobset.sigs.k8s.io/jobset-controller"):
+        obj.setdefault("spec", {})["suspend"] = True
+
+
+def kueue_jobset_validate_update(new: Obj, old: Obj) -> list[str]:
+    old_q = ((old.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    new_q = ((new.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    if old_q != new_q and not (old.get("spec") or {}).get("suspend"):
+        return [f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"{new_q}\": field is immutable"]
+    return []
+
+
+# --- job reconciler ------------------------------------------------------------------
+
+
+class KueueJobReconciler(Controller):
+    """Kueue's reconciler for JobSets (keys: ("js", ns, name) and ("wl", ns, name))."""
+
+    name = "kueue-jobs"
+    workers = 2
+
+    def __init__(self, ctx: ControllerContext, opts: KueueOptions) -> None:
+        super().__init__(ctx)
+        self.opts = opts
+        self.cache.add_handler(JOBSETS.plural, self._on_jobset)
+        self.cache.add_handler(WORKLOADS.plural, self._on_workload)
+
+    def _on_jobset(self, event: str, obj: Obj, old: Obj | None) -> None:
+        md = obj["metadata"]
+        self.queue.add(("js", md.get("namespace") or "", md["name"]))
+        if event == "DELETED":
+            for wl in self.cache.owned(WORKLOADS.plural, md.get("uid") or ""):
+                self.queue.add(("wl", wl["metadata"].get("namespace") or "", wl["metadata"]["name"]))
+
+    def _on_workload(self, event: str, obj: Obj, old: Obj | None) -> None:
+        md = obj["metadata"]
+        ns = md.get("namespace") or ""
+        for ref in md.get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == "JobSet":
+                self.queue.add(("js", ns, ref["name"]))
+        if event != "DELETED":
+            self.queue.add(("wl", ns, md["name"]))
+
+    def resync_keys(self) -> Iterable[Hashable]:
+        keys: list[Hashable] = [("js", ns, n) for ns, n in self.cache.keys(JOBSETS.plural)]
+        keys += [("wl", ns, n) for ns, n in self.cache.keys(WORKLOADS.plural)]
+        return keys
+
+    def reconcile(self, key: Hashable) -> float | None:
+        kind, ns, name = key  # type: ignore[misc]
+        if kind == "wl":
+            return self._reconcile_orphan(ns, name)
+        return self._reconcile_jobset(ns, name)
+
+    def _remove_finalizer(self, wl: Obj) -> None:
+        fins = (wl.get("metadata") or {}).get("finalizers") or []
+        if FINALIZER in fins:
+            new = clone(wl)
+            new["metadata"]["finalizers"] = [f for f in fins if f != FINALIZER]
+            self.ctx.update(WORKLOADS, new)
+
+    def _reconcile_orphan(self, ns: str, name: str) -> float | None:
+        """Workload whose JobSet is gone (or which is being deleted): release it."""
+        wl = self.cache.get(WORKLOADS.plural, ns, name)
+        if wl is None:
+            return None
+        owner = controller_owner_uid(wl)
+        js = None
+        for ref in wl["metadata"].get("ownerReferences") or ():
+            if ref.get("uid") == owner:
+                js = self.cache.get(JOBSETS.plural, ns, ref.get("name") or "")
+        if js is not None and js["metadata"].get("uid") != owner:
+            js = None
+        if js is None or is_deleting(js) or (is_deleting(wl) and condition_true(wl, "Finished")):
+            self._remove_finalizer(wl)
+        return None
+
+    def _reconcile_jobset(self, ns: str, name: str) -> float | None:
+        js = self.cache.get(JOBSETS.plural, ns, name)
+        if js is None:
+            return None
+        uid = js["metadata"]["uid"]
+        wls = [w for w in self.cache.owned(WORKLOADS.plural, uid) if controller_owner_uid(w) == uid]
+        if is_deleting(js):
+            for wl in wls:
+                self._remove_finalizer(wl)
+            return None
+        labels = js["metadata"].get("labels") or {}
+        queue = labels.get(QUEUE_LABEL)
+        if not queue and not self.opts.manage_jobs_without_queue_name:
+            return None
+        managed_by = (js.get("spec") or {}).get("managedBy")
+        if managed_by and managed_by != "jobset.sigs.k8s.io/jobset-controller":
+            return None
+        wls.sort(key=lambda w: w["metadata"].get("creationTimestamp") or "")
+        wl = wls[0] if wls else None
+        for extra in wls[1:]:
+            if self.ctx.delete(WORKLOADS, ns, extra["metadata"]["name"], uid=extra["metadata"]["uid"]):
+                self.ctx.event(js, JOBSETS, "Normal", "DeletedWorkload", f"Deleted not matching Workload: {ns}/{extra['metadata']['name']}", COMPONENT_JOB)
+        now = self.clock.now()
+        suspended = bool((js.get("spec") or {}).get("suspend"))
+
+        if wl is not None and condition_true(wl, "Finished"):
+            self._remove_finalizer(wl)
+            return None
+        if wl is not None and is_deleting(wl):
+            if not suspended:
+                self._stop(js, wl, "Workload is being deleted")
+            self._remove_finalizer(wl)
+            return None
+        done = _jobset_finished(js)
+        if done is not None:
+            if wl is not None:
+                new = clone(wl)
+                st = new.setdefault("status", {})
+                reason = "Succeeded" if done["type"] == "Completed" else "Failed"
+                set_condition(st.setdefault("conditions", []), "Finished", "True", reason, done.get("message") or "",
+                              now, observed_generation=wl["metadata"].get("generation"))
+                wl = self.ctx.update_status(WORKLOADS, new)
+                self.ctx.event(js, JOBSETS, "Normal", "FinishedWorkload", f"Workload '{ns}/{wl['metadata']['name']}' is declared finished", COMPONENT_JOB)
+                self._remove_finalizer(wl)
+            return None
+        if wl is None:
+            if _is_active_jobset(js) or not suspended:
+                if not suspended:
+                    self._stop(js, None, "Not admitted by cluster queue")
+                return None
+            wl = self.ctx.create(WORKLOADS, self._construct_workload(js, queue or ""))
+            self.ctx.event(js, JOBSETS, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wl['metadata']['name']}", COMPONENT_JOB)
+            return None
+
+        # Deactivation (spec.active=false) evicts like a preemption, without requeue.
+        active_spec = (wl.get("spec") or {}).get("active", True) is not False
+        if not active_spec and _quota_reserved(wl) and not condition_true(wl, "Evicted"):
+            new = clone(wl)
+            conds = new.setdefault("status", {}).setdefault("conditions", [])
+            set_condition(conds, "Evicted", "True", "Deactivated", "The workload is deactivated", now,
+                          observed_generation=wl["metadata"].get("generation"))
+            self.ctx.update_status(WORKLOADS, new)
+            self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivated", "The workload is deactivated", COMPONENT_JOB)
+            return None
+        if active_spec and not _quota_reserved(wl):
+            ev = find_condition(wl, "Evicted")
+            rq = find_condition(wl, "Requeued")
+            if ev and ev.get("status") == "True" and ev.get("reason") == "Deactivated" and rq and rq.get("status") == "False":
+                new = clone(wl)
+                conds = new["status"]["conditions"]
+                set_condition(conds, "Requeued", "True", "Reactivated", "The workload was reactivated", now,
+                              observed_generation=wl["metadata"].get("generation"))
+                self.ctx.update_status(WORKLOADS, new)
+                return None
+
+        evicted = find_condition(wl, "Evicted")
+        if evicted and evicted.get("status") == "True" and _quota_reserved(wl):
+            if not suspended:
+                self._stop(js, wl, evicted.get("message") or "")
+                return None
+            if _is_active_jobset(js):
+                return None  # wait until the JobSet reports active == 0 everywhere
+            self._release(wl, evicted, now)
+            return None
+        if suspended:
+            if condition_true(wl, "Admitted"):
+                self._start(js, wl)
+            return None
+        if not condition_true(wl, "Admitted"):
+            self._stop(js, wl, "Not admitted by cluster queue")
+        return None
+
+    def _construct_workload(self, js: Obj, queue: str) -> Obj:
+        md = js["metadata"]
+        spec = js.get("spec") or {}
+        pod_sets = []
+        pc_name = None
+        for rjob in spec.get("replicatedJobs") or []:
+            jspec = (rjob.get("template") or {}).get("spec") or {}
+            parallelism = int(jspec.get("parallelism") if jspec.get("parallelism") is not None else 1)
+            completions = jspec.get("completions")
+            per_replica = min(parallelism, int(completions)) if completions is not None else parallelism
+            tmpl = clone(jspec.get("template") or {})
+            pc_name = pc_name or (tmpl.get("spec") or {}).get("priorityClassName")
+            pod_sets.append({"name": str(rjob["name"]).lower(), "count": int(rjob.get("replicas", 1)) * per_replica,
+                             "template": tmpl})
+        wspec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets, "active": True, "priority": 0}
+        wpc = (md.get("labels") or {}).get(PRIORITY_LABEL)
+        if wpc:
+            wspec.update(priorityClassName=wpc, priorityClassSource=WPC_SOURCE,
+                         priority=int(self.opts.workload_priority_classes.get(wpc, 0)))
+        elif pc_name:
+            wspec.update(priorityClassName=pc_name, priorityClassSource=PC_SOURCE,
+                         priority=int(self.opts.priority_classes.get(pc_name, 0)))
+        elif self.opts.default_priority_class:
+            pc = self.opts.default_priority_class
+            wspec.update(priorityClassName=pc, priorityClassSource=PC_SOURCE,
+                         priority=int(self.opts.priority_classes.get(pc, 0)))
+        wl_md: dict[str, Any] = {
+            "name": workload_name(md["name"], md["uid"]),
+            "namespace": md.get("namespace") or "default",
+            "labels": {JOB_UID_LABEL: md["uid"]},
+            "finalizers": [FINALIZER],
+            "ownerReferences": [owner_reference(js, JOBSETS)],
+        }
+        max_exec = (md.get("labels") or {}).get("kueue.x-k8s.io/max-exec-time-seconds")
+        if max_exec:
+            try:
+                wspec["maximumExecutionTimeSeconds"] = int(max_exec)
+            except ValueError:
+                pass
+        return {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": wl_md, "spec": wspec}
+
+    def _stop(self, js: Obj, wl: Obj | None, message: str) -> None:
+        """Suspend the JobSet and restore the pod templates of the Workload's podSets."""
+        new = clone(js)
+        new["spec"]["suspend"] = True
+        if wl is not None:
+            pod_sets = {ps.get("name"): ps for ps in (wl.get("spec") or {}).get("podSets") or []}
+            for rjob in new["spec"].get("replicatedJobs") or []:
+                ps = pod_sets.get(str(rjob.get("name")).lower())
+                if ps is None:
+                    continue
+                tmpl = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+                orig = ps.get("template") or {}
+                omd, ospec = orig.get("metadata") or {}, orig.get("spec") or {}
+                tmd = tmpl.setdefault("metadata", {})
+                for f in ("labels", "annotations"):
+                    if omd.get(f):
+                        tmd[f] = clone(omd[f])
+                    else:
+                        tmd.pop(f, None)
+                tspec = tmpl.setdefault("spec", {})
+                for f in ("nodeSelector", "tolerations", "schedulingGates"):
+                    if ospec.get(f):
+                        tspec[f] = clone(ospec[f])
+                    else:
+                        tspec.pop(f, None)
+        js = self.ctx.update(JOBSETS, new)
+        self.ctx.event(js, JOBSETS, "Normal", "Stopped", message, COMPONENT_JOB)
+
+    def _start(self, js: Obj, wl: Obj) -> None:
+        """Unsuspend an admitted JobSet, merging podset labels and flavor node labels."""
+        admission = (wl.get("status") or {}).get("admission") or {}
+        cq = admission.get("clusterQueue") or ""
+        assignments = {a.get("name"): a for a in admission.get("podSetAssignments") or []}
+        new = clone(js)
+        new["spec"]["suspend"] = False
+        for rjob in new["spec"].get("replicatedJobs") or []:
+            ps_name = str(rjob.get("name")).lower()
+            tmpl = rjob.setdefault("template", {}).setdefault("spec", {}).setdefault("template", {})
+            tmd = tmpl.setdefault("metadata", {})
+            tmd["labels"] = {**(tmd.get("labels") or {}), PODSET_LABEL: ps_name,
+                             LQ_LABEL: (wl.get("spec") or {}).get("queueName") or "", CQ_LABEL: cq}
+            node_labels: dict[str, str] = {}
+            tolerations: list[Any] = []
+            for flavor_name in sorted(set(((assignments.get(ps_name) or {}).get("flavors") or {}).values())):
+                flavor = self.cache.get(RESOURCEFLAVORS.plural, "", flavor_name) or {}
+                node_labels.update((flavor.get("spec") or {}).get("nodeLabels") or {})
+                tolerations += (flavor.get("spec") or {}).get("tolerations") or []
+            tspec = tmpl.setdefault("spec", {})
+            if node_labels:
+                tspec["nodeSelector"] = {**(tspec.get("nodeSelector") or {}), **node_labels}
+            if tolerations:
+                tspec["tolerations"] = list(tspec.get("tolerations") or []) + [t for t in tolerations if t not in (tspec.get("tolerations") or [])]
+        js = self.ctx.update(JOBSETS, new)
+        self.ctx.event(js, JOBSETS, "Normal", "Started", f"Admitted by clusterQueue {cq}", COMPONENT_JOB)
+
+    def _release(self, wl: Obj, evicted: dict[str, Any], now: float) -> None:
+        """Second phase of an eviction: the JobSet is stopped, give the quota back."""
+        new = clone(wl)
+        st = new.setdefault("status", {})
+        conds = st.setdefault("conditions", [])
+        gen = wl["metadata"].get("generation")
+        reason = evicted.get("reason") or "Preempted"
+        message = evicted.get("message") or ""
+        requeue = reason in ("Preempted", "NodeFailures")
+        set_condition(conds, "Requeued", "True" if requeue else "False", reason, message, now, observed_generation=gen)
+        set_condition(conds, "QuotaReserved", "False", _reason(self.opts, "PendingEvaluation"), message, now, observed_generation=gen)
+        set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, observed_generation=gen)
+        st.pop("admission", None)
+        admitted_at = parse_time((find_condition(wl, "Admitted") or {}).get("lastTransitionTime"))
+        if admitted_at is not None and condition_true(wl, "Admitted"):
+            st["accumulatedPastExexcutionTimeSeconds"] = int(st.get("accumulatedPastExexcutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
+        self.ctx.update_status(WORKLOADS, new)
+
+
+# --- scheduler ------------------------------------------------------------------------
+
+
+class UnknownQueue(LookupError):
+    """The visibility API was asked about a queue that does not exist (HTTP 404)."""
+
+
+@dataclass
+class _CQView:
+    name: str
+    obj: Obj
+    usage: dict[tuple[str, str], Fraction] = field(default_factory=dict)  # (flavor, resource) -> used
+    pending: list[Obj] = field(default_factory=list)
+    admitted: list[Obj] = field(default_factory=list)
+    reserving: int = 0
+    admitted_count: int = 0
+
+    def quota(self) -> dict[tuple[str, str], Fraction]:
+        out: dict[tuple[str, str], Fraction] = {}
+        for group in (self.obj.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for res in flavor.get("resources") or []:
+                    try:
+                        out[(flavor.get("name"), res.get("name"))] = parse_quantity(res.get("nominalQuota", 0))
+                    except ValueError:
+                        out[(flavor.get("name"), res.get("name"))] = Fraction(0)
+        return out
+
+
+def _queue_key(wl: Obj) -> tuple[int, float, str]:
+    md = wl.get("metadata") or {}
+    return (-workload_priority(wl), parse_time(md.get("creationTimestamp")) or 0.0, md.get("uid") or "")
+
+
+class KueueScheduler:
+    """Admission cycles, preemption, queue status and the visibility view."""
+
+    def __init__(self, ctx: ControllerContext, opts: KueueOptions) -> None:
+        self.ctx = ctx
+        self.cache = ctx.cache
+        self.clock = ctx.clock
+        self.opts = opts
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_status_write = 0.0
+        self._status_dirty = True
+        self.cycles = 0
+        for plural in (WORKLOADS.plural, CLUSTERQUEUES.plural, LOCALQUEUES.plural, RESOURCEFLAVORS.plural):
+            self.cache.add_handler(plural, self._on_change)
+
+    def _on_change(self, event: str, obj: Obj, old: Obj | None) -> None:
+        if obj.get("kind") in ("ClusterQueue", "LocalQueue") and event == "MODIFIED" and old is not None \
+                and old.get("spec") == obj.get("spec") and (old.get("metadata") or {}).get("labels") == (obj.get("metadata") or {}).get("labels"):
+            return  # our own status writes
+        self._status_dirty = True
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sim-kueue-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=1.0)
+            if self._stop.is_set():
+                return
+            time.sleep(0.002)  # coalesce bursts of changes into one cycle
+            self._wake.clear()
+            try:
+                again = self.cycle()
+            except Exception as exc:
+                if api_code(exc) not in (404, 409):
+                    log.exception("sim.kueue.cycle_failed")
+                again = True
+            if again:
+                self._wake.set()
+
+    # --- snapshot ------------------------------------------------------------------
+
+    def _snapshot(self) -> tuple[dict[str, _CQView], list[tuple[Obj, str, str]]]:
+        """ClusterQueue views with usage and pending lists, plus misconfigured workloads."""
+        cqs = {o["metadata"]["name"]: _CQView(o["metadata"]["name"], o) for o in self.cache.list(CLUSTERQUEUES.plural)}
+        lqs = {(o["metadata"].get("namespace") or "", o["metadata"]["name"]): o for o in self.cache.list(LOCALQUEUES.plural)}
+        misconfigured: list[tuple[Obj, str, str]] = []
+        for wl in self.cache.list(WORKLOADS.plural):
+            if condition_true(wl, "Finished") or is_deleting(wl):
+                continue
+            st = wl.get("status") or {}
+            adm = st.get("admission")
+            if adm:
+                view = cqs.get(adm.get("clusterQueue") or "")
+                if view is None:
+                    continue
+                view.admitted.append(wl)
+                view.reserving += 1
+                if condition_true(wl, "Admitted"):
+                    view.admitted_count += 1
+                for psa in adm.get("podSetAssignments") or []:
+                    flavors = psa.get("flavors") or {}
+                    for res, qty in (psa.get("resourceUsage") or {}).items():
+                        k = (flavors.get(res) or "", res)
+                        try:
+                            view.usage[k] = view.usage.get(k, Fraction(0)) + parse_quantity(qty)
+                        except ValueError:
+                            pass
+                continue
+            if (wl.get("spec") or {}).get("active", True) is False:
+                continue
+            ns = wl["metadata"].get("namespace") or ""
+            lq_name = (wl.get("spec") or {}).get("queueName") or ""
+            lq = lqs.get((ns, lq_name))
+            if lq is None:
+                misconfigured.append((wl, "Misconfigured", f"LocalQueue {lq_name} doesn't exist"))
+                continue
+            cq_name = (lq.get("spec") or {}).get("clusterQueue") or ""
+            view = cqs.get(cq_name)
+            if view is None:
+                misconfigured.append((wl, "Misconfigured", f"ClusterQueue {cq_name} doesn't exist"))
+                continue
+            stop = (view.obj.get("spec") or {}).get("stopPolicy") or "None"
+            if stop != "None":
+                misconfigured.append((wl, "Suspended", f"ClusterQueue {cq_name} is inactive"))
+                continue
+            view.pending.append(wl)
+        for view in cqs.values():
+            view.pending.sort(key=_queue_key)
+        return cqs, misconfigured
+
+    # --- visibility --------------------------------------------------------------
+
+    def pending_workloads(self, cluster_queue: str | None = None, namespace: str | None = None,
+                          local_queue: str | None = None) -> list[dict[str, Any]]:
+        """PendingWorkload items (visibility API) of a ClusterQueue or a LocalQueue.
+
+        With `local_queue` (and `namespace`): that LocalQueue's view; else the
+        ClusterQueue's (all ClusterQueues when None).  Raises `UnknownQueue`
+        when the named queue does not exist.
+        """
+        cqs, _ = self._snapshot()
+        if local_queue is not None:
+            lq = self.cache.get(LOCALQUEUES.plural, namespace or "default", local_queue)
+            if lq is None:
+                raise UnknownQueue(f'localqueues.kueue.x-k8s.io "{local_queue}" not found')
+            cq_name = (lq.get("spec") or {}).get("clusterQueue") or ""
+            names = [cq_name] if cq_name in cqs else []
+        elif cluster_queue is not None:
+            if cluster_queue not in cqs:
+                raise UnknownQueue(f'clusterqueues.kueue.x-k8s.io "{cluster_queue}" not found')
+            names = [cluster_queue]
+        else:
+            names = sorted(cqs)
+        items: list[dict[str, Any]] = []
+        for name in names:
+            lq_pos: dict[tuple[str, str], int] = {}
+            for pos, wl in enumerate(cqs[name].pending):
+                md = wl["metadata"]
+                lq_name = (wl.get("spec") or {}).get("queueName") or ""
+                k = (md.get("namespace") or "", lq_name)
+                lq_index = lq_pos.get(k, 0)
+                lq_pos[k] = lq_index + 1
+                if local_queue is not None and k != (namespace or "default", local_queue):
+                    continue
+                items.append({
+                    "metadata": {
+                        "name": md["name"],
+                        "namespace": md.get("namespace"),
+                        "creationTimestamp": md.get("creationTimestamp"),
+                        "ownerReferences": [{k2: r[k2] for k2 in ("apiVersion", "kind", "name", "uid") if k2 in r}
+                                            for r in md.get("ownerReferences") or ()],
+                    },
+                    "priority": workload_priority(wl),
+                    "localQueueName": lq_name,
+                    "positionInClusterQueue": pos,
+                    "positionInLocalQueue": lq_index,
+                })
+        return items
+
+    # --- one cycle ----------------------------------------------------------------
+
+    def cycle(self) -> bool:
+        """Try to admit pending workloads; returns True if another cycle should follow soon."""
+        self.cycles += 1
+        now = self.clock.now()
+        cqs, misconfigured = self._snapshot()
+        again = False
+        for wl, reason, message in misconfigured:
+            self._set_pending(wl, _reason(self.opts, reason), message, now)
+        for view in cqs.values():
+            if self._cycle_cq(view, now):
+                again = True
+        if self._status_dirty and time.monotonic() - self._last_status_write >= self.opts.status_interval_wall:
+            self._status_dirty = False
+            self._last_status_write = time.monotonic()
+            self._write_queue_status(cqs)
+        elif self._status_dirty:
+            threading.Timer(self.opts.status_interval_wall, self._wake.set).start()
+        return again
+
+    def _cycle_cq(self, view: _CQView, now: float) -> bool:
+        spec = view.obj.get("spec") or {}
+        strict = spec.get("queueingStrategy") == "StrictFIFO"
+        quota = view.quota()
+        flavors = {o["metadata"]["name"]: o for o in self.cache.list(RESOURCEFLAVORS.plural)}
+        usage = dict(view.usage)
+        blocked = False
+        admitted_any = False
+        for wl in view.pending:
+            if blocked:
+                self._set_pending(wl, _reason(self.opts, "WaitingForQuota"),
+                                  "Workload is waiting for higher-priority workloads in a StrictFIFO ClusterQueue", now)
+                continue
+            assignment, failure, needs = self._assign(view, wl, quota, usage, flavors)
+            if assignment is not None:
+                try:
+                    self._admit(view, wl, assignment, now)
+                except Exception as exc:
+                    if api_code(exc) == 409:
+                        return True
+                    raise
+                for psa in assignment:
+                    for res, qty in psa["_usage"].items():
+                        k = (psa["flavors"][res], res)
+                        usage[k] = usage.get(k, Fraction(0)) + qty
+                admitted_any = True
+                continue
+            reason, message = failure
+            if needs is not None:
+                victims, waiting = self._preemption(view, wl, needs, quota, usage)
+                if victims or waiting:
+                    for v in victims:
+                        self._evict(v, wl, view.name, now)
+                    n = len(victims) + waiting
+                    reason = "WaitingForPreemptedWorkloads"
+                    message = f"{message}. Pending the preemption of {n} workload(s)"
+            self._set_pending(wl, _reason(self.opts, reason), message, now)
+            if strict:
+                blocked = True
+        return admitted_any
+
+    def _assign(self, view: _CQView, wl: Obj, quota: dict[tuple[str, str], Fraction],
+                usage: dict[tuple[str, str], Fraction], flavors: dict[str, Obj]
+                ) -> tuple[list[dict[str, Any]] | None, tuple[str, str], dict[tuple[str, str], Fraction] | None]:
+        """Flavor assignment against nominal quota.
+
+        Returns (assignment, _, None) when the workload fits, else
+        (None, (reason, message), needs) where `needs` is the total request per
+        (flavor, resource) if preemption could make it fit, or None.
+        """
+        groups = (view.obj.get("spec") or {}).get("resourceGroups") or []
+        templates = {ps.get("name"): ps.get("template") or {} for ps in (wl.get("spec") or {}).get("podSets") or []}
+        extra: dict[tuple[str, str], Fraction] = {}
+        needs: dict[tuple[str, str], Fraction] = {}
+        out: list[dict[str, Any]] = []
+        first_failure: tuple[str, str] | None = None
+        preemptable = True
+        for ps_name, count, reqs in podset_requests(wl):
+            selector = ((templates.get(ps_name) or {}).get("spec") or {}).get("nodeSelector") or {}
+            for res in reqs:
+                if not any(res in (g.get("coveredResources") or []) for g in groups):
+                    return None, ("NoMatchingFlavor", f"couldn't assign flavors to pod set {ps_name}: resource {res} unavailable in ClusterQueue"), None
+            chosen: dict[str, str] = {}
+            for group in groups:
+                covered = [r for r in group.get("coveredResources") or [] if r in reqs]
+                if not covered:
+                    continue
+                failure: tuple[str, str] | None = None
+                preempt_flavor: str | None = None
+                picked: str | None = None
+                for fl in group.get("flavors") or []:
+                    fname = fl.get("name") or ""
+                    node_labels = ((flavors.get(fname) or {}).get("spec") or {}).get("nodeLabels") or {}
+                    if any(k in node_labels and node_labels[k] != v for k, v in selector.items()):
+                        failure = failure or ("NoMatchingFlavor", f"couldn't assign flavors to pod set {ps_name}: flavor {fname} doesn't match node affinity")
+                        continue
+                    exceeds = fits = False
+                    fits = True
+                    for res in covered:
+                        cap = quota.get((fname, res), Fraction(0))
+                        used = usage.get((fname, res), Fraction(0)) + extra.get((fname, res), Fraction(0))
+                        if reqs[res] > cap:
+                            exceeds, fits = True, False
+                            failure = ("ExceedsMaxQuota", f"couldn't assign flavors to pod set {ps_name}: insufficient quota for {res} in flavor {fname}, "
+                                       f"request > maximum capacity ({format_quantity(reqs[res], res)} > {format_quantity(cap, res)})")
+                            break
+                        if used + reqs[res] > cap:
+                            fits = False
+                            failure = ("WaitingForQuota", f"couldn't assign flavors to pod set {ps_name}: insufficient unused quota for {res} in flavor {fname}, "
+                                       f"{format_quantity(used + reqs[res] - cap, res)} more needed")
+                    if fits:
+                        picked = fname
+                        break
+                    if not exceeds and preempt_flavor is None:
+                        preempt_flavor = fname
+                target = picked or preempt_flavor
+                if picked is None:
+                    first_failure = first_failure or failure or ("NoMatchingFlavor", f"couldn't assign flavors to pod set {ps_name}")
+                    if preempt_flavor is None:
+                        preemptable = False
+                if target is not None:
+                    for res in covered:
+                        k = (target, res)
+                        needs[k] = needs.get(k, Fraction(0)) + reqs[res]
+                        if picked is not None:
+                            chosen[res] = picked
+                            extra[k] = extra.get(k, Fraction(0)) + reqs[res]
+            if len(chosen) == len(reqs):
+                out.append({"name": ps_name, "count": count, "flavors": {r: chosen[r] for r in sorted(reqs)},
+                            "resourceUsage": {r: format_quantity(q, r) for r, q in sorted(reqs.items())},
+                            "_usage": dict(reqs)})
+        if first_failure is not None:
+            return None, first_failure, (needs if preemptable and needs else None)
+        return out, ("", ""), None
+
+    def _preemption(self, view: _CQView, wl: Obj, needs: dict[tuple[str, str], Fraction],
+                    quota: dict[tuple[str, str], Fraction], usage: dict[tuple[str, str], Fraction]) -> tuple[list[Obj], int]:
+        """Victims to evict so `wl` fits (LowerPriority within the ClusterQueue).
+
+        Returns (new victims, number of already-evicted workloads still releasing
+        quota that make it fit); ([], 0) when preemption cannot help.
+        """
+        policy = ((view.obj.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue") or "Never"
+        if policy == "Never":
+            return [], 0
+        prio = workload_priority(wl)
+        wl_ts = _queue_key(wl)[1]
+
+        def eligible(v: Obj) -> bool:
+            p = workload_priority(v)
+            if p < prio:
+                return True
+            return policy == "LowerOrNewerEqualPriority" and p == prio and _queue_key(v)[1] > wl_ts
+
+        def frees(v: Obj) -> dict[tuple[str, str], Fraction]:
+            out: dict[tuple[str, str], Fraction] = {}
+            for psa in ((v.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+                fl = psa.get("flavors") or {}
+                for res, qty in (psa.get("resourceUsage") or {}).items():
+                    k = (fl.get(res) or "", res)
+                    out[k] = out.get(k, Fraction(0)) + parse_quantity(qty)
+            return out
+
+        def fits(free: dict[tuple[str, str], Fraction]) -> bool:
+            return all(usage.get(k, Fraction(0)) - free.get(k, Fraction(0)) + q <= quota.get(k, Fraction(0)) for k, q in needs.items())
+
+        releasing = [v for v in view.admitted if condition_true(v, "Evicted")]
+        free: dict[tuple[str, str], Fraction] = {}
+        for v in releasing:
+            for k, q in frees(v).items():
+                free[k] = free.get(k, Fraction(0)) + q
+        if releasing and fits(free):
+            return [], len(releasing)
+        candidates = [v for v in view.admitted if not condition_true(v, "Evicted") and eligible(v)
+                      and any(k in needs for k in frees(v))]
+
+        def admitted_at(v: Obj) -> float:
+            return parse_time((find_condition(v, "QuotaReserved") or {}).get("lastTransitionTime")) or 0.0
+
+        candidates.sort(key=lambda v: (workload_priority(v), -admitted_at(v)))
+        chosen: list[Obj] = []
+        for v in candidates:
+            chosen.append(v)
+            for k, q in frees(v).items():
+                free[k] = free.get(k, Fraction(0)) + q
+            if fits(free):
+                break
+        else:
+            return [], 0
+        # Drop victims that turned out unnecessary (reverse order), as Kueue does.
+        for v in list(reversed(chosen)):
+            trial = dict(free)
+            for k, q in frees(v).items():
+                trial[k] = trial.get(k, Fraction(0)) - q
+            if fits(trial):
+                chosen.remove(v)
+                free = trial
+        return chosen, len(releasing)
+
+    # --- writes ---------------------------------------------------------------------
+
+    def _admit(self, view: _CQView, wl: Obj, assignment: list[dict[str, Any]], now: float) -> None:
+        new = clone(wl)
+        st = new.setdefault("status", {})
+        conds = st.setdefault("conditions", [])
+        gen = wl["metadata"].get("generation")
+        st["admission"] = {"clusterQueue": view.name,
+                           "podSetAssignments": [{k: v for k, v in a.items() if not k.startswith("_")} for a in assignment]}
+        set_condition(conds, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {view.name}", now, observed_generation=gen)
+        set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
+        for t in ("Evicted", "Preempted"):
+            c = find_condition(conds, t)
+            if c and c.get("status") == "True":
+                set_condition(conds, t, "False", "QuotaReserved", f"Previously: {c.get('message') or ''}", now, observed_generation=gen)
+        st.pop("requeueState", None)
+        st.pop("resourceRequests", None)
+        created = parse_time(wl["metadata"].get("creationTimestamp")) or now
+        out = self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(out, WORKLOADS, "Normal", "QuotaReserved",
+                       f"Quota reserved in ClusterQueue {view.name}, wait time since queued was {int(max(0, now - created))}s", COMPONENT_ADMISSION)
+        self.ctx.event(out, WORKLOADS, "Normal", "Admitted",
+                       f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
+
+    def _evict(self, victim: Obj, preemptor: Obj, cq: str, now: float) -> None:
+        owner = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
+        message = (f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: {owner.get('uid', '')}) "
+                   f"due to prioritization in the ClusterQueue; preemptor path: /{cq}; preemptee path: /{cq}")
+        new = clone(victim)
+        st = new.setdefault("status", {})
+        conds = st.setdefault("conditions", [])
+        gen = victim["metadata"].get("generation")
+        set_condition(conds, "Evicted", "True", "Preempted", message, now, observed_generation=gen)
+        set_condition(conds, "Preempted", "True", "InClusterQueue", message, now, observed_generation=gen)
+        stats = st.setdefault("schedulingStats", {}).setdefault("evictions", [])
+        entry = next((e for e in stats if e.get("reason") == "Preempted" and e.get("underlyingCause") == "InClusterQueue"), None)
+        if entry is None:
+            stats.append({"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 1})
+        else:
+            entry["count"] = int(entry.get("count") or 0) + 1
+        out = self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(out, WORKLOADS, "Normal", "Preempted", message, COMPONENT_ADMISSION)
+
+    def _set_pending(self, wl: Obj, reason: str, message: str, now: float) -> None:
+        cur = find_condition(wl, "QuotaReserved")
+        if cur is not None and cur.get("status") == "False" and cur.get("reason") == reason and \
+                re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message):
+            return  # same verdict; don't rewrite for changed numbers only
+        new = clone(wl)
+        conds = new.setdefault("status", {}).setdefault("conditions", [])
+        set_condition(conds, "QuotaReserved", "False", reason, message, now, observed_generation=wl["metadata"].get("generation"))
+        try:
+            out = self.ctx.update_status(WORKLOADS, new)
+        except Exception as exc:
+            if api_code(exc) in (404, 409):
+                self._wake.set()
+                return
+            raise
+        self.ctx.event(out, WORKLOADS, "Normal", "Pending", message, COMPONENT_ADMISSION)
+
+    def _write_queue_status(self, cqs: dict[str, _CQView]) -> None:
+        now = self.clock.now()
+        lq_counts: dict[tuple[str, str], dict[str, Any]] = {}
+        for view in cqs.values():
+            for wl in view.pending:
+                k = (wl["metadata"].get("namespace") or "", (wl.get("spec") or {}).get("queueName") or "")
+                lq_counts.setdefault(k, {"pending": 0, "reserving": 0, "admitted": 0, "usage": {}})["pending"] += 1
+            for wl in view.admitted:
+                k = (wl["metadata"].get("namespace") or "", (wl.get("spec") or {}).get("queueName") or "")
+                entry = lq_counts.setdefault(k, {"pending": 0, "reserving": 0, "admitted": 0, "usage": {}})
+                entry["reserving"] += 1
+                if condition_true(wl, "Admitted"):
+                    entry["admitted"] += 1
+                for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+                    for res, qty in (psa.get("resourceUsage") or {}).items():
+                        fk = ((psa.get("flavors") or {}).get(res) or "", res)
+                        entry["usage"][fk] = entry["usage"].get(fk, Fraction(0)) + parse_quantity(qty)
+            self._write_cq_status(view, now)
+        for lq in self.cache.list(LOCALQUEUES.plural):
+            md = lq["metadata"]
+            entry = lq_counts.get((md.get("namespace") or "", md["name"]), {"pending": 0, "reserving": 0, "admitted": 0, "usage": {}})
+            cq_name = (lq.get("spec") or {}).get("clusterQueue") or ""
+            exists = cq_name in cqs
+            st = clone(lq.get("status") or {})
+            st["pendingWorkloads"] = entry["pending"]
+            st["reservingWorkloads"] = entry["reserving"]
+            st["admittedWorkloads"] = entry["admitted"]
+            usage = _usage_list(entry["usage"], cqs[cq_name] if exists else None, with_borrowed=False)
+            st["flavorsReservation"] = usage
+            st["flavorUsage"] = usage
+            conds = st.setdefault("conditions", [])
+            if exists:
+                set_condition(conds, "Active", "True", "Ready", "Can submit new workloads to localQueue", now,
+                              observed_generation=md.get("generation"))
+            else:
+                set_condition(conds, "Active", "False", "ClusterQueueDoesNotExist", "Can't submit new workloads to clusterQueue", now,
+                              observed_generation=md.get("generation"))
+            self._write_status(LOCALQUEUES, lq, st)
+
+    def _write_cq_status(self, view: _CQView, now: float) -> None:
+        cq = view.obj
+        st = clone(cq.get("status") or {})
+        st["pendingWorkloads"] = len(view.pending)
+        st["reservingWorkloads"] = view.reserving
+        st["admittedWorkloads"] = view.admitted_count
+        usage = _usage_list(view.usage, view, with_borrowed=True)
+        st["flavorsReservation"] = usage
+        st["flavorsUsage"] = usage
+        conds = st.setdefault("conditions", [])
+        stop = (cq.get("spec") or {}).get("stopPolicy") or "None"
+        if stop == "None":
+            set_condition(conds, "Active", "True", "Ready", "Can admit new workloads", now,
+                          observed_generation=cq["metadata"].get("generation"))
+        else:
+            set_condition(conds, "Active", "False", "Stopped", "The ClusterQueue is stopped", now,
+                          observed_generation=cq["metadata"].get("generation"))
+        self._write_status(CLUSTERQUEUES, cq, st)
+
+    def _write_status(self, rt: Any, obj: Obj, status: dict[str, Any]) -> None:
+        if status == obj.get("status"):
+            return
+        new = clone(obj)
+        new["status"] = status
+        try:
+            self.ctx.update_status(rt, new)
+        except Exception as exc:
+            if api_code(exc) in (404, 409):
+                self._status_dirty = True
+                self._wake.set()
+                return
+            raise
+
+
+def _usage_list(usage: dict[tuple[str, str], Fraction], view: _CQView | None, with_borrowed: bool) -> list[dict[str, Any]]:
+    """`[{name: flavor, resources: [{name, total[, borrowed]}]}]` in the ClusterQueue's flavor order."""
+    order: list[tuple[str, list[str]]] = []
+    if view is not None:
+        for group in (view.obj.get("spec") or {}).get("resourceGroups") or []:
+            for fl in group.get("flavors") or []:
+                order.append((fl.get("name") or "", [r.get("name") for r in fl.get("resources") or []]))
+    out = []
+    for fname, resources in order:
+        entries = []
+        for res in resources:
+            e: dict[str, Any] = {"name": res, "total": format_quantity(usage.get((fname, res), Fraction(0)), res)}
+            if with_borrowed:
+                e["borrowed"] = "0"
+            entries.append(e)
+        out.append({"name": fname, "resources": entries})
+    return out

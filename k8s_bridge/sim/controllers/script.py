@@ -1,0 +1,331 @@
+"""The pod behaviour script of the simulated kubelet, and its pure timeline.
+
+A pod's behaviour in the simulator is described by the pod (template)
+annotation `sim.xmc.dev/script`, e.g. ``pull=2s;run=30s;exit=0``.  This module
+parses that text (`parse_script`) and turns it, together with the pod's
+restart policy and the time the kubelet started it, into a deterministic
+timeline of container states (`Timeline`).  The kubelet stand-in
+(`k8s_bridge.sim.controllers.kubelet`) asks the timeline "what does the main
+container look like at simulated time t, which events have happened by then,
+and when is the next change?" and writes the answer as pod status, so a
+reconcile is a pure function of (script, start time, now) and running it
+twice writes nothing new.
+
+Grammar (documented in docs/architecture/simulator_controllers.md)::
+
+    script   = [ step *( ";" step ) ]
+    step     = key "=" value
+    duration = number [ "ms" | "s" | "m" | "h" ]      ; plain number = seconds
+    schedule = duration | "fail"                       ; scheduling delay / Unschedulable
+    pull     = duration | "fail" [ ":" reason ]        ; reason ErrImagePull | ImagePullBackOff | InvalidImageName
+    run      = duration | "forever"
+    exit     = integer
+    ready    = "after:" duration | "never" | "immediate"
+    crash    = "every:" duration [ ",times:" integer ]
+    heal     = "restarts:" integer                     ; behave as pull=1s;exit=0 from that JobSet restart attempt on
+    log      = "every:" duration                       ; progress line interval (default 5s)
+
+Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator
+
+SCRIPT_ANNOTATION = "sim.xmc.dev/script"
+DEFAULT_SCRIPT = "pull=1s;run=10s;exit=0"
+
+PULL_FAIL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+# Kubelet back-off: 10 s doubling, capped at 5 minutes (image pulls and crash loops).
+BACKOFF_BASE = 10.0
+BACKOFF_CAP = 300.0
+# An image pull failure shows ErrImagePull for this long before ImagePullBackOff.
+ERR_IMAGE_PULL_SHOWN = 1.0
+
+
+class ScriptError(ValueError):
+    """The annotation does not follow the grammar."""
+
+
+@dataclass(frozen=True)
+class Script:
+    schedule_delay: float = 0.0
+    schedule_fail: bool = False
+    pull: float = 1.0
+    pull_fail: str | None = None
+    run: float | None = 10.0  # None = forever
+    exit_code: int = 0
+    ready_after: float | None = 0.0  # None = never ready
+    crash_every: float | None = None
+    crash_times: int | None = None  # None = every attempt crashes
+    heal_restarts: int | None = None
+    log_every: float = 5.0
+
+    def healed(self) -> Script:
+        """The behaviour once the JobSet restart attempt reached `heal_restarts`."""
+        return replace(self, pull_fail=None, exit_code=0, crash_every=None, crash_times=None,
+                       schedule_fail=False, heal_restarts=None)
+
+
+def parse_duration(text: str) -> float:
+    m = _DURATION.match(text)
+    if not m:
+        raise ScriptError(f"bad duration {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_script(text: str | None) -> Script:
+    """Parse the annotation value; None/empty gives the default behaviour."""
+    script = Script()
+    if text is None or not text.strip():
+        return script
+    values: dict[str, Any] = {}
+    for raw in text.split(";"):
+        step = raw.strip()
+        if not step:
+            continue
+        if "=" not in step:
+            raise ScriptError(f"step {step!r} is not key=value")
+        key, value = (s.strip() for s in step.split("=", 1))
+        if key == "schedule":
+            if value == "fail":
+                values["schedule_fail"] = True
+            else:
+                values["schedule_delay"] = parse_duration(value)
+        elif key == "pull":
+            if value.startswith("fail"):
+                reason = value.split(":", 1)[1].strip() if ":" in value else "ImagePullBackOff"
+                if reason not in PULL_FAIL_REASONS:
+                    raise ScriptError(f"pull failure reason must be one of {PULL_FAIL_REASONS}")
+                values["pull_fail"] = reason
+            else:
+                values["pull"] = parse_duration(value)
+        elif key == "run":
+            values["run"] = None if value in ("forever", "inf") else parse_duration(value)
+        elif key == "exit":
+            try:
+                values["exit_code"] = int(value)
+            except ValueError:
+                raise ScriptError(f"exit code {value!r} is not an integer") from None
+            if not 0 <= values["exit_code"] <= 255:
+                raise ScriptError("exit code must be 0..255")
+        elif key == "ready":
+            if value == "never":
+                values["ready_after"] = None
+            elif value == "immediate":
+                values["ready_after"] = 0.0
+            elif value.startswith("after:"):
+                values["ready_after"] = parse_duration(value[len("after:"):])
+            else:
+                raise ScriptError("ready must be after:<duration>, never or immediate")
+        elif key == "crash":
+            parts = [p.strip() for p in value.split(",")]
+            if not parts[0].startswith("every:"):
+                raise ScriptError("crash must be every:<duration>[,times:<n>]")
+            values["crash_every"] = parse_duration(parts[0][len("every:"):])
+            for p in parts[1:]:
+                if p.startswith("times:"):
+                    values["crash_times"] = int(p[len("times:"):])
+                else:
+                    raise ScriptError(f"unknown crash option {p!r}")
+        elif key == "heal":
+            if not value.startswith("restarts:"):
+                raise ScriptError("heal must be restarts:<n>")
+            values["heal_restarts"] = int(value[len("restarts:"):])
+        elif key == "log":
+            if not value.startswith("every:"):
+                raise ScriptError("log must be every:<duration>")
+            values["log_every"] = max(0.001, parse_duration(value[len("every:"):]))
+        else:
+            raise ScriptError(f"unknown key {key!r}")
+    return replace(script, **values)
+
+
+def backoff(n: int) -> float:
+    """Kubelet back-off before retry number `n` (0-based)."""
+    return min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(n, 16)))
+
+
+# --- timeline -------------------------------------------------------------------
+
+
+@dataclass
+class Happening:
+    """One kubelet event at simulated time `at` (type Normal/Warning)."""
+
+    at: float
+    etype: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Segment:
+    """The main container's state from `start` until the next segment."""
+
+    start: float
+    phase: str  # Pending | Running | Succeeded | Failed
+    state: dict[str, Any]  # {"waiting": {...}} | {"running": {...}} | {"terminated": {...}}
+    last_state: dict[str, Any]
+    restart_count: int
+    started: bool
+    ready: bool
+    attempt_start: float | None  # when the current attempt's container started
+    happenings: list[Happening] = field(default_factory=list)
+    logs: list[tuple[float, int, str]] = field(default_factory=list)
+    final: bool = False
+
+
+@dataclass
+class View:
+    """What the timeline says at one instant."""
+
+    segment: Segment
+    ready_since: float | None  # when the container last became ready (None = not ready)
+    unready_since: float  # when it last stopped being ready (or t0)
+    next_change: float | None
+    happenings: list[Happening]
+    logs: list[tuple[float, int, str]]
+
+
+def _t(seconds: float) -> str:
+    from k8s_bridge.sim.clock import format_time
+
+    return format_time(seconds)
+
+
+class Timeline:
+    """Deterministic container timeline for one pod (extended lazily)."""
+
+    def __init__(self, script: Script, restart_policy: str, t0: float, image: str, container: str, pod_ref: str) -> None:
+        self.script = script
+        self.restart_policy = restart_policy or "Always"
+        self.t0 = t0
+        self.image = image
+        self.container = container
+        self.pod_ref = pod_ref  # "<name>_<ns>(<uid>)" as in kubelet messages
+        self._gen = self._segments()
+        self._segs: list[Segment] = []
+        self._done = False
+
+    def _ensure(self, until: float) -> None:
+        while not self._done and (not self._segs or self._segs[-1].start <= until):
+            try:
+                self._segs.append(next(self._gen))
+            except StopIteration:
+                self._done = True
+
+    def view(self, now: float) -> View:
+        self._ensure(now)
+        idx = 0
+        for i, seg in enumerate(self._segs):
+            if seg.start <= now:
+                idx = i
+            else:
+                break
+        cur = self._segs[idx]
+        nxt = self._segs[idx + 1].start if idx + 1 < len(self._segs) else None
+        ready_since: float | None = None
+        unready_since = self.t0
+        prev_ready = False
+        for seg in self._segs[: idx + 1]:
+            if seg.ready and not prev_ready:
+                ready_since = seg.start
+            elif not seg.ready and prev_ready:
+                unready_since = seg.start
+                ready_since = None
+            prev_ready = seg.ready
+        happenings = [h for seg in self._segs[: idx + 1] for h in seg.happenings if h.at <= now]
+        logs = [line for seg in self._segs[: idx + 1] for line in seg.logs if line[0] <= now]
+        # Progress lines of the running attempt are produced lazily up to now.
+        if "running" in cur.state and cur.attempt_start is not None:
+            logs.extend(self._progress(cur.attempt_start, cur.attempt_start, now, cur.restart_count))
+        return View(cur, ready_since, unready_since, nxt, happenings, logs)
+
+    def _progress(self, attempt_start: float, from_t: float, to_t: float, attempt: int) -> list[tuple[float, int, str]]:
+        every = self.script.log_every
+        out: list[tuple[float, int, str]] = []
+        k = int((from_t - attempt_start) // every) + 1
+        while attempt_start + k * every <= to_t and len(out) < 100_000:
+            t = attempt_start + k * every
+            out.append((t, attempt, f"[sim] {self.container}: working, {k * every:g}s elapsed"))
+            k += 1
+        return out
+
+    def _segments(self) -> Iterator[Segment]:
+        s = self.script
+        img, c = self.image, self.container
+        t = self.t0
+        creating = {"waiting": {"reason": "ContainerCreating"}}
+        first = Segment(t, "Pending", creating, {}, 0, False, False, None,
+                        [Happening(t, "Normal", "Pulling", f'Pulling image "{img}"')])
+        if s.pull_fail == "InvalidImageName":
+            first.happenings = [Happening(t, "Warning", "InspectFailed", f'Failed to apply default image tag "{img}": couldn\'t parse image name "{img}": invalid reference format'),
+                                Happening(t, "Warning", "Failed", "Error: InvalidImageName")]
+            first.state = {"waiting": {"reason": "InvalidImageName", "message": f'Failed to apply default image tag "{img}": couldn\'t parse image name "{img}": invalid reference format'}}
+            yield first
+            return
+        yield first
+        if s.pull_fail:
+            n = 0
+            while True:
+                err_at = t + max(s.pull, 0.001)
+                msg = f'Failed to pull image "{img}": rpc error: code = NotFound desc = failed to pull and unpack image "{img}": not found'
+                yield Segment(err_at, "Pending", {"waiting": {"reason": "ErrImagePull", "message": msg}}, {}, 0, False, False, None,
+                              [Happening(err_at, "Warning", "Failed", msg), Happening(err_at, "Warning", "Failed", "Error: ErrImagePull")])
+                bo_at = err_at + ERR_IMAGE_PULL_SHOWN
+                yield Segment(bo_at, "Pending", {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{img}"'}}, {}, 0, False, False, None,
+                              [Happening(bo_at, "Normal", "BackOff", f'Back-off pulling image "{img}"'),
+                               Happening(bo_at, "Warning", "Failed", "Error: ImagePullBackOff")])
+                t = bo_at + backoff(n)
+                n += 1
+                yield Segment(t, "Pending", {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{img}"'}}, {}, 0, False, False, None,
+                              [Happening(t, "Normal", "Pulling", f'Pulling image "{img}"')])
+        # Pulled; attempts follow.
+        start = t + s.pull
+        pull_msg = f'Successfully pulled image "{img}" in {s.pull:g}s ({s.pull:g}s including waiting). Image size: 4265484 bytes.'
+        attempt = 0
+        last_state: dict[str, Any] = {}
+        while True:
+            crashing = s.crash_every is not None and (s.crash_times is None or attempt < s.crash_times)
+            duration = s.crash_every if crashing else s.run
+            code = (s.exit_code or 1) if crashing else s.exit_code
+            pulled = Happening(start, "Normal", "Pulled", pull_msg if attempt == 0 else f'Container image "{img}" already present on machine')
+            happenings = [pulled, Happening(start, "Normal", "Created", f"Created container: {c}"),
+                          Happening(start, "Normal", "Started", f"Started container {c}")]
+            running = {"running": {"startedAt": _t(start)}}
+            logs = [(start, attempt, f"[sim] {c}: started image={img} attempt={attempt}")]
+            ready_at = None if s.ready_after is None else start + s.ready_after
+            end = None if duration is None else start + duration
+            if ready_at is not None and (end is None or ready_at < end) and ready_at <= start:
+                yield Segment(start, "Running", running, last_state, attempt, True, True, start, happenings, logs)
+            else:
+                yield Segment(start, "Running", running, last_state, attempt, True, False, start, happenings, logs)
+                if ready_at is not None and (end is None or ready_at < end):
+                    yield Segment(ready_at, "Running", running, last_state, attempt, True, True, start)
+            if end is None:
+                return
+            reason = "Completed" if code == 0 else "Error"
+            terminated = {"terminated": {"exitCode": code, "reason": reason, "startedAt": _t(start), "finishedAt": _t(end),
+                                         "containerID": f"containerd://sim-{attempt}"}}
+            exit_log = self._progress(start, start, end, attempt) + [(end, attempt, f"[sim] {c}: exiting with code {code}")]
+            restarts = self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0)
+            if not restarts:
+                phase = "Succeeded" if code == 0 else "Failed"
+                yield Segment(end, phase, terminated, last_state, attempt, False, False, None, [], exit_log, final=True)
+                return
+            wait = backoff(attempt)
+            last_state = terminated
+            attempt += 1
+            crash = {"waiting": {"reason": "CrashLoopBackOff",
+                                 "message": f"back-off {wait:g}s restarting failed container={c} pod={self.pod_ref.split('(')[0]}"}}
+            yield Segment(end, "Running", crash, last_state, attempt, False, False, None,
+                          [Happening(end, "Warning", "BackOff", f"Back-off restarting failed container {c} in pod {self.pod_ref}")],
+                          exit_log)
+            start = end + wait

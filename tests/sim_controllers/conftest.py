@@ -1,0 +1,176 @@
+"""Fixtures for the simulated controllers: an in-process Store + controllers on a fast clock.
+
+No HTTP: tests act on `k8s_bridge.sim.store.Store` exactly as a client would
+and poll with `Sim.eventually` (bounded, never a fixed long sleep).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from k8s_bridge.sim.clock import SimClock
+from k8s_bridge.sim.controllers import Controllers, start_controllers
+from k8s_bridge.sim.controllers.config import DEFAULT_CONFIG
+from k8s_bridge.sim.store import Store
+
+SPEED = 100.0
+
+
+class Sim:
+    """A running simulator without the HTTP layer, plus story-friendly helpers."""
+
+    def __init__(self, store: Store, clock: SimClock, ctrls: Controllers) -> None:
+        self.store = store
+        self.clock = clock
+        self.ctrls = ctrls
+
+    # --- reading -------------------------------------------------------------------
+    def get(self, plural: str, name: str, namespace: str | None = "default") -> dict[str, Any] | None:
+        try:
+            return self.store.get(plural, namespace, name)
+        except Exception as exc:
+            if getattr(exc, "code", None) == 404:
+                return None
+            raise
+
+    def list(self, plural: str, namespace: str | None = "default", label_selector: str | None = None) -> list[dict[str, Any]]:
+        return self.store.list(plural, namespace, label_selector=label_selector)[0]
+
+    def jobset(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        obj = self.get("jobsets", name, namespace)
+        assert obj is not None, f"jobset {name} is gone"
+        return obj
+
+    def counters(self, name: str, namespace: str = "default") -> dict[str, dict[str, int]]:
+        st = self.jobset(name, namespace).get("status") or {}
+        return {r["name"]: r for r in st.get("replicatedJobsStatus") or []}
+
+    def condition(self, obj: dict[str, Any] | None, ctype: str) -> dict[str, Any] | None:
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+            if c["type"] == ctype:
+                return c
+        return None
+
+    def workload_of(self, jobset_name: str, namespace: str = "default") -> dict[str, Any] | None:
+        js = self.get("jobsets", jobset_name, namespace)
+        if js is None:
+            return None
+        for wl in self.list("workloads", namespace):
+            if any(r.get("uid") == js["metadata"]["uid"] for r in wl["metadata"].get("ownerReferences") or ()):
+                return wl
+        return None
+
+    def events(self, kind: str, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+        return [e for e in self.list("events", namespace)
+                if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name]
+
+    def reasons(self, kind: str, name: str, namespace: str = "default") -> set[str]:
+        return {e["reason"] for e in self.events(kind, name, namespace)}
+
+    # --- waiting -------------------------------------------------------------------
+    def eventually(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+        """Poll `predicate` (wall seconds) until it returns something truthy."""
+        deadline = time.monotonic() + timeout
+        last_exc: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (AssertionError, KeyError, TypeError) as exc:
+                last_exc = exc
+            time.sleep(0.01)
+        raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+    def settle(self, timeout: float = 5.0) -> None:
+        assert self.ctrls.wait_idle(timeout), "controllers did not go idle"
+
+    # --- writing ---------------------------------------------------------------------
+    def create_jobset(self, name: str, replicated_jobs: list[dict[str, Any]], *, namespace: str = "default",
+                      queue: str | None = "cpu-queue", labels: dict[str, str] | None = None,
+                      **spec: Any) -> dict[str, Any]:
+        md: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+        if queue:
+            md["labels"]["kueue.x-k8s.io/queue-name"] = queue
+        body = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": md,
+                "spec": {"replicatedJobs": replicated_jobs, **spec}}
+        return self.store.create("jobsets", namespace, body)
+
+    def patch_jobset(self, name: str, body: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+        return self.store.patch("jobsets", namespace, name, "merge", body)
+
+
+def rjob(name: str, *, replicas: int = 1, pods: int = 1, script: str | None = "pull=1s;run=5s;exit=0",
+         cpu: str | None = "1", backoff_limit: int | None = 0, restart_policy: str | None = "Never",
+         depends_on: list[dict[str, str]] | None = None, priority_class: str | None = None) -> dict[str, Any]:
+    """A replicated job whose pods follow `script`."""
+    container: dict[str, Any] = {"name": "main", "image": "busybox:1.36"}
+    if cpu:
+        container["resources"] = {"requests": {"cpu": cpu}}
+    pod_spec: dict[str, Any] = {"containers": [container]}
+    if restart_policy:
+        pod_spec["restartPolicy"] = restart_policy
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    tmpl: dict[str, Any] = {"spec": pod_spec}
+    if script is not None:
+        tmpl["metadata"] = {"annotations": {"sim.xmc.dev/script": script}}
+    job_spec: dict[str, Any] = {"parallelism": pods, "completions": pods, "template": tmpl}
+    if backoff_limit is not None:
+        job_spec["backoffLimit"] = backoff_limit
+    out: dict[str, Any] = {"name": name, "replicas": replicas, "template": {"spec": job_spec}}
+    if depends_on:
+        out["dependsOn"] = depends_on
+    return out
+
+
+def _start(tmp_path: Path, overrides: dict[str, Any] | None) -> Sim:
+    config_path: Path | None = None
+    if overrides:
+        data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+        data.update(overrides)
+        config_path = tmp_path / "queues.yaml"
+        config_path.write_text(yaml.safe_dump(data))
+    clock = SimClock(speed=SPEED)
+    store = Store(clock=clock.now)
+    ctrls = start_controllers(store, clock, str(config_path) if config_path else None)
+    return Sim(store, clock, ctrls)
+
+
+@pytest.fixture
+def make_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
+    """Factory: `make_sim(clusterQueues=[...])` starts a simulator with config overrides."""
+    started: list[Sim] = []
+
+    def make(**overrides: Any) -> Sim:
+        sim = _start(tmp_path, overrides or None)
+        started.append(sim)
+        return sim
+
+    yield make
+    for sim in started:
+        sim.ctrls.stop()
+        sim.clock.stop()
+
+
+@pytest.fixture
+def sim(make_sim: Callable[..., Sim]) -> Sim:
+    return make_sim()
+
+
+def small_cluster_queue(cpu: str, **extra: Any) -> list[dict[str, Any]]:
+    """A ClusterQueue with `cpu` nominal quota and LowerPriority preemption."""
+    cq = {
+        "name": "cluster-queue",
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+            {"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                                     {"name": "memory", "nominalQuota": "64Gi"}]}]}],
+    }
+    cq.update(extra)
+    return [cq]
