@@ -31,7 +31,8 @@ import yaml
 
 from k8s_bridge.sim import apiserver
 from k8s_bridge.sim.apiserver import ApiServer, PodLogBuffer, pod_log_buffer
-from k8s_bridge.sim.store import Store
+from k8s_bridge.sim.resources import by_plural
+from k8s_bridge.sim.store import Store, not_found
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ def write_kubeconfig(path: str, server_url: str, context: str = "xmc-sim", names
 
 
 def save_state(store: Store, path: str) -> None:
-    """Atomically write the store snapshot as JSON."""
+    """Atomically write the store snapshot (plus the simulated time) as JSON."""
     data = store.snapshot()
+    data["simTime"] = store.clock()
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".simstate-")
@@ -70,12 +72,11 @@ def save_state(store: Store, path: str) -> None:
     os.replace(tmp, path)
 
 
-def load_state(store: Store, path: str) -> bool:
-    if not os.path.exists(path):
-        return False
+def read_state(path: str | None) -> dict[str, Any] | None:
+    if not path or not os.path.exists(path):
+        return None
     with open(path) as fh:
-        store.restore(json.load(fh))
-    return True
+        return json.load(fh)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -139,15 +140,15 @@ def _clock_fn(clock: Any) -> Callable[[], float]:
     raise TypeError("clock must be callable or have now()")
 
 
-def _make_clock(speed: float) -> Any:
+def _make_clock(speed: float, start: float | None) -> Any:
     try:
         from k8s_bridge.sim.clock import SimClock
     except ImportError as exc:
         raise ControllersUnavailable(f"k8s_bridge.sim.clock.SimClock is not available yet: {exc}") from exc
-    return SimClock(speed)
+    return SimClock(speed, start=start)
 
 
-def _start_controllers(store: Store, clock: Any, config: dict[str, Any]) -> Any:
+def _start_controllers(store: Store, clock: Any, queues_config: str | None) -> Any:
     try:
         from k8s_bridge.sim.controllers import start_controllers
     except ImportError as exc:
@@ -155,15 +156,30 @@ def _start_controllers(store: Store, clock: Any, config: dict[str, Any]) -> Any:
             "k8s_bridge.sim.controllers.start_controllers is not available yet "
             f"({exc}); run with controllers=False for a plain API server"
         ) from exc
-    return start_controllers(store, clock, config)
+    return start_controllers(store, clock, queues_config)
 
 
-def _register_kubelet_logs(store: Store, controllers: Any) -> None:
-    pod_log = getattr(controllers, "pod_log", None)
-    if callable(pod_log):
+def _register_controller_hooks(store: Store, controllers: Any) -> None:
+    """Serve pods/log and the Kueue visibility API from the running controllers."""
+    log_lines = getattr(controllers, "pod_log_lines", None)
+    if callable(log_lines):
         apiserver.register_log_provider(
-            lambda ns, name, container, previous: pod_log(ns, name, container, previous), store=store
+            lambda ns, name, container, previous: log_lines(ns, name, container, previous), store=store
         )
+    pending = getattr(controllers, "pending_workloads", None)
+    if callable(pending):
+
+        def visibility(kind: str, namespace: str | None, name: str) -> list[dict[str, Any]]:
+            try:
+                if kind == "clusterqueues":
+                    return pending(cluster_queue=name)  # type: ignore[no-any-return]
+                return pending(namespace=namespace, local_queue=name)  # type: ignore[no-any-return]
+            except Exception as exc:
+                if type(exc).__name__ == "UnknownQueue":
+                    raise not_found(by_plural(kind), name) from None
+                raise
+
+        apiserver.register_visibility_provider(visibility, store=store)
 
 
 def run_simulator(
@@ -177,26 +193,32 @@ def run_simulator(
     clock: Any = None,
     save_interval_s: float = 10.0,
     reap_interval_s: float = 0.2,
-    controller_config: dict[str, Any] | None = None,
+    controller_hooks: bool = True,
 ) -> SimulatorHandle:
     """Start a simulator and return its handle (call `.stop()` when done).
 
     `port=0` picks a free port.  With `controllers=False` only the API server
     runs (no JobSet/Kueue/kubelet behaviour); `clock` defaults to a
     `SimClock(speed)` when controllers run, else to `time.time`.
+    `queues_config` is the controllers' seeding YAML (their format; None = their
+    default).
     """
+    state = read_state(state_file)
     if clock is None:
-        clock = _make_clock(speed) if controllers else time.time
+        # Simulated time never runs backwards across a restart: resume from the
+        # saved simulated time when it is ahead of the wall clock (speed > 1).
+        start = max(time.time(), float(state.get("simTime") or 0)) if state else None
+        clock = _make_clock(speed, start) if controllers else time.time
     store = Store(clock=_clock_fn(clock))
-    if state_file and load_state(store, state_file):
+    if state is not None:
+        store.restore(state)
         logger.info("sim.server.state_restored", extra={"state_file": state_file, "rv": store.resource_version})
     server = ApiServer(store, host, port)
     handle = SimulatorHandle(store=store, server=server, clock=clock, state_file=state_file)
     if controllers:
-        config = {"queues_config": queues_config, "speed": speed, "server_url": server.url,
-                  **(controller_config or {})}
-        handle.controllers = _start_controllers(store, clock, config)
-        _register_kubelet_logs(store, handle.controllers)
+        handle.controllers = _start_controllers(store, clock, queues_config)
+        if controller_hooks:
+            _register_controller_hooks(store, handle.controllers)
     server.start()
     if kubeconfig_out:
         write_kubeconfig(kubeconfig_out, server.url)
