@@ -5,6 +5,7 @@ Runs on real Postgres over auth.User personas (see conftest.py).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.contrib.auth.models import User
@@ -296,3 +297,13 @@ def test_it_parses_each_filter_text_once_and_compiles_cheaply() -> None:
     assert parse_filter.cache_info().hits >= 1000
     # About 0.1 ms each on a laptop; the bound is loose so slow CI stays green.
     assert elapsed < 2.0
+
+
+def test_it_compiles_the_same_way_from_many_threads_at_once() -> None:
+    # gRPC serves from a thread pool; cold parses race on Lark's lazy lexer set-up.
+    texts = [f'name:"u{i}*" OR (state=RUNNING AND id>{i}) -tags:ckpt' for i in range(200)]
+    parse_filter.cache_clear()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        concurrent = list(pool.map(lambda t: compile_filter(t, FIELDS), texts))
+    parse_filter.cache_clear()
+    assert concurrent == [compile_filter(t, FIELDS) for t in texts]

@@ -97,7 +97,9 @@ ORDERS = [
 @pytest.mark.parametrize("order_by", ORDERS)
 def test_it_walks_every_row_exactly_once_in_order(order_by: str, page_size: int) -> None:
     make_crowd(2500)
-    rows = list(User.objects.values("id", "username", "first_name", "is_staff", "date_joined", "last_login"))
+    rows: list[dict[str, Any]] = [
+        dict(r) for r in User.objects.values("id", "username", "first_name", "is_staff", "date_joined", "last_login")
+    ]
     ids, sizes = walk(page_size, order_by=order_by)
     assert len(ids) == len(set(ids)) == 2500
     assert ids == python_order(order_by, rows)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 
 from xmc.listing.errors import FilterError, ListingError, OrderByError, PageSizeError, PageTokenError
 from xmc.listing.filters import FilterField, compile_filter
@@ -47,19 +47,19 @@ __all__ = [
     "resolve_page_size",
 ]
 
-_M = TypeVar("_M", bound=Model)
+_Row = TypeVar("_Row")  # a model instance, or a dict for .values() querysets
 
 
 @dataclass(frozen=True)
-class Page(Generic[_M]):
+class Page(Generic[_Row]):
     """One page of results and the token for the next one ("" when this is the last page)."""
 
-    items: list[_M]
+    items: list[_Row]
     next_page_token: str
 
 
 def list_page(
-    queryset: QuerySet[_M],
+    queryset: QuerySet[Any, _Row],
     *,
     fields: Mapping[str, FilterField],
     orderable: Mapping[str, str],
@@ -70,7 +70,7 @@ def list_page(
     fingerprint: str,
     default_order: Sequence[str] = (),
     max_age: int | None = None,
-) -> Page[_M]:
+) -> Page[_Row]:
     """Filter, order and paginate ``queryset`` for one List/Search request.
 
     ``fingerprint`` names what is being listed and where, e.g.

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import operator
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, reduce
@@ -132,6 +133,10 @@ class FilterField:
 _GRAMMAR_PATH = Path(__file__).with_name("filter_grammar.lark")
 # Built once per process: LALR(1) with the contextual lexer parses in linear time.
 _PARSER = Lark(_GRAMMAR_PATH.read_text(encoding="utf-8"), parser="lalr", lexer="contextual", start="start")
+# Lark builds each lexer state's scanner lazily on first use, without a lock;
+# gRPC serves from a thread pool, so uncached parses are serialized. They take
+# well under a millisecond, and repeated filters never get here (cache below).
+_PARSE_LOCK = threading.Lock()
 
 _TERMINAL_NAMES: Mapping[str, str] = MappingProxyType(
     {
@@ -157,7 +162,7 @@ def _expected(names: Iterable[str]) -> str:
 
 def _syntax_error(text: str, error: UnexpectedInput) -> FilterError:
     if isinstance(error, UnexpectedCharacters):
-        pos = error.pos_in_stream
+        pos = error.pos_in_stream or 0  # always set by the lexer; typed Optional
         char = text[pos] if 0 <= pos < len(text) else ""
         if char in ("'", '"'):
             return FilterError(f"invalid filter: unterminated quoted string starting at position {pos + 1}")
@@ -213,7 +218,8 @@ def parse_filter(text: str) -> Tree[Token] | None:
     if not text.strip():
         return None
     try:
-        tree = _PARSER.parse(text)
+        with _PARSE_LOCK:
+            tree = _PARSER.parse(text)
     except UnexpectedInput as error:
         raise _syntax_error(text, error) from None
     _check_shape(tree)

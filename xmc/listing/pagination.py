@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.core import signing
-from django.db.models import F, Model, Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from xmc.listing.errors import PageSizeError, PageTokenError
 from xmc.listing.ordering import OrderTerm
@@ -41,7 +41,7 @@ TOKEN_SALT = "xmc.listing.page_token.v1"
 _TOKEN_VERSION = 1
 _KEY_PREFIX = "_xmc_page_key_"
 
-_M = TypeVar("_M", bound=Model)
+_Row = TypeVar("_Row")  # a model instance, or a dict for .values() querysets
 
 
 def resolve_page_size(page_size: int) -> int:
@@ -207,14 +207,14 @@ def keyset_after(order: Sequence[OrderTerm], values: Sequence[object]) -> Q | No
 
 
 def paginate(
-    queryset: QuerySet[_M],
+    queryset: QuerySet[Any, _Row],
     *,
     order: Sequence[OrderTerm],
     page_size: int,
     page_token: str,
     fingerprint: str,
     max_age: int | None = None,
-) -> tuple[list[_M], str]:
+) -> tuple[list[_Row], str]:
     """One page of ``queryset`` in ``order`` and the token for the next page ("" on the last page).
 
     ``order`` must end with a unique key (parse_order_by guarantees it).
