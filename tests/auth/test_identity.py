@@ -83,3 +83,23 @@ def test_it_binds_the_identity_and_the_asserted_email_only_inside_the_block() ->
     assert current_asserted_email() is None
     with pytest.raises(Unauthenticated):
         current_identity()
+
+
+def test_it_asks_the_gate_before_looking_the_user_up(oscar: Any, django_assert_num_queries: Any) -> None:
+    class Refused(Exception):
+        pass
+
+    seen: list[str] = []
+
+    def refuse(email: str) -> None:
+        seen.append(email)
+        raise Refused
+
+    # A refused call (the rate limiter's case) costs no query.
+    with django_assert_num_queries(0), pytest.raises(Refused):
+        authenticate_bearer(f"Bearer {issue_token('oscar@example.com')}", admit=refuse)
+    assert seen == ["oscar@example.com"]
+    # And a bad token never reaches the gate.
+    with pytest.raises(Unauthenticated):
+        authenticate_bearer("Bearer opaque-tok-123", admit=refuse)
+    assert seen == ["oscar@example.com"]

@@ -9,8 +9,9 @@ For each RPC (except health checking and server reflection, which load
 balancers and tools call without credentials) it reads ``authorization:
 Bearer <token>`` from the invocation metadata, verifies it with the shared
 verifier `xmc.auth.identity.authenticate_bearer`, takes one token from the
-caller's rate-limit bucket (`xmc.ratelimit.check_rate`) and binds the identity
-for the handler, which reads it with `xmc.auth.identity.current_identity`.
+caller's rate-limit bucket (`xmc.ratelimit.check_rate`; after the signature
+check, before the user lookup, so refused calls cost no query) and binds the
+identity for the handler, which reads it with `xmc.auth.identity.current_identity`.
 Failures end the RPC with UNAUTHENTICATED or RESOURCE_EXHAUSTED and a message
 saying what to do. The ``x-goog-user-email`` metadata the client asserts is
 bound too, for audit (`xmc.auth.identity.current_asserted_email`); it never
@@ -32,7 +33,7 @@ import grpc
 from django.db import DatabaseError
 
 from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer, bound_identity
-from xmc.ratelimit import check_rate
+from xmc.ratelimit import RateDecision, check_rate
 
 logger = logging.getLogger(__name__)
 
@@ -112,24 +113,37 @@ class _Gate:
         if self.duplicate_authorization:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "more than one authorization header")
         try:
-            identity = authenticate_bearer(self.authorization)
+            # The rate limit is checked between the token checks and the user
+            # lookup, so refused calls cost no database query.
+            identity = authenticate_bearer(self.authorization, admit=self._meter if self.rate_limit else None)
         except Unauthenticated as exc:
             logger.info("auth.grpc.rejected method=%s peer=%s reason=%s", self.method, context.peer(), exc)
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        except _RateLimited as limited:
+            logger.debug("auth.grpc.rate_limited method=%s email=%s", self.method, limited.email)
+            retry_after_s = limited.decision.retry_after_s
+            context.set_trailing_metadata(((RETRY_AFTER_MS_KEY, str(int(retry_after_s * 1000))),))
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"rate limit exceeded for {limited.email}: retry in {retry_after_s:.3f}s",
+            )
         except DatabaseError:
             logger.exception("auth.grpc.lookup_failed method=%s", self.method)
             context.abort(grpc.StatusCode.UNAVAILABLE, "identity lookup failed; retry later")
-        if self.rate_limit:
-            decision = check_rate(identity.email)
-            if not decision.allowed:
-                retry_ms = int(decision.retry_after_s * 1000)
-                logger.debug("auth.grpc.rate_limited method=%s email=%s", self.method, identity.email)
-                context.set_trailing_metadata(((RETRY_AFTER_MS_KEY, str(retry_ms)),))
-                context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"rate limit exceeded for {identity.email}: retry in {decision.retry_after_s:.3f}s",
-                )
         return identity
+
+    @staticmethod
+    def _meter(email: str) -> None:
+        decision = check_rate(email)
+        if not decision.allowed:
+            raise _RateLimited(email, decision)
+
+
+class _RateLimited(Exception):
+    def __init__(self, email: str, decision: RateDecision) -> None:
+        super().__init__(email)
+        self.email = email
+        self.decision = decision
 
 
 def _wrap_handler(handler: grpc.RpcMethodHandler, gate: _Gate) -> grpc.RpcMethodHandler:

@@ -16,14 +16,11 @@ decide anything.
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-
-logger = logging.getLogger(__name__)
 
 BEARER_SCHEME = "bearer"
 
@@ -95,7 +92,9 @@ def bearer_token_from_header(authorization_header_value: str | None) -> str:
     return token
 
 
-def authenticate_bearer(authorization_header_value: str | None) -> Identity:
+def authenticate_bearer(
+    authorization_header_value: str | None, *, admit: Callable[[str], None] | None = None
+) -> Identity:
     """The single verifier: ``Authorization`` header value -> `Identity`.
 
     Raises `Unauthenticated` with a message fit for the caller when the header
@@ -103,16 +102,25 @@ def authenticate_bearer(authorization_header_value: str | None) -> Identity:
     (malformed, bad signature, expired, wrong issuer, no email) or belongs to a
     deactivated user. Database errors propagate unchanged (they are not the
     caller's fault and must not read as UNAUTHENTICATED).
+
+    ``admit``, if given, is called with the verified email after the token
+    checks and *before* the database lookup, and may raise to refuse the call:
+    the gRPC interceptor meters the rate limit there, so a client hammering the
+    API is turned away for the price of a signature check and one Redis round
+    trip, without a query.
     """
     # Imported here, not at the top: `xmc.auth.tokens` builds `Identity`
     # objects from this module, so a top-level import would be circular.
-    from xmc.auth.tokens import InvalidToken, verify_token
+    from xmc.auth.tokens import InvalidToken, decode_token
 
     token = bearer_token_from_header(authorization_header_value)
     try:
-        return verify_token(token)
+        claims = decode_token(token)
     except InvalidToken as exc:
         raise Unauthenticated(f"invalid bearer token: {exc}") from exc
+    if admit is not None:
+        admit(claims.email)
+    return identity_for_email(claims.email)
 
 
 # --- The caller of the current gRPC handler ---------------------------------
