@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 from django.test import Client
 
 CODE_ON_PAGE = re.compile(r'<p class="code" id="code">([^<]+)</p>')
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -34,12 +35,22 @@ def login_path(state: str, challenge: str, *, port: int | None = None, method: s
     return f"/api/cli/login?{urlencode(params)}"
 
 
-def authorize(client: Client, path: str) -> Any:
-    """What the signed-in user does in the browser: open the page, press Authorize."""
+def csrf_token_of(page: Any) -> str:
+    match = CSRF_FIELD.search(page.content.decode())
+    assert match, page.content
+    return match.group(1)
+
+
+def authorize(client: Client, path: str, button: str = "authorize") -> Any:
+    """What the signed-in user does in the browser: open the page, press Authorize.
+
+    The form's CSRF token goes along, so this works with
+    ``Client(enforce_csrf_checks=True)`` as a real browser would.
+    """
     page = client.get(path)
     assert page.status_code == 200, page.content
     assert b"Authorize" in page.content
-    return client.post(path, {"authorize": "1"})
+    return client.post(path, {button: "1", "csrfmiddlewaretoken": csrf_token_of(page)})
 
 
 def code_from_page(response: Any) -> str:

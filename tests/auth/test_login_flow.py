@@ -15,7 +15,15 @@ import time_machine
 from django.test import Client
 from django.utils import timezone
 
-from tests.auth.cli_steps import authorize, cli_accepts_grant, code_from_page, exchange, login_path, pkce_pair
+from tests.auth.cli_steps import (
+    authorize,
+    cli_accepts_grant,
+    code_from_page,
+    csrf_token_of,
+    exchange,
+    login_path,
+    pkce_pair,
+)
 from tests.auth.conftest import PASSWORD
 from xmc.auth.tokens import verify_token
 from xmc.models import CliAuthorizationCode
@@ -45,7 +53,7 @@ def test_it_answers_the_cli_probe_with_400_and_says_what_the_page_needs() -> Non
 
 
 def test_it_logs_alice_in_with_a_pasted_code(alice: Any) -> None:
-    browser, cli = Client(), Client()
+    browser, cli = Client(enforce_csrf_checks=True), Client(enforce_csrf_checks=True)
     verifier, challenge = pkce_pair()
     assert cli.get("/api/cli/login").status_code == 400  # the probe
 
@@ -56,7 +64,10 @@ def test_it_logs_alice_in_with_a_pasted_code(alice: Any) -> None:
     assert to_signin["Location"].startswith("/api/cli/signin?next=")
     form = browser.get(to_signin["Location"])
     assert form.status_code == 200 and b"Sign in to XMC" in form.content
-    signed_in = browser.post("/api/cli/signin", {"username": "alice", "password": PASSWORD, "next": page})
+    signed_in = browser.post(
+        "/api/cli/signin",
+        {"username": "alice", "password": PASSWORD, "next": page, "csrfmiddlewaretoken": csrf_token_of(form)},
+    )
     assert signed_in.status_code == 302 and signed_in["Location"] == page
 
     # She confirms, and the page shows the one-time code she pastes into the terminal.
@@ -77,7 +88,7 @@ def test_it_logs_alice_in_with_a_pasted_code(alice: Any) -> None:
 
 
 def test_it_logs_alice_in_through_the_loopback_redirect(alice: Any) -> None:
-    browser, cli = Client(), Client()
+    browser, cli = Client(enforce_csrf_checks=True), Client(enforce_csrf_checks=True)
     browser.force_login(alice)
     verifier, challenge = pkce_pair()
 
@@ -216,10 +227,10 @@ def test_it_shows_an_error_page_when_it_cannot_reach_the_cli(query: str, message
 
 
 def test_it_lets_alice_decline(alice: Any) -> None:
-    browser = Client()
+    browser = Client(enforce_csrf_checks=True)
     browser.force_login(alice)
     path = login_path("s", pkce_pair()[1], port=9000)
-    callback = _callback_query(browser.post(path, {"deny": "1"}), 9000)
+    callback = _callback_query(authorize(browser, path, button="deny"), 9000)
     assert callback["error"].startswith("access_denied")
     assert CliAuthorizationCode.objects.count() == 0
 

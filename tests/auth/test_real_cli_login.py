@@ -63,7 +63,7 @@ def test_it_logs_the_real_cli_in_with_a_pasted_code(live_server: Any, alice: Any
     credentials = tmp_path / "credentials.json"
     env = {"XMC_API_URL": live_server.url, "XMC_CREDENTIALS_FILE": str(credentials)}
     out, err = io.StringIO(), io.StringIO()
-    browser = Client()
+    browser = Client(enforce_csrf_checks=True)
     browser.force_login(alice)
 
     def alice_pastes_the_code(prompt: str) -> str:
@@ -103,11 +103,9 @@ def _run_loopback_login(live_server: Any, user: Any, tmp_path: Path, button: str
     def open_url(url: str) -> bool:
         def browse() -> None:
             try:
-                browser = Client()
+                browser = Client(enforce_csrf_checks=True)
                 browser.force_login(user)
-                path = _path_of(url)
-                assert browser.get(path).status_code == 200
-                to_cli = browser.post(path, {button: "1"})
+                to_cli = authorize(browser, _path_of(url), button=button)
                 assert to_cli.status_code == 302
                 # The CLI's listener answers with a redirect to our success page.
                 with urllib.request.urlopen(to_cli["Location"], timeout=10) as page:
