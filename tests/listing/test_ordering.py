@@ -9,12 +9,13 @@ from tests.listing.conftest import FIELDS, ORDERABLE, users
 from xmc.listing import OrderByError, OrderTerm, list_page, parse_order_by
 
 PK = OrderTerm("pk", "pk")
+PK_DESC = OrderTerm("pk", "pk", True)
 
 # (order_by, default, expected terms)
 VALID: list[tuple[str, list[str], list[OrderTerm]]] = [
     ("", [], [PK]),
     ("   ", [], [PK]),
-    ("", ["create_time desc"], [OrderTerm("create_time", "date_joined", True), PK]),
+    ("", ["create_time desc"], [OrderTerm("create_time", "date_joined", True), PK_DESC]),
     ("name", ["create_time desc"], [OrderTerm("name", "username"), PK]),
     (
         "create_time desc, name",
@@ -26,8 +27,10 @@ VALID: list[tuple[str, list[str], list[OrderTerm]]] = [
         [],
         [OrderTerm("create_time", "date_joined", True), OrderTerm("name", "username"), PK],
     ),
-    ("name DESC", [], [OrderTerm("name", "username", True), PK]),
-    ("status.last_login desc", [], [OrderTerm("status.last_login", "last_login", True), PK]),
+    ("name DESC", [], [OrderTerm("name", "username", True), PK_DESC]),
+    ("status.last_login desc", [], [OrderTerm("status.last_login", "last_login", True), PK_DESC]),
+    # the tiebreaker follows the last term's direction
+    ("name desc, staff", [], [OrderTerm("name", "username", True), OrderTerm("staff", "is_staff"), PK]),
     # a unique key already present: no tiebreaker needed
     ("id desc", [], [OrderTerm("id", "id", True)]),
     ("staff, id", [], [OrderTerm("staff", "is_staff"), OrderTerm("id", "id")]),
@@ -87,9 +90,10 @@ def _names(order_by: str) -> list[str]:
 def test_it_orders_rows_as_asked_with_nulls_as_the_largest_value(cast: dict[str, User]) -> None:
     assert _names("create_time") == ["bob", "carol", "Edgar", "alice", "o'brien", "star*name", "zoë", "edge-runner"]
     assert _names("create_time desc") == ["edge-runner", "zoë", "star*name", "o'brien", "alice", "Edgar", "carol", "bob"]
-    # last_login: NULL (bob, edge-runner, o'brien, zoë) sorts last ascending, first descending; pk breaks ties
+    # last_login: NULL (bob, edge-runner, o'brien, zoë) sorts last ascending, first descending;
+    # the pk breaks ties in the same direction
     assert _names("status.last_login") == ["Edgar", "carol", "star*name", "alice", "bob", "edge-runner", "o'brien", "zoë"]
-    assert _names("status.last_login desc") == ["bob", "edge-runner", "o'brien", "zoë", "alice", "star*name", "carol", "Edgar"]
+    assert _names("status.last_login desc") == ["zoë", "o'brien", "edge-runner", "bob", "alice", "star*name", "carol", "Edgar"]
     assert _names("staff desc, state, name desc") == [
         "star*name", "edge-runner", "alice",  # staff: FAILED, then RUNNING x2 (name desc)
         "Edgar", "bob", "o'brien", "carol", "zoë",  # not staff: '', FAILED, PENDING x2 (name desc), RUNNING

@@ -10,6 +10,7 @@ import pytest
 import time_machine
 from django.contrib.auth.models import User
 from django.core import signing
+from django.db.models import Q
 
 from tests.listing.conftest import FIELDS, ORDERABLE, UTC, users
 from xmc.listing import (
@@ -22,7 +23,7 @@ from xmc.listing import (
     parse_order_by,
     resolve_page_size,
 )
-from xmc.listing.pagination import TOKEN_SALT
+from xmc.listing.pagination import TOKEN_SALT, keyset_after, lookup_is_nullable
 
 BASE = dt.datetime(2026, 1, 1, tzinfo=UTC)
 STATES = ("RUNNING", "PENDING", "FAILED", "")
@@ -288,3 +289,37 @@ def test_it_can_expire_tokens(token: str) -> None:
     with time_machine.travel(dt.datetime.now(tz=UTC) + dt.timedelta(hours=2), tick=False):
         with pytest.raises(PageTokenError, match="page_token has expired"):
             page(page_token=token, **kwargs)
+
+
+# --- the keyset condition ----------------------------------------------------------------------------
+
+
+def test_it_knows_which_sort_keys_can_be_null() -> None:
+    assert not lookup_is_nullable(User, "pk")
+    assert not lookup_is_nullable(User, "id")
+    assert not lookup_is_nullable(User, "username")
+    assert not lookup_is_nullable(User, "date_joined")
+    assert lookup_is_nullable(User, "last_login")
+    assert lookup_is_nullable(User, "tags")  # an annotation: unknown, so assume NULLs
+    assert lookup_is_nullable(User, "groups__name")  # a many-to-many may be missing
+    assert lookup_is_nullable(User, "username__lower")  # a transform: unknown
+
+
+def test_it_bounds_the_first_key_so_postgres_can_start_the_index_scan_at_the_cursor() -> None:
+    by_name = parse_order_by("name", ORDERABLE)
+    assert keyset_after(by_name, ["bob", 7], [False, False]) == Q(username__gte="bob") & (
+        Q(username__gt="bob") | (Q(username="bob") & Q(pk__gt=7))
+    )
+    newest = parse_order_by("create_time desc", ORDERABLE)
+    assert keyset_after(newest, [BASE, 7], [False, False]) == Q(date_joined__lte=BASE) & (
+        Q(date_joined__lt=BASE) | (Q(date_joined=BASE) & Q(pk__lt=7))
+    )
+    # A nullable ascending key has NULLs after every value: no bound, and NULL rows stay in.
+    by_login = parse_order_by("status.last_login", ORDERABLE)
+    assert keyset_after(by_login, [BASE, 7], [True, False]) == (
+        Q(last_login__gt=BASE) | Q(last_login__isnull=True)
+    ) | (Q(last_login=BASE) & Q(pk__gt=7))
+    # Past the last non-null value only NULLs remain.
+    assert keyset_after(by_login, [None, 7], [True, False]) == Q(last_login__isnull=True) & (
+        Q(last_login__isnull=True) & Q(pk__gt=7)
+    )

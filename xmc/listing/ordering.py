@@ -51,8 +51,15 @@ class OrderTerm:
         return ("-" if self.descending else "") + self.lookup
 
 
-#: The tiebreaker appended to every ordering that lacks a unique key.
-PK_TERM = OrderTerm("pk", "pk")
+def pk_term(descending: bool = False) -> OrderTerm:
+    """The tiebreaker appended to every ordering that lacks a unique key.
+
+    It takes the direction of the last term, so ``create_time desc`` becomes
+    ``create_time desc, pk desc``: a plain btree index on ``(create_time, id)``
+    then serves the whole ORDER BY and keyset condition (scanned backwards),
+    since our NULL placement is Postgres' default too.
+    """
+    return OrderTerm("pk", "pk", descending)
 
 
 def _parse_items(text: str, orderable: Mapping[str, str]) -> list[OrderTerm]:
@@ -94,7 +101,7 @@ def parse_order_by(
 
     An empty ``text`` uses ``default`` (AIP-132 items over the same table,
     e.g. ``["create_time desc"]``). The result always ends with a unique key:
-    :data:`PK_TERM` is appended unless a term's lookup is in ``unique_lookups``.
+    :func:`pk_term` (in the last term's direction) is appended unless a term's lookup is in ``unique_lookups``.
     Raises OrderByError for the user's text, ImproperlyConfigured for a bad
     ``default`` (that is a programming error, not the caller's).
     """
@@ -109,7 +116,7 @@ def parse_order_by(
         terms = []
     unique = {"pk", *unique_lookups}
     if not any(term.lookup in unique for term in terms):
-        terms.append(PK_TERM)
+        terms.append(pk_term(terms[-1].descending if terms else False))
     return terms
 
 

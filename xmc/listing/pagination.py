@@ -28,7 +28,9 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.core import signing
-from django.db.models import F, Q, QuerySet
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import F, Model, Q, QuerySet
+from django.db.models.constants import LOOKUP_SEP
 
 from xmc.listing.errors import PageSizeError, PageTokenError
 from xmc.listing.ordering import OrderTerm
@@ -170,11 +172,12 @@ def _equal(term: OrderTerm, value: object) -> Q:
     return Q(**{term.lookup: value})
 
 
-def _strictly_after(term: OrderTerm, value: object) -> Q | None:
+def _strictly_after(term: OrderTerm, value: object, nullable: bool) -> Q | None:
     """Rows that sort after ``value`` on this key alone (None: no row can).
 
     NULL is the largest value: last when ascending, first when descending
-    (matching OrderTerm.expression()).
+    (matching OrderTerm.expression()). ``nullable=False`` drops the IS NULL
+    branch for columns that cannot hold NULL.
     """
     if term.descending:
         if value is None:
@@ -182,19 +185,39 @@ def _strictly_after(term: OrderTerm, value: object) -> Q | None:
         return Q(**{f"{term.lookup}__lt": value})
     if value is None:
         return None
-    return Q(**{f"{term.lookup}__gt": value}) | Q(**{f"{term.lookup}__isnull": True})
+    after = Q(**{f"{term.lookup}__gt": value})
+    return after | Q(**{f"{term.lookup}__isnull": True}) if nullable else after
 
 
-def keyset_after(order: Sequence[OrderTerm], values: Sequence[object]) -> Q | None:
+def _leading_bound(term: OrderTerm, value: object, nullable: bool) -> Q | None:
+    """A redundant range on the first key that Postgres can use as an index condition.
+
+    The OR-expanded keyset condition alone only filters an index scan that
+    starts at the beginning, so page N would read N pages of rows; with this
+    bound the scan starts at the cursor.
+    """
+    if value is None:
+        return Q(**{f"{term.lookup}__isnull": True}) if not term.descending else None
+    if term.descending:
+        return Q(**{f"{term.lookup}__lte": value})  # NULLs sort first, so are before the cursor
+    return None if nullable else Q(**{f"{term.lookup}__gte": value})
+
+
+def keyset_after(
+    order: Sequence[OrderTerm], values: Sequence[object], nullable: Sequence[bool] | None = None
+) -> Q | None:
     """Rows strictly after ``values`` in ``order``, as a Q (None when no row can be).
 
     The usual expansion of ``(a, b, pk) > (x, y, z)`` for mixed directions:
-    ``a after x OR (a = x AND b after y) OR (a = x AND b = y AND pk after z)``.
+    ``a after x OR (a = x AND b after y) OR (a = x AND b = y AND pk after z)``,
+    ANDed with an index-friendly bound on ``a``. ``nullable`` says which keys
+    may be NULL (all of them when not given).
     """
+    flags = list(nullable) if nullable is not None else [True] * len(order)
     disjuncts: list[Q] = []
     prefix = Q()
-    for term, value in zip(order, values, strict=True):
-        step = _strictly_after(term, value)
+    for term, value, may_be_null in zip(order, values, flags, strict=True):
+        step = _strictly_after(term, value, may_be_null)
         if step is not None:
             disjuncts.append(prefix & step)
         prefix &= _equal(term, value)
@@ -203,7 +226,30 @@ def keyset_after(order: Sequence[OrderTerm], values: Sequence[object]) -> Q | No
     result = disjuncts[0]
     for disjunct in disjuncts[1:]:
         result |= disjunct
-    return result
+    bound = _leading_bound(order[0], values[0], flags[0])
+    return bound & result if bound is not None else result
+
+
+def lookup_is_nullable(model: type[Model], lookup: str) -> bool:
+    """Whether ``lookup`` on ``model`` may be NULL; True when unsure (annotations, transforms, reverse relations)."""
+    opts = model._meta
+    parts = lookup.split(LOOKUP_SEP)
+    for i, part in enumerate(parts):
+        try:
+            field = opts.pk if part == "pk" else opts.get_field(part)
+        except FieldDoesNotExist:
+            return True
+        if field is None or getattr(field, "null", True):
+            return True
+        if field.is_relation:
+            if not (field.many_to_one or (field.one_to_one and field.concrete)) or field.related_model is None:
+                return True
+            if isinstance(field.related_model, str):
+                return True
+            opts = field.related_model._meta
+        elif i != len(parts) - 1:
+            return True
+    return False
 
 
 def paginate(
@@ -229,7 +275,8 @@ def paginate(
     qs = qs.order_by(*(term.expression() for term in order))
     if page_token:
         values = decode_page_token(page_token, fingerprint=fingerprint, order=order, max_age=max_age)
-        after = keyset_after(order, values)
+        nullable = [lookup_is_nullable(queryset.model, term.lookup) for term in order]
+        after = keyset_after(order, values, nullable)
         if after is None:
             return [], ""
         qs = qs.filter(after)
