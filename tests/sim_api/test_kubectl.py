@@ -201,3 +201,17 @@ def test_it_shows_kueue_printer_columns(sim: SimulatorHandle, kubectl: KubectlRu
     assert row.split()[:2] == ["jobset-x-1", "lq"]
     all_ns = kubectl("get", "wl", "-A", namespace=None).stdout
     assert any(line.split()[:2] == [ns, "jobset-x-1"] for line in all_ns.splitlines())
+
+
+def test_it_applies_server_side_and_lists_pods_across_namespaces(kubectl: KubectlRunner, ns: str) -> None:
+    applied = kubectl("apply", "--server-side", "-f", "-", input=POD_YAML.format(name="ivy"))
+    assert applied.stdout.strip() == "pod/ivy serverside-applied"
+    again = kubectl("apply", "--server-side", "-f", "-",
+                    input=POD_YAML.format(name="ivy").replace("app: trainer", "app: tuner"))
+    assert again.returncode == 0
+    assert kubectl("get", "pod", "ivy", "-o", "jsonpath={.metadata.labels.app}").stdout == "tuner"
+    wide = kubectl("get", "pods", "-A", "-o", "wide", namespace=None).stdout.splitlines()
+    assert wide[0].split()[:6] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert any(line.split()[:2] == [ns, "ivy"] for line in wide[1:])
+    kubectl("delete", "pod", "ivy")
+    assert kubectl("get", "pods").stderr.strip() == f"No resources found in {ns} namespace."

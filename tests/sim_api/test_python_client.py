@@ -330,3 +330,53 @@ def test_it_deletes_a_namespace_with_its_contents(api_client: client.ApiClient, 
     with pytest.raises(ApiException) as err:
         co.create_namespaced_custom_object(G, V, ns, P, jobset("nia"))
     assert err.value.status == 404
+
+
+def test_it_streams_typed_pod_events_and_follows_logs(sim: SimulatorHandle, api_client: client.ApiClient,
+                                                      ns: str) -> None:
+    core = client.CoreV1Api(api_client)
+    rv = core.list_namespaced_pod(ns).metadata.resource_version
+    core.create_namespaced_pod(ns, pod("pia", labels={"app": "trainer"}))
+    core.create_namespaced_pod(ns, pod("pia-side", labels={"app": "sidecar"}))
+    seen = []
+    w = watch.Watch()
+    for event in w.stream(core.list_namespaced_pod, ns, resource_version=rv, label_selector="app!=sidecar",
+                          allow_watch_bookmarks=True, timeout_seconds=3):
+        seen.append((event["type"], event["object"].metadata.name))
+        if event["type"] == "ADDED":
+            w.stop()
+    assert seen == [("ADDED", "pia")]
+
+    sim.pod_logs.append(ns, "pia", "main", "first")
+
+    def finish() -> None:
+        time.sleep(0.5)
+        sim.pod_logs.append(ns, "pia", "main", "second")
+        time.sleep(0.5)
+        sim.store.patch("pods", ns, "pia", "merge", {"status": {"phase": "Succeeded"}}, subresource="status")
+
+    threading.Thread(target=finish).start()
+    lines = list(watch.Watch().stream(core.read_namespaced_pod_log, "pia", ns, container="main", follow=True))
+    assert lines == ["first", "second"]
+
+
+def test_it_deletes_a_running_pod_gracefully(sim: SimulatorHandle, api_client: client.ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(api_client)
+    body = pod("quin")
+    body["spec"]["nodeName"] = "sim-node-1"
+    body["spec"]["terminationGracePeriodSeconds"] = 1
+    core.create_namespaced_pod(ns, body)
+    terminating = core.delete_namespaced_pod("quin", ns)
+    assert terminating.metadata.deletion_timestamp is not None
+    assert terminating.metadata.deletion_grace_period_seconds == 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not core.list_namespaced_pod(ns, field_selector="metadata.name=quin").items:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the pod was not removed after its grace period")
+    core.create_namespaced_pod(ns, body)
+    gone = core.delete_namespaced_pod("quin", ns, grace_period_seconds=0)
+    assert gone.metadata.name == "quin"
+    assert core.list_namespaced_pod(ns).items == []
