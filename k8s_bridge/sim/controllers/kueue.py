@@ -280,7 +280,7 @@ class KueueJobReconciler(Controller):
             return None
         if wl is not None and is_deleting(wl):
             if not suspended:
-                self._stop(js, wl, "Workload is being deleted")
+                self._stop_job(js, wl, "Workload is being deleted")
             self._remove_finalizer(wl)
             return None
         done = _jobset_finished(js)
@@ -298,7 +298,7 @@ class KueueJobReconciler(Controller):
         if wl is None:
             if _is_active_jobset(js) or not suspended:
                 if not suspended:
-                    self._stop(js, None, "Not admitted by cluster queue")
+                    self._stop_job(js, None, "Not admitted by cluster queue")
                 return None
             wl = self.ctx.create(WORKLOADS, self._construct_workload(js, queue or ""))
             self.ctx.event(js, JOBSETS, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wl['metadata']['name']}", COMPONENT_JOB)
@@ -328,7 +328,7 @@ class KueueJobReconciler(Controller):
         evicted = find_condition(wl, "Evicted")
         if evicted and evicted.get("status") == "True" and _quota_reserved(wl):
             if not suspended:
-                self._stop(js, wl, evicted.get("message") or "")
+                self._stop_job(js, wl, evicted.get("message") or "")
                 return None
             if _is_active_jobset(js):
                 return None  # wait until the JobSet reports active == 0 everywhere
@@ -336,10 +336,10 @@ class KueueJobReconciler(Controller):
             return None
         if suspended:
             if condition_true(wl, "Admitted"):
-                self._start(js, wl)
+                self._start_job(js, wl)
             return None
         if not condition_true(wl, "Admitted"):
-            self._stop(js, wl, "Not admitted by cluster queue")
+            self._stop_job(js, wl, "Not admitted by cluster queue")
         return None
 
     def _construct_workload(self, js: Obj, queue: str) -> Obj:
@@ -383,7 +383,7 @@ class KueueJobReconciler(Controller):
                 pass
         return {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": wl_md, "spec": wspec}
 
-    def _stop(self, js: Obj, wl: Obj | None, message: str) -> None:
+    def _stop_job(self, js: Obj, wl: Obj | None, message: str) -> None:
         """Suspend the JobSet and restore the pod templates of the Workload's podSets."""
         new = clone(js)
         new["spec"]["suspend"] = True
@@ -411,7 +411,7 @@ class KueueJobReconciler(Controller):
         js = self.ctx.update(JOBSETS, new)
         self.ctx.event(js, JOBSETS, "Normal", "Stopped", message, COMPONENT_JOB)
 
-    def _start(self, js: Obj, wl: Obj) -> None:
+    def _start_job(self, js: Obj, wl: Obj) -> None:
         """Unsuspend an admitted JobSet, merging podset labels and flavor node labels."""
         admission = (wl.get("status") or {}).get("admission") or {}
         cq = admission.get("clusterQueue") or ""
@@ -486,9 +486,20 @@ class _CQView:
         return out
 
 
-def _queue_key(wl: Obj) -> tuple[int, float, str]:
+def _creation_rv(wl: Obj) -> int:
+    """Creation order: the Workload name's first resourceVersion we saw (see `KueueScheduler._first_rv`)."""
+    return int(_FIRST_RV.get((wl.get("metadata") or {}).get("uid") or "", 0))
+
+
+# uid -> resourceVersion at which the Workload was first seen.  Real Kueue breaks
+# ties between Workloads created in the same second by UID (random); the
+# simulator uses creation order instead, so FIFO is deterministic.
+_FIRST_RV: dict[str, int] = {}
+
+
+def _queue_key(wl: Obj) -> tuple[int, float, int, str]:
     md = wl.get("metadata") or {}
-    return (-workload_priority(wl), parse_time(md.get("creationTimestamp")) or 0.0, md.get("uid") or "")
+    return (-workload_priority(wl), parse_time(md.get("creationTimestamp")) or 0.0, _creation_rv(wl), md.get("uid") or "")
 
 
 class KueueScheduler:
@@ -509,6 +520,12 @@ class KueueScheduler:
             self.cache.add_handler(plural, self._on_change)
 
     def _on_change(self, event: str, obj: Obj, old: Obj | None) -> None:
+        if obj.get("kind") == "Workload":
+            uid = (obj.get("metadata") or {}).get("uid") or ""
+            if event == "DELETED":
+                _FIRST_RV.pop(uid, None)
+            elif uid not in _FIRST_RV:
+                _FIRST_RV[uid] = int((obj.get("metadata") or {}).get("resourceVersion") or 0)
         if obj.get("kind") in ("ClusterQueue", "LocalQueue") and event == "MODIFIED" and old is not None \
                 and old.get("spec") == obj.get("spec") and (old.get("metadata") or {}).get("labels") == (obj.get("metadata") or {}).get("labels"):
             return  # our own status writes

@@ -1,0 +1,145 @@
+"""Stories of simulated Kueue: queueing beyond quota, positions, preemption and re-admission."""
+
+from __future__ import annotations
+
+import pytest
+
+from k8s_bridge.sim.controllers import UnknownQueue
+from tests.sim_controllers.conftest import Sim, rjob, small_cluster_queue
+
+
+def _is_admitted(sim: Sim, name: str) -> bool:
+    wl = sim.workload_of(name)
+    cond = sim.condition(wl, "Admitted")
+    return bool(cond and cond["status"] == "True")
+
+
+def test_it_queues_jobsets_beyond_quota_and_reports_positions(make_sim) -> None:  # type: ignore[no-untyped-def]
+    sim: Sim = make_sim(clusterQueues=small_cluster_queue("2"))
+    for name in ("q1", "q2", "q3", "q4"):
+        sim.create_jobset(name, [rjob("main", script="pull=0s;run=forever")])
+        sim.eventually(lambda n=name: sim.workload_of(n), what=f"{name} workload")
+    sim.eventually(lambda: _is_admitted(sim, "q1") and _is_admitted(sim, "q2"), what="first two admitted")
+
+    def pending_names() -> list[str]:
+        return [i["metadata"]["ownerReferences"][0]["name"] for i in sim.ctrls.pending_workloads("cluster-queue")]
+
+    sim.eventually(lambda: pending_names() == ["q3", "q4"], what="q3, q4 pending in FIFO order")
+    items = sim.ctrls.pending_workloads("cluster-queue")
+    assert [(i["positionInClusterQueue"], i["positionInLocalQueue"], i["localQueueName"], i["priority"]) for i in items] == \
+        [(0, 0, "cpu-queue", 0), (1, 1, "cpu-queue", 0)]
+    assert items[0]["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
+
+    q3 = sim.workload_of("q3")
+    cond = sim.eventually(lambda: sim.condition(sim.workload_of("q3"), "QuotaReserved"), what="q3 QuotaReserved=False")
+    assert (cond["status"], cond["reason"]) == ("False", "WaitingForQuota")
+    assert cond["message"] == "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default-flavor, 1 more needed"
+    assert sim.jobset("q3")["spec"]["suspend"] is True
+    assert q3["status"].get("admission") is None
+
+    # A high-priority arrival from another LocalQueue of the same ClusterQueue preempts a running one.
+    sim.create_jobset("urgent", [rjob("main", script="pull=0s;run=forever")], queue="gpu-queue",
+                      labels={"kueue.x-k8s.io/priority-class": "high"})
+    sim.eventually(lambda: sim.workload_of("urgent") and sim.workload_of("urgent")["spec"]["priority"] == 1000,
+                   what="urgent workload with priority 1000")
+    # urgent preempts one of the running low-priority workloads and is admitted once it is stopped.
+    sim.eventually(lambda: _is_admitted(sim, "urgent"), timeout=10, what="urgent admitted")
+
+    lq_items = sim.ctrls.pending_workloads(namespace="default", local_queue="cpu-queue")
+    assert [i["positionInLocalQueue"] for i in lq_items] == list(range(len(lq_items)))
+    assert len(lq_items) == 3, "q3, q4 and the preempted one wait in cpu-queue"
+    assert sim.ctrls.pending_workloads(namespace="default", local_queue="gpu-queue") == []
+
+    lq = sim.eventually(lambda: (sim.get("localqueues", "cpu-queue") or {}).get("status", {}).get("pendingWorkloads") == 3
+                        and sim.get("localqueues", "cpu-queue"), what="LocalQueue status")
+    assert lq["status"]["admittedWorkloads"] == 1
+    cq = sim.eventually(lambda: (sim.get("clusterqueues", "cluster-queue", None) or {}).get("status", {}).get("admittedWorkloads") == 2
+                        and sim.get("clusterqueues", "cluster-queue", None), what="ClusterQueue status")
+    assert cq["status"]["pendingWorkloads"] == 3
+    usage = {r["name"]: r["total"] for r in cq["status"]["flavorsUsage"][0]["resources"]}
+    assert usage["cpu"] == "2"
+
+    with pytest.raises(UnknownQueue):
+        sim.ctrls.pending_workloads(namespace="default", local_queue="nope")
+
+
+def test_it_preempts_a_running_low_priority_jobset_and_readmits_it_later(make_sim) -> None:  # type: ignore[no-untyped-def]
+    sim: Sim = make_sim(clusterQueues=small_cluster_queue("4"))
+    sim.create_jobset("low", [rjob("workers", replicas=2, pods=2, script="pull=0s;run=forever")],
+                      labels={"kueue.x-k8s.io/priority-class": "low"})
+    sim.eventually(lambda: sim.counters("low")["workers"]["ready"] == 2, what="low running")
+
+    sim.create_jobset("high", [rjob("workers", replicas=2, pods=2, script="pull=0s;run=20s;exit=0")],
+                      labels={"kueue.x-k8s.io/priority-class": "high"})
+
+    # Phase 1: low is evicted; its JobSet is suspended and its counters drop to zero.
+    def low_evicted_and_stopped() -> bool:
+        wl = sim.workload_of("low")
+        ev = sim.condition(wl, "Evicted")
+        return bool(ev and ev["status"] == "True" and sim.jobset("low")["spec"]["suspend"]
+                    and sim.counters("low")["workers"]["active"] == 0)
+
+    sim.eventually(low_evicted_and_stopped, what="low evicted and stopped")
+    wl = sim.eventually(lambda: sim.workload_of("low").get("status", {}).get("admission") is None and sim.workload_of("low"),
+                        what="low quota released")
+    conds = {c["type"]: c for c in wl["status"]["conditions"]}
+    assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("True", "Preempted")
+    assert (conds["Preempted"]["status"], conds["Preempted"]["reason"]) == ("True", "InClusterQueue")
+    assert conds["Preempted"]["message"].startswith("Preempted to accommodate a workload (UID: ")
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("True", "Preempted")
+    # PendingEvaluation when the quota is released, then the next scheduling attempt's verdict.
+    assert conds["QuotaReserved"]["status"] == "False"
+    assert conds["QuotaReserved"]["reason"] in ("PendingEvaluation", "WaitingForQuota")
+    assert (conds["Admitted"]["status"], conds["Admitted"]["reason"]) == ("False", "NoReservation")
+    assert sim.counters("low")["workers"] == {"name": "workers", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 2}
+    assert sim.condition(sim.jobset("low"), "Suspended")["status"] == "True"
+    assert "Stopped" in sim.reasons("JobSet", "low")
+
+    # Phase 2: high runs to completion, then low is re-admitted with the same Jobs, restarts unchanged.
+    sim.eventually(lambda: _is_admitted(sim, "high"), what="high admitted")
+    low_jobs_before = {j["metadata"]["uid"] for j in sim.list("jobs", label_selector="jobset.sigs.k8s.io/jobset-name=low")}
+    sim.eventually(lambda: sim.jobset("high")["status"].get("terminalState") == "Completed", timeout=10, what="high completed")
+    sim.eventually(lambda: _is_admitted(sim, "low") and sim.counters("low")["workers"]["ready"] == 2, timeout=10,
+                   what="low re-admitted and running")
+    low = sim.jobset("low")
+    assert low["status"]["restarts"] == 0
+    assert sim.condition(low, "Suspended")["status"] == "False"
+    wl = sim.workload_of("low")
+    evicted = sim.condition(wl, "Evicted")
+    assert (evicted["status"], evicted["reason"]) == ("False", "QuotaReserved")
+    assert evicted["message"].startswith("Previously: Preempted to accommodate")
+    assert {j["metadata"]["uid"] for j in sim.list("jobs", label_selector="jobset.sigs.k8s.io/jobset-name=low")} == low_jobs_before
+
+
+def test_it_marks_workloads_of_a_missing_local_queue_inadmissible(sim: Sim) -> None:
+    sim.create_jobset("lost", [rjob("main")], queue="no-such-queue")
+    cond = sim.eventually(lambda: sim.condition(sim.workload_of("lost"), "QuotaReserved"), what="inadmissible verdict")
+    assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Misconfigured", "LocalQueue no-such-queue doesn't exist")
+    assert sim.ctrls.pending_workloads("cluster-queue") == []
+
+
+def test_it_defaults_the_queue_name_when_a_default_local_queue_exists(sim: Sim) -> None:
+    sim.create_jobset("plainjane", [rjob("main", script="pull=0s;run=1s;exit=0")], queue=None)
+    js = sim.jobset("plainjane")
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert js["spec"]["suspend"] is True
+    sim.eventually(lambda: sim.jobset("plainjane")["status"].get("terminalState") == "Completed", what="completed")
+
+
+def test_it_unsuspends_an_admitted_jobset_that_a_user_suspended(sim: Sim) -> None:
+    sim.create_jobset("stubborn", [rjob("main", script="pull=0s;run=forever")])
+    sim.eventually(lambda: sim.counters("stubborn")["main"]["ready"] == 1, what="running")
+    sim.patch_jobset("stubborn", {"spec": {"suspend": True}})
+    sim.eventually(lambda: "Started" in [e["reason"] for e in sim.events("JobSet", "stubborn") if e["count"] >= 2]
+                   or sum(e["count"] for e in sim.events("JobSet", "stubborn") if e["reason"] == "Started") >= 2,
+                   what="Kueue started it again")
+    sim.eventually(lambda: sim.jobset("stubborn")["spec"]["suspend"] is False and sim.counters("stubborn")["main"]["ready"] == 1,
+                   what="running again")
+
+
+def test_it_rejects_spec_changes_of_a_running_jobset(sim: Sim) -> None:
+    sim.create_jobset("frozen", [rjob("main", script="pull=0s;run=forever")])
+    sim.eventually(lambda: sim.jobset("frozen")["spec"]["suspend"] is False, what="admitted")
+    with pytest.raises(Exception) as err:
+        sim.patch_jobset("frozen", {"spec": {"replicatedJobs": [rjob("main", replicas=3)]}})
+    assert getattr(err.value, "code", None) == 422
