@@ -12,6 +12,7 @@ for a resource:
 * ``id`` (int), ``create_time`` -> date_joined, ``status.last_login`` ->
   last_login (timestamps; last_login may be NULL)
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -24,7 +25,7 @@ from django.db.models import F, Func, QuerySet, TextField, Value
 
 from xmc.listing import FilterField
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 STATES = ("RUNNING", "PENDING", "FAILED")
 
@@ -79,6 +80,7 @@ def ts(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+# fmt: off
 CAST: tuple[Persona, ...] = (
     Persona("alice", "alice@example.com", "RUNNING", "ckpt,edge", True, True, ts("2026-01-05T10:00:00Z"), ts("2026-02-01T00:00:00Z")),
     Persona("bob", "bob@example.com", "FAILED", "ckpt", False, True, ts("2025-12-31T23:59:59Z"), None),
@@ -89,6 +91,7 @@ CAST: tuple[Persona, ...] = (
     Persona("star*name", "star@example.com", "FAILED", "edge", True, True, ts("2026-01-20T00:00:00Z"), ts("2026-01-21T00:00:00Z")),
     Persona("zoë", "zoe@example.com", "RUNNING", "ünïcode", False, True, ts("2026-02-14T14:14:14Z"), None),
 )
+# fmt: on
 
 
 def make_user(p: Persona) -> User:

@@ -8,6 +8,7 @@ quoting, spacing and redundant parentheses, relying on AIP-160's precedence
 never sees the text: it walks the tree, so a parser or precedence mistake
 shows up as a disagreement.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -37,10 +38,12 @@ EXTRA: tuple[Persona, ...] = tuple(
     for i in range(12)
 )
 
+# fmt: off
 STRING_ATOMS = [
     "alice", "bob", "edge", "Edg", "EDGE", "e", "r", "a", "o'brien", 'say "hi"', "star*name",
     "example.com", "@", "", "x", "u1", "corp", "-", "EXAMPLE",
 ]
+# fmt: on
 STATE_VALUES = ["RUNNING", "PENDING", "FAILED", "4", "1", "11", "WORK_UNIT_STATE_RUNNING"]
 STATE_NUMBERS = {"4": "RUNNING", "1": "PENDING", "11": "FAILED", "WORK_UNIT_STATE_RUNNING": "RUNNING"}
 TAG_VALUES = ["ckpt", "edge", "gpu", "ünïcode", "zzz"]
@@ -52,7 +55,7 @@ BARE = re.compile(r"[A-Za-z0-9_@*]+(\.[A-Za-z0-9_@*]+)*")
 class Cmp:
     field: str
     op: str
-    value: Union[tuple[str, ...], str, bool, int, dt.datetime]  # segments for strings; "*" = presence
+    value: tuple[str, ...] | str | bool | int | dt.datetime  # segments for strings; "*" = presence
     quote: str  # "", '"' or "'"
     spaced: bool
 
@@ -193,16 +196,39 @@ def leaves(ids: list[int]) -> st.SearchStrategy[Cmp]:
     quotes = st.sampled_from(["", '"', "'"])
     spaced = st.booleans()
     segments = st.lists(st.sampled_from(STRING_ATOMS), min_size=1, max_size=3).map(tuple)
-    strings = st.builds(Cmp, st.sampled_from(["name", "email"]), st.sampled_from(["=", "!=", ":"]), segments, quotes, spaced)
+    strings = st.builds(
+        Cmp, st.sampled_from(["name", "email"]), st.sampled_from(["=", "!=", ":"]), segments, quotes, spaced
+    )
     presence = st.builds(
         Cmp, st.sampled_from(sorted(FIELDS)), st.just(":"), st.just("*"), st.sampled_from(["", '"']), spaced
     )
-    enums = st.builds(Cmp, st.just("state"), st.sampled_from(["=", "!=", ":"]), st.sampled_from(STATE_VALUES), st.just(""), spaced)
-    tags = st.builds(Cmp, st.just("tags"), st.sampled_from(["=", "!=", ":"]), st.sampled_from(TAG_VALUES + ["*"]), st.just(""), spaced)
-    bools = st.builds(Cmp, st.sampled_from(["staff", "status.active"]), st.sampled_from(["=", "!=", ":"]), st.booleans(), quotes, spaced)
+    enums = st.builds(
+        Cmp, st.just("state"), st.sampled_from(["=", "!=", ":"]), st.sampled_from(STATE_VALUES), st.just(""), spaced
+    )
+    tags = st.builds(
+        Cmp,
+        st.just("tags"),
+        st.sampled_from(["=", "!=", ":"]),
+        st.sampled_from([*TAG_VALUES, "*"]),
+        st.just(""),
+        spaced,
+    )
+    bools = st.builds(
+        Cmp,
+        st.sampled_from(["staff", "status.active"]),
+        st.sampled_from(["=", "!=", ":"]),
+        st.booleans(),
+        quotes,
+        spaced,
+    )
     ordered_ops = st.sampled_from(["=", "!=", ":", "<", "<=", ">", ">="])
     times = st.builds(
-        Cmp, st.sampled_from(["create_time", "status.last_login"]), ordered_ops, st.sampled_from(TIME_POINTS), st.sampled_from(['"', "'"]), spaced
+        Cmp,
+        st.sampled_from(["create_time", "status.last_login"]),
+        ordered_ops,
+        st.sampled_from(TIME_POINTS),
+        st.sampled_from(['"', "'"]),
+        spaced,
     )
     id_values = st.sampled_from([ids[0] - 1, *ids, ids[-1] + 1])
     ints = st.builds(Cmp, st.just("id"), ordered_ops, id_values, st.just(""), spaced)

@@ -1,4 +1,5 @@
 """AIP-132 order_by: parsing against the orderable table, and the order Postgres returns."""
+
 from __future__ import annotations
 
 import pytest
@@ -89,12 +90,45 @@ def _names(order_by: str) -> list[str]:
 @pytest.mark.django_db
 def test_it_orders_rows_as_asked_with_nulls_as_the_largest_value(cast: dict[str, User]) -> None:
     assert _names("create_time") == ["bob", "carol", "Edgar", "alice", "o'brien", "star*name", "zoë", "edge-runner"]
-    assert _names("create_time desc") == ["edge-runner", "zoë", "star*name", "o'brien", "alice", "Edgar", "carol", "bob"]
+    assert _names("create_time desc") == [
+        "edge-runner",
+        "zoë",
+        "star*name",
+        "o'brien",
+        "alice",
+        "Edgar",
+        "carol",
+        "bob",
+    ]
     # last_login: NULL (bob, edge-runner, o'brien, zoë) sorts last ascending, first descending;
     # the pk breaks ties in the same direction
-    assert _names("status.last_login") == ["Edgar", "carol", "star*name", "alice", "bob", "edge-runner", "o'brien", "zoë"]
-    assert _names("status.last_login desc") == ["zoë", "o'brien", "edge-runner", "bob", "alice", "star*name", "carol", "Edgar"]
+    assert _names("status.last_login") == [
+        "Edgar",
+        "carol",
+        "star*name",
+        "alice",
+        "bob",
+        "edge-runner",
+        "o'brien",
+        "zoë",
+    ]
+    assert _names("status.last_login desc") == [
+        "zoë",
+        "o'brien",
+        "edge-runner",
+        "bob",
+        "alice",
+        "star*name",
+        "carol",
+        "Edgar",
+    ]
     assert _names("staff desc, state, name desc") == [
-        "star*name", "edge-runner", "alice",  # staff: FAILED, then RUNNING x2 (name desc)
-        "Edgar", "bob", "o'brien", "carol", "zoë",  # not staff: '', FAILED, PENDING x2 (name desc), RUNNING
+        "star*name",
+        "edge-runner",
+        "alice",  # staff: FAILED, then RUNNING x2 (name desc)
+        "Edgar",
+        "bob",
+        "o'brien",
+        "carol",
+        "zoë",  # not staff: '', FAILED, PENDING x2 (name desc), RUNNING
     ]

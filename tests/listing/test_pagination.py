@@ -1,5 +1,6 @@
 """Keyset pagination and page tokens: complete, ordered walks; tokens that
 cannot be forged or reused for another request; AIP-158 page sizes."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -286,9 +287,9 @@ def test_it_keeps_tokens_opaque_but_not_secret(token: str) -> None:
 def test_it_can_expire_tokens(token: str) -> None:
     kwargs: dict[str, Any] = {"page_size": 10, "filter": "staff=true", "order_by": "create_time desc", "max_age": 3600}
     page(page_token=token, **kwargs)
-    with time_machine.travel(dt.datetime.now(tz=UTC) + dt.timedelta(hours=2), tick=False):
-        with pytest.raises(PageTokenError, match="page_token has expired"):
-            page(page_token=token, **kwargs)
+    later = dt.datetime.now(tz=UTC) + dt.timedelta(hours=2)
+    with time_machine.travel(later, tick=False), pytest.raises(PageTokenError, match="page_token has expired"):
+        page(page_token=token, **kwargs)
 
 
 # --- the keyset condition ----------------------------------------------------------------------------
@@ -316,9 +317,9 @@ def test_it_bounds_the_first_key_so_postgres_can_start_the_index_scan_at_the_cur
     )
     # A nullable ascending key has NULLs after every value: no bound, and NULL rows stay in.
     by_login = parse_order_by("status.last_login", ORDERABLE)
-    assert keyset_after(by_login, [BASE, 7], [True, False]) == (
-        Q(last_login__gt=BASE) | Q(last_login__isnull=True)
-    ) | (Q(last_login=BASE) & Q(pk__gt=7))
+    assert keyset_after(by_login, [BASE, 7], [True, False]) == (Q(last_login__gt=BASE) | Q(last_login__isnull=True)) | (
+        Q(last_login=BASE) & Q(pk__gt=7)
+    )
     # Past the last non-null value only NULLs remain.
     assert keyset_after(by_login, [None, 7], [True, False]) == Q(last_login__isnull=True) & (
         Q(last_login__isnull=True) & Q(pk__gt=7)

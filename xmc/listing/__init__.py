@@ -9,6 +9,7 @@ INVALID_ARGUMENT with ``str(error)`` as the message.
 
 See docs/architecture/listing.md.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

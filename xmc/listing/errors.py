@@ -5,6 +5,7 @@ REST views) maps :class:`ListingError` and all its subclasses to
 INVALID_ARGUMENT and returns ``str(error)`` as the message. Messages name the
 offending field, value or position so a user can fix the request.
 """
+
 from __future__ import annotations
 
 

@@ -22,6 +22,7 @@ Semantics, chosen and documented in docs/architecture/listing.md:
 * ``field = (a OR b)`` applies the comparison to each bare value of the
   parenthesised expression, keeping its AND/OR/NOT structure.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -101,7 +102,9 @@ class FilterField:
                 raise ValueError(f"enum FilterField {self.lookup!r} needs enum_names")
             stray = (set(self.aliases.values()) | set(self.enum_numbers.values())) - self.enum_names
             if stray:
-                raise ValueError(f"enum FilterField {self.lookup!r}: aliases/numbers name unknown values {sorted(stray)}")
+                raise ValueError(
+                    f"enum FilterField {self.lookup!r}: aliases/numbers name unknown values {sorted(stray)}"
+                )
         elif self.enum_names or self.enum_numbers:
             raise ValueError(f"FilterField {self.lookup!r}: enum_names/enum_numbers only apply to kind='enum'")
 
@@ -215,6 +218,10 @@ def parse_filter(text: str) -> Tree[Token] | None:
         raise FilterError(f"invalid filter: {len(text)} characters long; at most {MAX_FILTER_LENGTH} are allowed")
     if "\x00" in text:
         raise FilterError(f"invalid filter: NUL character at position {text.index(chr(0)) + 1}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate, e.g. from a JSON "\ud800"
+        raise FilterError(f"invalid filter: invalid character at position {error.start + 1}") from None
     if not text.strip():
         return None
     try:
@@ -263,7 +270,9 @@ def _decode_token(token: Token) -> _Literal:
     if token.type == "TEXT":
         if raw in _KEYWORDS:
             # The contextual lexer reads a keyword where no keyword can go as a word.
-            raise FilterError(f"invalid filter: unexpected keyword {raw!r} at position {pos} (quote it to use it as a value)")
+            raise FilterError(
+                f"invalid filter: unexpected keyword {raw!r} at position {pos} (quote it to use it as a value)"
+            )
         return _Literal(tuple(raw.split("*")), pos, raw)
     body = raw[1:-1]
     segments: list[str] = []
@@ -282,7 +291,9 @@ def _decode_token(token: Token) -> _Literal:
             elif esc == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2 : i + 6]):
                 code = int(body[i + 2 : i + 6], 16)
                 if code == 0 or 0xD800 <= code <= 0xDFFF:
-                    raise FilterError(f"invalid filter: escape '\\u{body[i + 2 : i + 6]}' at position {pos + i + 1} is not allowed")
+                    raise FilterError(
+                        f"invalid filter: escape '\\u{body[i + 2 : i + 6]}' at position {pos + i + 1} is not allowed"
+                    )
                 buf.append(chr(code))
                 i += 5
             else:
@@ -313,7 +324,8 @@ def _comparable_literals(tree: Tree[Token]) -> list[_Literal]:
 # --- Typed values ----------------------------------------------------------------------
 
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))",
+    re.ASCII,  # \d is 0-9 only, not every Unicode digit
 )
 _INT = re.compile(r"-?[0-9]+")
 
@@ -329,7 +341,7 @@ def parse_rfc3339(text: str) -> dt.datetime:
     year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
     micro = int((m.group(7) or "").ljust(6, "0")[:6] or 0)
     if m.group(8):
-        tz = dt.timezone.utc
+        tz = dt.UTC
     else:
         oh, om = int(m.group(10)), int(m.group(11))
         if oh > 23 or om > 59:
@@ -432,7 +444,8 @@ class _Compiler:
             lowered = lit.text.lower()
             if lowered not in ("true", "false"):
                 raise FilterError(
-                    f"invalid filter: bool field {name!r} expects true or false, got {lit.source!r} at position {lit.pos}"
+                    f"invalid filter: bool field {name!r} expects true or false, "
+                    f"got {lit.source!r} at position {lit.pos}"
                 )
             return Q(**{spec.lookup: lowered == "true"})
         value: int | dt.datetime

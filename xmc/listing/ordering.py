@@ -14,6 +14,7 @@ here: each item must match one regular expression in full.
 NULLs sort as the largest value (Postgres' default, spelled out explicitly in
 :meth:`OrderTerm.expression`): last when ascending, first when descending.
 """
+
 from __future__ import annotations
 
 import re

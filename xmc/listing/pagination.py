@@ -17,6 +17,7 @@ already received.
 Offsets are never used, so rows inserted or deleted between pages do not
 shift later pages: each row is returned at most once, in order.
 """
+
 from __future__ import annotations
 
 import base64
@@ -152,7 +153,11 @@ def decode_page_token(
     if not isinstance(payload, dict) or payload.get("v") != _TOKEN_VERSION:
         raise PageTokenError("page_token is invalid or was issued by an incompatible server version")
     keys = payload.get("k")
-    if payload.get("fp") != _token_fingerprint(fingerprint, order) or not isinstance(keys, list) or len(keys) != len(order):
+    if (
+        payload.get("fp") != _token_fingerprint(fingerprint, order)
+        or not isinstance(keys, list)
+        or len(keys) != len(order)
+    ):
         raise PageTokenError(
             "page_token does not match the request (resource, parent, filter or order_by changed); "
             "start again with an empty page_token"
@@ -271,7 +276,7 @@ def paginate(
     if not order:
         raise ValueError("paginate() needs a non-empty order ending with a unique key")
     aliases = [f"{_KEY_PREFIX}{i}" for i in range(len(order))]
-    qs = queryset.annotate(**{alias: F(term.lookup) for alias, term in zip(aliases, order)})
+    qs = queryset.annotate(**{alias: F(term.lookup) for alias, term in zip(aliases, order, strict=True)})
     qs = qs.order_by(*(term.expression() for term in order))
     if page_token:
         values = decode_page_token(page_token, fingerprint=fingerprint, order=order, max_age=max_age)
