@@ -312,3 +312,18 @@ def test_it_compiles_the_same_way_from_many_threads_at_once() -> None:
         concurrent = list(pool.map(lambda t: compile_filter(t, FIELDS), texts))
     parse_filter.cache_clear()
     assert concurrent == [compile_filter(t, FIELDS) for t in texts]
+
+
+def test_it_accepts_the_filters_the_real_client_documents() -> None:
+    # xmc_client_contract.md section 4: the client passes the user's filter_query through.
+    experiments = {
+        "title": FilterField("title", "string"),
+        "creator": FilterField("creator", "string"),
+        "tags": FilterField("tags", "string_list"),
+        "charts.experiment_id": FilterField("xid", "int"),  # the dashboard's built-in filter
+    }
+    assert compile_filter("tags:ckpt", experiments) == Q(tags__contains=["ckpt"])
+    assert compile_filter('creator="alice@example.com"', experiments) == Q(creator="alice@example.com")
+    assert compile_filter("creator=alice@example.com", experiments) == Q(creator="alice@example.com")
+    assert compile_filter('title:"edge"', experiments) == Q(title__icontains="edge")
+    assert compile_filter("charts.experiment_id=42", experiments) == Q(xid=42)
