@@ -81,7 +81,7 @@ class Watcher(threading.Thread):
     def __init__(self, base: str, path: str, on_line: Any = None):
         super().__init__(daemon=True)
         split = urlsplit(base)
-        self.conn = http.client.HTTPConnection(split.hostname, split.port, timeout=3600)
+        self.conn = http.client.HTTPConnection(split.hostname or "127.0.0.1", split.port, timeout=3600)
         self.path = path
         self.received: list[tuple[float, int]] = []
         self.on_line = on_line
@@ -107,14 +107,15 @@ class Watcher(threading.Thread):
 
     def close(self) -> None:
         try:
-            self.conn.sock.shutdown(2)  # type: ignore[union-attr]
+            if self.conn.sock is not None:
+                self.conn.sock.shutdown(2)
         except OSError:
             pass
 
 
 def request(base: str, method: str, path: str, body: Any = None, ctype: str = "application/json") -> Any:
     split = urlsplit(base)
-    conn = http.client.HTTPConnection(split.hostname, split.port, timeout=60)
+    conn = http.client.HTTPConnection(split.hostname or "127.0.0.1", split.port, timeout=60)
     data = json.dumps(body).encode() if body is not None else None
     conn.request(method, path, body=data, headers={"Content-Type": ctype, "Accept": "application/json"})
     resp = conn.getresponse()

@@ -765,11 +765,11 @@ class Api:
             return _json({"swagger": "2.0", "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
                           "paths": {}, "definitions": {}})
         if rest == ["v3"]:
-            paths = {}
+            index: dict[str, Any] = {}
             for gv in group_versions():
                 prefix = "apis/" + gv if "/" in gv else "api/" + gv
-                paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash=0123456789ABCDEF"}
-            return _json({"paths": paths})
+                index[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash=0123456789ABCDEF"}
+            return _json({"paths": index})
         if len(rest) >= 3 and rest[0] == "v3":
             gv = "/".join(rest[2:]) if rest[1] == "apis" else "/".join(rest[2:])
             rts = group_versions().get(gv)
@@ -852,7 +852,7 @@ class _Handler(BaseHTTPRequestHandler):
             readable, _, _ = select.select([self.connection], [], [], 0)
             if not readable:
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
+            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
         except OSError:
             return True
 
@@ -897,7 +897,8 @@ class ApiServer:
         self.store = store
         self.api = Api(store)
         self._httpd = _HTTPServer((host, port), self.api)
-        self.host, self.port = self._httpd.server_address[0], self._httpd.server_address[1]
+        self.host: str = host
+        self.port: int = int(self._httpd.server_address[1])
         self.api.server_address = f"{self.host}:{self.port}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
                                         name=f"sim-apiserver-{self.port}", daemon=True)

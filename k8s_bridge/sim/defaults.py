@@ -90,7 +90,6 @@ def apply_create_defaults(rt: ResourceType, obj: dict[str, Any], uid: str) -> No
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("backoffLimit", 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6)
         spec.setdefault("suspend", False)
-        spec.setdefault("manualSelector", False) if spec.get("manualSelector") else None
         spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
         template = spec.setdefault("template", {})
         if isinstance(template, dict):
@@ -105,8 +104,6 @@ def apply_create_defaults(rt: ResourceType, obj: dict[str, Any], uid: str) -> No
             tspec = template.setdefault("spec", {})
             if isinstance(tspec, dict):
                 default_pod_spec(tspec, restart_policy=tspec.get("restartPolicy") or "Never")
-    elif rt.plural == "events":
-        obj.setdefault("count", 1) if obj.get("firstTimestamp") else None
     elif rt.plural == "leases":
         obj.setdefault("spec", {})
 

@@ -44,6 +44,37 @@ def _check_key(key: str) -> str:
     return key
 
 
+def _label_in(key: str, values: set[str], negate: bool) -> LabelMatcher:
+    def match(labels: dict[str, str]) -> bool:
+        return (labels.get(key) in values) != negate
+
+    return match
+
+
+def _label_eq(key: str, value: str, negate: bool) -> LabelMatcher:
+    def match(labels: dict[str, str]) -> bool:
+        return (labels.get(key) == value) != negate
+
+    return match
+
+
+def _label_cmp(key: str, bound: int, greater: bool) -> LabelMatcher:
+    def match(labels: dict[str, str]) -> bool:
+        value = _int_or_none(labels.get(key))
+        if value is None:
+            return False
+        return value > bound if greater else value < bound
+
+    return match
+
+
+def _label_exists(key: str, negate: bool) -> LabelMatcher:
+    def match(labels: dict[str, str]) -> bool:
+        return (key in labels) != negate
+
+    return match
+
+
 def parse_label_selector(text: str | None) -> LabelMatcher | None:
     """A predicate over an object's labels, or None for "everything"."""
     if not text or not text.strip():
@@ -52,33 +83,21 @@ def parse_label_selector(text: str | None) -> LabelMatcher | None:
     for part in _split_top_level(text):
         m = re.match(r"^(\S+)\s+(in|notin)\s*\((.*)\)$", part)
         if m:
-            key = _check_key(m.group(1))
             values = {v.strip() for v in m.group(3).split(",") if v.strip()}
-            if m.group(2) == "in":
-                reqs.append(lambda ls, k=key, vs=values: ls.get(k) in vs)
-            else:
-                reqs.append(lambda ls, k=key, vs=values: ls.get(k) not in vs)
+            reqs.append(_label_in(_check_key(m.group(1)), values, negate=m.group(2) == "notin"))
             continue
         m = re.match(r"^([^=!<>\s]+)\s*(==|=|!=|>|<)\s*(\S*)$", part)
         if m:
             key, op, value = _check_key(m.group(1)), m.group(2), m.group(3)
-            if op in ("=", "=="):
-                reqs.append(lambda ls, k=key, v=value: ls.get(k) == v)
-            elif op == "!=":
-                reqs.append(lambda ls, k=key, v=value: ls.get(k) != v)
+            if op in ("=", "==", "!="):
+                reqs.append(_label_eq(key, value, negate=op == "!="))
             else:
-                bound = int(value)
-                if op == ">":
-                    reqs.append(lambda ls, k=key, b=bound: _int_or_none(ls.get(k)) is not None and _int_or_none(ls.get(k)) > b)  # type: ignore[operator]
-                else:
-                    reqs.append(lambda ls, k=key, b=bound: _int_or_none(ls.get(k)) is not None and _int_or_none(ls.get(k)) < b)  # type: ignore[operator]
+                reqs.append(_label_cmp(key, int(value), greater=op == ">"))
             continue
         if part.startswith("!"):
-            key = _check_key(part[1:].strip())
-            reqs.append(lambda ls, k=key: k not in ls)
+            reqs.append(_label_exists(_check_key(part[1:].strip()), negate=True))
             continue
-        key = _check_key(part)
-        reqs.append(lambda ls, k=key: k in ls)
+        reqs.append(_label_exists(_check_key(part), negate=False))
     return lambda labels: all(r(labels) for r in reqs)
 
 
@@ -135,6 +154,13 @@ def field_value(obj: dict[str, Any], path: str) -> str:
     return str(cur)
 
 
+def _field_eq(field: str, value: str, negate: bool) -> FieldMatcher:
+    def match(obj: dict[str, Any]) -> bool:
+        return (field_value(obj, field) == value) != negate
+
+    return match
+
+
 def parse_field_selector(text: str | None, supported: tuple[str, ...]) -> FieldMatcher | None:
     """A predicate over a whole object, or None.
 
@@ -152,8 +178,5 @@ def parse_field_selector(text: str | None, supported: tuple[str, ...]) -> FieldM
         field, op, value = m.group(1).strip(), m.group(2), _unescape(m.group(3))
         if field not in allowed:
             raise ValueError(f"field label not supported: {field}")
-        if op == "!=":
-            reqs.append(lambda o, f=field, v=value: field_value(o, f) != v)
-        else:
-            reqs.append(lambda o, f=field, v=value: field_value(o, f) == v)
+        reqs.append(_field_eq(field, value, negate=op == "!="))
     return lambda obj: all(r(obj) for r in reqs)

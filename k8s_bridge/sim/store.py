@@ -54,7 +54,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from k8s_bridge.sim import defaults
 from k8s_bridge.sim.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
@@ -66,6 +66,9 @@ logger = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 Listener = Callable[[str, ResourceType, Obj], None]
+Events = list[tuple[str, ResourceType, Obj]]  # committed changes to hand to listeners
+ObjList = list[Obj]
+T = TypeVar("T")
 AdmissionHook = Callable[[str, ResourceType, Obj, "Obj | None"], None]
 
 PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
@@ -178,12 +181,12 @@ def unsupported_media_type() -> ApiError:
 # Small helpers
 
 
-def clone(value: Any) -> Any:
+def clone(value: T) -> T:
     """Deep copy of plain JSON data (much faster than copy.deepcopy)."""
     if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
+        return {k: clone(v) for k, v in value.items()}  # type: ignore[return-value]
     if isinstance(value, list):
-        return [clone(v) for v in value]
+        return [clone(v) for v in value]  # type: ignore[return-value]
     return value
 
 
@@ -322,7 +325,7 @@ class Store:
 
     def create(self, rt: ResourceType | str, namespace: str | None, obj: Obj, dry_run: bool = False) -> Obj:
         rt = _rt(rt)
-        events: list[tuple[str, ResourceType, Obj]] = []
+        events: Events = []
         with self._lock:
             out = self._create_locked(rt, namespace, obj, events, dry_run)
         self._dispatch(events)
@@ -339,7 +342,7 @@ class Store:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> tuple[list[Obj], str]:
+    ) -> tuple[ObjList, str]:
         items, rv, _, _ = self.list_page(rt, namespace, label_selector, field_selector)
         return items, rv
 
@@ -353,7 +356,7 @@ class Store:
         continue_token: str | None = None,
         resource_version: str | None = None,
         resource_version_match: str | None = None,
-    ) -> tuple[list[Obj], str, str | None, int | None]:
+    ) -> tuple[ObjList, str, str | None, int | None]:
         """A list with paging: (items, list RV, continue token or None, remainingItemCount)."""
         rt = _rt(rt)
         label_match, field_match = self._selectors(rt, label_selector, field_selector)
@@ -410,7 +413,7 @@ class Store:
         rt = _rt(rt)
         if not isinstance(obj, dict):
             raise bad_request("request body must be a JSON object")
-        events: list[tuple[str, ResourceType, Obj]] = []
+        events: Events = []
         with self._lock:
             cur = self._get_locked(rt, namespace, name)
             rv_in = _meta(obj).get("resourceVersion")
@@ -468,7 +471,7 @@ class Store:
                     body = _load_yaml(body)
                 else:
                     raise bad_request(f"error decoding patch: {exc}") from None
-        events: list[tuple[str, ResourceType, Obj]] = []
+        events: Events = []
         with self._lock:
             if kind == "apply":
                 key = self._key(rt, namespace, name)
@@ -518,7 +521,7 @@ class Store:
         """DELETE: the updated object if it stays (finalizers, graceful), else the
         deleted object (pods, namespaces) or a Status Success."""
         rt = _rt(rt)
-        events: list[tuple[str, ResourceType, Obj]] = []
+        events: Events = []
         with self._lock:
             out = self._delete_locked(
                 rt, self._key(rt, namespace, name), preconditions, propagation_policy,
@@ -530,7 +533,7 @@ class Store:
     def reap_graceful_deletions(self) -> int:
         """Remove pods whose graceful-deletion deadline has passed; returns how many."""
         now = self._clock()
-        events: list[tuple[str, ResourceType, Obj]] = []
+        events: Events = []
         count = 0
         with self._lock:
             due = [key for key, deadline in self._graceful.items() if deadline <= now]
@@ -594,8 +597,8 @@ class Store:
         must not be mutated.  Selector errors raise ApiError before the first item."""
         rt = _rt(rt)
         label_match, field_match = self._selectors(rt, label_selector, field_selector)
-        if resource_version not in (None, "", "0"):
-            self._parse_rv(resource_version)  # type: ignore[arg-type]
+        if resource_version:
+            self._parse_rv(resource_version)
         return self._watch_gen(rt, namespace, resource_version, label_match, field_match,
                                allow_bookmarks, timeout_s, send_initial_events)
 
@@ -620,7 +623,7 @@ class Store:
                 return False
             return self._matches(obj, label_match, field_match)
 
-        initial: list[Obj] = []
+        initial: ObjList = []
         with self._lock:
             with log.cond:
                 if resource_version in (None, "", "0"):
@@ -629,7 +632,7 @@ class Store:
                     seq = log.next_seq
                     start_rv = self._rv
                 else:
-                    wanted = self._parse_rv(resource_version)
+                    wanted = self._parse_rv(resource_version or "0")
                     if wanted < log.compacted_rv:
                         yield ("ERROR", expired(
                             f"too old resource version: {wanted} ({log.compacted_rv + 1})"
@@ -790,7 +793,7 @@ class Store:
         return self._rv
 
     def _emit(self, rt: ResourceType, etype: str, obj: Obj, prev: Obj | None,
-              events: list[tuple[str, ResourceType, Obj]]) -> None:
+              events: Events) -> None:
         rv = int(obj["metadata"]["resourceVersion"])
         log = self._logs[rt.plural]
         with log.cond:
@@ -825,7 +828,7 @@ class Store:
                     if not deps:
                         del self._dependents[ref["uid"]]
 
-    def _dispatch(self, events: list[tuple[str, ResourceType, Obj]]) -> None:
+    def _dispatch(self, events: Events) -> None:
         if not events or not self._listeners:
             return
         listeners = list(self._listeners)
@@ -843,7 +846,7 @@ class Store:
                 hook(op, rt, obj, old)
 
     def _create_locked(self, rt: ResourceType, namespace: str | None, obj: Any,
-                       events: list[tuple[str, ResourceType, Obj]], dry_run: bool) -> Obj:
+                       events: Events, dry_run: bool) -> Obj:
         if not isinstance(obj, dict):
             raise bad_request("request body must be a JSON object")
         obj = clone(obj)
@@ -924,7 +927,7 @@ class Store:
         return obj
 
     def _apply_write_locked(self, rt: ResourceType, cur: Obj, incoming: Obj, subresource: str | None,
-                            events: list[tuple[str, ResourceType, Obj]], dry_run: bool) -> Obj:
+                            events: Events, dry_run: bool) -> Obj:
         """Turn a PUT body or patched object into the new stored object and commit it."""
         name = cur["metadata"]["name"]
         in_meta = incoming.get("metadata")
@@ -993,7 +996,7 @@ class Store:
         return self._commit_update_locked(rt, cur, result, events, dry_run)
 
     def _commit_update_locked(self, rt: ResourceType, cur: Obj, result: Obj,
-                              events: list[tuple[str, ResourceType, Obj]], dry_run: bool) -> Obj:
+                              events: Events, dry_run: bool) -> Obj:
         if result == cur:
             return cur  # no-op: no new RV, no event
         if dry_run:
@@ -1012,13 +1015,14 @@ class Store:
         return result
 
     def _remove_locked(self, rt: ResourceType, key: Key, final: Obj, prev: Obj,
-                       events: list[tuple[str, ResourceType, Obj]]) -> None:
+                       events: Events) -> None:
         """Remove the object (final state already carries its new RV) and run the GC."""
         del self._objects[rt.plural][key]
         self._unindex_owners(rt, key, prev)
         uid = final["metadata"]["uid"]
         self._by_uid.pop(uid, None)
-        self._graceful.pop(key, None) if rt.plural == "pods" else None
+        if rt.plural == "pods":
+            self._graceful.pop(key, None)
         if rt.namespaced:
             self._ns_count[key[0]] = self._ns_count.get(key[0], 1) - 1
         self._emit(rt, "DELETED", final, prev, events)
@@ -1043,7 +1047,7 @@ class Store:
         if rt.namespaced:
             self._maybe_finalize_namespace(key[0], events)
 
-    def _maybe_finish_foreground(self, owner_uid: str | None, events: list[tuple[str, ResourceType, Obj]]) -> None:
+    def _maybe_finish_foreground(self, owner_uid: str | None, events: Events) -> None:
         located = self._by_uid.get(owner_uid or "")
         if located is None:
             return
@@ -1064,7 +1068,7 @@ class Store:
         _normalise_metadata(updated["metadata"])
         self._commit_update_locked(by_plural(plural), owner, updated, events, False)
 
-    def _maybe_finalize_namespace(self, namespace: str, events: list[tuple[str, ResourceType, Obj]]) -> None:
+    def _maybe_finalize_namespace(self, namespace: str, events: Events) -> None:
         ns_obj = self._objects["namespaces"].get(("", namespace))
         if ns_obj is None or not ns_obj["metadata"].get("deletionTimestamp"):
             return
@@ -1077,7 +1081,7 @@ class Store:
 
     def _delete_locked(self, rt: ResourceType, key: Key, preconditions: dict[str, Any] | None,
                        propagation_policy: str | None, grace_period_seconds: int | None,
-                       events: list[tuple[str, ResourceType, Obj]], dry_run: bool) -> Obj:
+                       events: Events, dry_run: bool) -> Obj:
         cur = self._objects[rt.plural].get(key)
         name = key[1]
         if cur is None:
@@ -1182,7 +1186,7 @@ class Store:
         details["uid"] = obj["metadata"]["uid"]
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
-    def _orphan_dependents(self, uid: str, events: list[tuple[str, ResourceType, Obj]]) -> None:
+    def _orphan_dependents(self, uid: str, events: Events) -> None:
         for dep_plural, dep_key in sorted(self._dependents.get(uid, set())):
             dep = self._objects[dep_plural].get(dep_key)
             if dep is None:
@@ -1193,7 +1197,7 @@ class Store:
             _normalise_metadata(updated["metadata"])
             self._commit_update_locked(by_plural(dep_plural), dep, updated, events, False)
 
-    def _delete_namespace_locked(self, cur: Obj, events: list[tuple[str, ResourceType, Obj]], dry_run: bool) -> Obj:
+    def _delete_namespace_locked(self, cur: Obj, events: Events, dry_run: bool) -> Obj:
         ns_rt = by_plural("namespaces")
         name = cur["metadata"]["name"]
         if cur["metadata"].get("deletionTimestamp") or dry_run:
