@@ -193,6 +193,7 @@ def run_simulator(
     clock: Any = None,
     save_interval_s: float = 10.0,
     reap_interval_s: float = 0.2,
+    event_ttl_s: float = 3600.0,
     controller_hooks: bool = True,
 ) -> SimulatorHandle:
     """Start a simulator and return its handle (call `.stop()` when done).
@@ -200,7 +201,8 @@ def run_simulator(
     `port=0` picks a free port.  With `controllers=False` only the API server
     runs (no JobSet/Kueue/kubelet behaviour); `clock` defaults to a
     `SimClock(speed)` when controllers run, else to `time.time`.
-    `queues_config` is the controllers' seeding YAML (their format; None = their
+    Core Events older than `event_ttl_s` simulated seconds are deleted, as
+    the real apiserver's --event-ttl does.  `queues_config` is the controllers' seeding YAML (their format; None = their
     default).
     """
     state = read_state(state_file)
@@ -225,9 +227,13 @@ def run_simulator(
         handle.kubeconfig_path = kubeconfig_out
 
     def reaper() -> None:
+        last_expiry = time.monotonic()
         while not handle._stop.wait(reap_interval_s):
             try:
                 store.reap_graceful_deletions()
+                if time.monotonic() - last_expiry > 5.0:
+                    last_expiry = time.monotonic()
+                    store.expire_events(event_ttl_s)
             except Exception:  # noqa: BLE001 - keep reaping
                 logger.exception("sim.server.reap_failed")
 

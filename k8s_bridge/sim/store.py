@@ -271,8 +271,9 @@ class _Log:
 class Store:
     """Thread-safe in-memory Kubernetes object store with API-server semantics."""
 
-    #: events kept per resource type for watch resumption (older RVs get 410)
-    history_limit: int = 20000
+    #: events kept per resource type for watch resumption (older RVs get 410);
+    #: the real watch cache keeps far fewer, this only bounds memory
+    history_limit: int = 5000
     #: seconds between BOOKMARK events on idle watches that asked for them
     bookmark_interval_s: float = 1.0
     #: seconds between idle ticks of `iter_watch_events` (lets the HTTP layer notice disconnects)
@@ -291,6 +292,7 @@ class Store:
         self._listeners: list[Listener] = []
         self._admission: list[tuple[frozenset[str] | None, AdmissionHook]] = []
         self._closed = False
+        self._compacted_rv = 0  # like an etcd compaction: continue tokens / Exact reads below it get 410
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", None, {"metadata": {"name": ns}})
 
@@ -361,7 +363,6 @@ class Store:
         rt = _rt(rt)
         label_match, field_match = self._selectors(rt, label_selector, field_selector)
         with self._lock:
-            log = self._logs[rt.plural]
             list_rv = self._rv
             start_after: str | None = None
             if continue_token:
@@ -370,13 +371,13 @@ class Store:
                     token_rv, start_after = int(token["rv"]), str(token["start"])
                 except Exception as exc:  # noqa: BLE001 - any garbage is a bad token
                     raise bad_request(f"invalid continue token: {exc}") from None
-                if token_rv < log.compacted_rv:
+                if token_rv < self._compacted_rv:
                     raise expired(CONTINUE_EXPIRED_MESSAGE)
                 list_rv = token_rv
             elif resource_version and resource_version_match == "Exact":
                 wanted = self._parse_rv(resource_version)
-                if wanted < log.compacted_rv:
-                    raise expired(f"too old resource version: {wanted} ({log.compacted_rv + 1})")
+                if wanted < self._compacted_rv:
+                    raise expired(f"too old resource version: {wanted} ({self._compacted_rv + 1})")
             matched = [
                 (key, obj)
                 for key, obj in self._objects[rt.plural].items()
@@ -545,11 +546,31 @@ class Store:
         self._dispatch(events)
         return count
 
+    def expire_events(self, ttl_s: float) -> int:
+        """Delete core Events older than `ttl_s` (the apiserver's --event-ttl); returns how many."""
+        cutoff = self._clock() - ttl_s
+        events: Events = []
+        count = 0
+        rt = by_plural("events")
+        with self._lock:
+            for key, obj in list(self._objects["events"].items()):
+                stamp = obj.get("lastTimestamp") or obj["metadata"].get("creationTimestamp")
+                try:
+                    expired_ = parse_time(stamp) < cutoff if stamp else False
+                except ValueError:
+                    expired_ = False
+                if expired_:
+                    self._delete_locked(rt, key, None, None, None, events, False)
+                    count += 1
+        self._dispatch(events)
+        return count
+
     def compact(self, resource_version: int | None = None) -> None:
         """Forget history up to `resource_version` (default: now), like an etcd
         compaction: watches and continue tokens from older RVs get 410."""
         with self._lock:
             floor = self._rv if resource_version is None else resource_version
+            self._compacted_rv = max(self._compacted_rv, floor)
             for log in self._logs.values():
                 with log.cond:
                     keep = len([e for e in log.events if e.rv > floor])
@@ -739,6 +760,7 @@ class Store:
                     meta = obj["metadata"]
                     if plural == "pods" and meta.get("deletionTimestamp") and meta.get("deletionGracePeriodSeconds"):
                         self._graceful[key] = parse_time(meta["deletionTimestamp"])
+            self._compacted_rv = self._rv
             for log in self._logs.values():
                 with log.cond:
                     log.events.clear()

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from k8s_bridge.sim.server import SimulatorHandle
+from k8s_bridge.sim.store import format_time
 from tests.sim_api.conftest import KubectlRunner
 
 JOBSET_YAML = """
@@ -176,12 +177,13 @@ def test_it_prints_logs_and_describes_with_events(sim: SimulatorHandle, kubectl:
     sim.pod_logs.append(ns, "hal", "main", "epoch 1 loss 0.9\nepoch 2 loss 0.5")
     assert kubectl("logs", "hal").stdout == "epoch 1 loss 0.9\nepoch 2 loss 0.5\n"
     uid = sim.store.get("pods", ns, "hal")["metadata"]["uid"]
+    now = format_time(time.time())
     sim.store.create("events", ns, {
         "metadata": {"name": "hal.1"},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "hal", "namespace": ns, "uid": uid},
         "reason": "Pulled", "message": "Container image already present", "type": "Normal",
         "source": {"component": "kubelet"}, "count": 1,
-        "firstTimestamp": "2025-01-01T00:00:00Z", "lastTimestamp": "2025-01-01T00:00:00Z",
+        "firstTimestamp": now, "lastTimestamp": now,
     })
     described = kubectl("describe", "pod", "hal").stdout
     assert "Name:" in described and "hal" in described

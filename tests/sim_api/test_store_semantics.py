@@ -152,3 +152,30 @@ def test_it_round_trips_a_snapshot() -> None:
     copy.restore(store.snapshot())
     assert copy.get(JOBSETS, "default", "hal") == store.get(JOBSETS, "default", "hal")
     assert copy.resource_version == store.resource_version
+
+
+def test_it_expires_old_events_like_the_event_ttl() -> None:
+    now = [1_000_000.0]
+    store = Store(clock=lambda: now[0])
+    involved = {"kind": "Pod", "name": "p", "namespace": "default"}
+    store.create("events", "default", {"metadata": {"name": "p.1"}, "involvedObject": involved, "reason": "Old"})
+    now[0] += 3000
+    store.create("events", "default", {"metadata": {"name": "p.2"}, "involvedObject": involved, "reason": "New"})
+    now[0] += 1000
+    assert store.expire_events(3600) == 1
+    assert [e["reason"] for e in store.list("events", "default")[0]] == ["New"]
+
+
+def test_it_expires_continue_tokens_only_after_compaction() -> None:
+    store = Store()
+    for i in range(3):
+        store.create(JOBSETS, "default", jobset(f"js-{i}"))
+    _, _, token, remaining = store.list_page(JOBSETS, "default", limit=1)
+    assert remaining == 2 and token
+    items, _, _, _ = store.list_page(JOBSETS, "default", limit=1, continue_token=token)
+    assert [o["metadata"]["name"] for o in items] == ["js-1"]
+    store.create(JOBSETS, "default", jobset("js-3"))
+    store.compact()
+    with pytest.raises(ApiError) as err:
+        store.list_page(JOBSETS, "default", limit=1, continue_token=token)
+    assert err.value.code == 410
