@@ -380,3 +380,14 @@ def test_it_deletes_a_running_pod_gracefully(sim: SimulatorHandle, api_client: c
     gone = core.delete_namespaced_pod("quin", ns, grace_period_seconds=0)
     assert gone.metadata.name == "quin"
     assert core.list_namespaced_pod(ns).items == []
+
+
+def test_it_deletes_a_collection_by_label_and_accepts_a_dummy_token(sim: SimulatorHandle, ns: str) -> None:
+    config = client.Configuration(host=sim.url, api_key={"authorization": "dummy"}, api_key_prefix={"authorization": "Bearer"})
+    with client.ApiClient(config) as api:
+        co = client.CustomObjectsApi(api)
+        for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+            co.create_namespaced_custom_object(G, V, ns, P, jobset(name, labels={"team": team}))
+        co.delete_collection_namespaced_custom_object(G, V, ns, P, label_selector="team=x")
+        left = co.list_namespaced_custom_object(G, V, ns, P)["items"]
+        assert [o["metadata"]["name"] for o in left] == ["c"]

@@ -179,3 +179,29 @@ def test_it_expires_continue_tokens_only_after_compaction() -> None:
     with pytest.raises(ApiError) as err:
         store.list_page(JOBSETS, "default", limit=1, continue_token=token)
     assert err.value.code == 410
+
+
+def test_it_checks_a_resource_version_precondition_on_delete() -> None:
+    store = Store()
+    created = store.create(JOBSETS, "default", jobset("ivy"))
+    store.patch(JOBSETS, "default", "ivy", "merge", {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(ApiError) as err:
+        store.delete(JOBSETS, "default", "ivy", preconditions={"resourceVersion": created["metadata"]["resourceVersion"]})
+    assert err.value.code == 409 and "the ResourceVersion in the precondition" in err.value.message
+    assert err.value.details == {"name": "ivy", "group": "jobset.x-k8s.io", "kind": "JobSet"}
+
+
+def test_it_runs_admission_hooks_on_create_and_update() -> None:
+    store = Store()
+
+    def suspend_queued(op: str, rt: object, obj: dict, old: object) -> None:
+        if op == "CREATE" and "kueue.x-k8s.io/queue-name" in (obj["metadata"].get("labels") or {}):
+            obj["spec"]["suspend"] = True
+        if op == "UPDATE" and obj["spec"].get("replicatedJobs") != (old or {})["spec"].get("replicatedJobs"):  # type: ignore[index]
+            raise ApiError(422, "Invalid", "replicatedJobs is immutable")
+
+    store.add_admission_hook(suspend_queued, ("jobsets",))
+    created = store.create(JOBSETS, "default", jobset("jon", labels={"kueue.x-k8s.io/queue-name": "q"}))
+    assert created["spec"]["suspend"] is True
+    with pytest.raises(ApiError):
+        store.patch(JOBSETS, "default", "jon", "merge", {"spec": {"replicatedJobs": [{"name": "x"}]}})
