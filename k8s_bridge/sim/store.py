@@ -218,6 +218,33 @@ def _normalise_metadata(meta: dict[str, Any]) -> None:
             del meta[key]
 
 
+_UTC_OFFSET_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
+
+
+def _normalise_times(value: Any) -> Any:
+    """Rewrite `...+00:00` timestamps as `...Z`, as metav1.Time serialises.
+
+    The python client re-serialises datetimes with an offset; a real server
+    parses and re-emits them in UTC with `Z`.  Annotations and labels are
+    opaque strings and are left alone.
+    """
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, str):
+                if v.endswith("+00:00") and _UTC_OFFSET_TIME.match(v):
+                    value[k] = v[:-6] + "Z"
+            elif k not in ("annotations", "labels") and isinstance(v, (dict, list)):
+                _normalise_times(v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, str):
+                if v.endswith("+00:00") and _UTC_OFFSET_TIME.match(v):
+                    value[i] = v[:-6] + "Z"
+            elif isinstance(v, (dict, list)):
+                _normalise_times(v)
+    return value
+
+
 def _without(obj: Obj, *keys: str) -> Obj:
     return {k: v for k, v in obj.items() if k not in keys}
 
@@ -936,6 +963,7 @@ class Store:
         if rt.has_generation:
             meta["generation"] = 1
         _normalise_metadata(meta)
+        _normalise_times(obj)
         if dry_run:
             meta["resourceVersion"] = str(self._rv)
             return obj
@@ -968,7 +996,7 @@ class Store:
             result = dict(cur)
             result["metadata"] = dict(cur["metadata"])
             if incoming.get("status") is not None:
-                result["status"] = clone(incoming["status"])
+                result["status"] = _normalise_times(clone(incoming["status"]))
             else:
                 result.pop("status", None)
         elif subresource == "finalize" and rt.plural == "namespaces":
@@ -988,6 +1016,7 @@ class Store:
                     meta.pop(owned, None)
             meta.pop("managedFields", None)
             meta.pop("selfLink", None)
+            _normalise_times(result)  # only fresh copies so far: stored dicts are never mutated
             if rt.has_status_subresource:
                 if "status" in cur:
                     result["status"] = cur["status"]

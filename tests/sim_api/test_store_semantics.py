@@ -205,3 +205,20 @@ def test_it_runs_admission_hooks_on_create_and_update() -> None:
     assert created["spec"]["suspend"] is True
     with pytest.raises(ApiError):
         store.patch(JOBSETS, "default", "jon", "merge", {"spec": {"replicatedJobs": [{"name": "x"}]}})
+
+
+def test_it_emits_utc_timestamps_with_z_like_metav1_time() -> None:
+    store = Store()
+    created = store.create("events", "default", {
+        "metadata": {"name": "e.1", "annotations": {"note": "2025-01-01T00:00:00+00:00"}},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "firstTimestamp": "2025-01-01T00:00:00+00:00", "eventTime": "2025-01-01T00:00:00.123456+00:00",
+    })
+    assert created["firstTimestamp"] == "2025-01-01T00:00:00Z"
+    assert created["eventTime"] == "2025-01-01T00:00:00.123456Z"
+    assert created["metadata"]["annotations"]["note"] == "2025-01-01T00:00:00+00:00"
+    store.create(JOBSETS, "default", jobset("kit"))
+    status = store.patch(JOBSETS, "default", "kit", "merge", {"status": {"conditions": [
+        {"type": "Completed", "status": "True", "lastTransitionTime": "2025-01-02T03:04:05+00:00"}]}},
+        subresource="status")
+    assert status["status"]["conditions"][0]["lastTransitionTime"] == "2025-01-02T03:04:05Z"
