@@ -56,7 +56,7 @@ def update_artifact(
     now = now or timezone.now()
     with transaction.atomic(durable=True):
         try:
-            artifact = Artifact.objects.select_for_update(no_key=True).select_related("work_unit").get(id=aid)
+            artifact = Artifact.objects.select_for_update(no_key=True, of=("self",)).select_related("work_unit").get(id=aid)
         except Artifact.DoesNotExist:
             raise NotFound(f"artifacts/{aid} not found", field="artifact.name") from None
         for name, value in fields.items():

@@ -13,7 +13,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from experiments import rollup
+from experiments import acl, rollup
 from experiments.choices import ActiveState, LaunchState
 from experiments.models import Experiment
 from xmc import convert, pb
@@ -30,7 +30,7 @@ def get_experiment(xid: int) -> Experiment:
 
 
 def default_acls(creator: str) -> dict:
-    return convert.to_json(pb.xid.XidAcls(owners=[pb.xid.XidAcls.Role(user=creator)]))
+    return convert.to_json(pb.xid.XidAcls(owners=[pb.xid.XidAcls.Role(user=creator.lower())]))
 
 
 def create_experiment(message: pb.experiment.Experiment, *, creator: str, now: datetime | None = None) -> Experiment:
@@ -53,7 +53,7 @@ def create_experiment(message: pb.experiment.Experiment, *, creator: str, now: d
     has_acls = message.HasField("acls") and any(
         (message.acls.owners, message.acls.writers, message.acls.readers)
     )
-    fields["acls"] = convert.to_json(message.acls) if has_acls else default_acls(creator)
+    fields["acls"] = acl.normalize_acls(convert.to_json(message.acls) if has_acls else default_acls(creator))
     with transaction.atomic(durable=True):
         return Experiment.objects.create(
             creator=creator,
@@ -73,6 +73,8 @@ def update_experiment(
     if not paths:
         raise InvalidArgument("update_mask must name at least one field", field="update_mask")
     fields = convert.experiment_fields(message, paths)  # validates before any write
+    if "acls" in fields:
+        fields["acls"] = acl.normalize_acls(fields["acls"])
     now = now or timezone.now()
     with transaction.atomic(durable=True):
         exp = _lock(xid)

@@ -603,3 +603,27 @@ def _finish(op: Operation, now: datetime, *, response: dict[str, Any] | None = N
     op.response = response
     op.error = error
     op.save(update_fields=["done", "end_time", "response", "error"])
+
+
+def request_operation_cancellation(operation_id: int, *, requester: Requester = SYSTEM) -> Operation:
+    """CancelOperation: record the request; a done operation is left as it is.
+
+    Work already handed to the actuator is not interrupted (stop the work
+    unit for that); the flag is visible in the operation's metadata.
+    """
+    with transaction.atomic(durable=True):
+        op = Operation.objects.select_for_update(no_key=True).get(id=operation_id)
+        if not op.done and not op.requested_cancellation:
+            op.requested_cancellation = True
+            op.cancellation_requester = requester.email
+            op.save(update_fields=["requested_cancellation", "cancellation_requester"])
+        return op
+
+
+def delete_operation(operation_id: int) -> None:
+    """DeleteOperation: forget a finished operation (a pending one is still the outbox)."""
+    with transaction.atomic(durable=True):
+        op = Operation.objects.select_for_update(no_key=True).get(id=operation_id)
+        if not op.done:
+            raise FailedPrecondition(f"operation {operation_id} is not done yet", field="name")
+        op.delete()

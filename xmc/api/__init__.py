@@ -1,0 +1,1 @@
+"""The ``cloud.xmanager.v1`` API, once: handlers shared by gRPC and REST."""
