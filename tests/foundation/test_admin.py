@@ -27,7 +27,8 @@ def test_it_lists_and_shows_every_model(operator: Client) -> None:
                 "/admin/workunits/workunitexecution/", "/admin/workunits/operation/",
                 "/admin/workunits/statushistory/", "/admin/workunits/statusmessage/",
                 "/admin/workunits/pausedtask/", "/admin/workunits/deadletter/",
-                "/admin/workunits/schedulingswitch/", "/admin/artifacts/artifact/"]:
+                "/admin/workunits/schedulingswitch/", "/admin/artifacts/artifact/",
+                "/admin/xmc/cliauthorizationcode/"]:
         assert operator.get(url).status_code == 200, url
     page = operator.get(f"/admin/workunits/workunit/{wu.id}/change/").content.decode()
     assert "Initializing" in page  # the execution inline
