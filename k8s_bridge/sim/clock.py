@@ -139,7 +139,7 @@ class SimClock:
 
 def format_time(t: float) -> str:
     """RFC 3339 with second resolution, as Kubernetes serialises metav1.Time."""
-    return dt.datetime.fromtimestamp(int(t), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
 
 
 def parse_time(value: str | None) -> float | None:

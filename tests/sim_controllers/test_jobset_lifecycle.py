@@ -181,6 +181,8 @@ def test_it_suspends_and_resumes_a_jobset_outside_kueue(make_sim) -> None:  # ty
                                                                          "failed": 0, "active": 0, "suspended": 2},
                    what="counters to zero")
     sim.eventually(lambda: sim.list("pods", "plain") == [], what="pods deleted")
+    pod_events = [e for e in sim.list("events", "plain") if e["involvedObject"]["kind"] == "Pod"]
+    assert "Killing" in {e["reason"] for e in pod_events}, "the kubelet stops containers of deleted pods"
     cond = sim.condition(sim.jobset("ivan", "plain"), "Suspended")
     assert (cond["status"], cond["reason"], cond["message"]) == ("True", "SuspendedJobs", "jobset is suspended")
     assert sim.condition(sim.get("jobs", "ivan-workers-0", "plain"), "Suspended")["reason"] == "JobSuspended"

@@ -103,6 +103,8 @@ def _strip_scheduling(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         md = tmpl.get("metadata") or {}
         md.pop("labels", None)
         md.pop("annotations", None)
+        if "metadata" in tmpl and not md:
+            del tmpl["metadata"]
         for f in SCHEDULING_FIELDS:
             (tmpl.get("spec") or {}).pop(f, None)
     return out

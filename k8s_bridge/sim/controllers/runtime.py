@@ -17,7 +17,6 @@ Created by `k8s_bridge.sim.controllers.start_controllers`.
 from __future__ import annotations
 
 import collections
-import copy
 import logging
 import random
 import threading
@@ -75,8 +74,13 @@ def rv_int(obj: Obj | None) -> int:
         return -1
 
 
-def clone(obj: Obj) -> Obj:
-    return copy.deepcopy(obj)
+def clone(value: Any) -> Any:
+    """Deep copy of plain JSON data (much faster than copy.deepcopy)."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
 
 
 def controller_owner_uid(obj: Obj) -> str | None:
@@ -494,7 +498,7 @@ class Controller:
 
     name = "controller"
     workers = 1
-    resync_wall_seconds = 10.0
+    resync_wall_seconds = 30.0
 
     def __init__(self, ctx: ControllerContext) -> None:
         self.ctx = ctx
