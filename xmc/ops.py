@@ -1,0 +1,132 @@
+"""Operator endpoints of the web process: liveness, readiness and Prometheus metrics.
+
+Who calls it: the load balancer / kubelet probes (``GET /healthz``,
+``GET /readyz``), Prometheus (``GET /metrics``), and every RPC transport,
+which reports each call through `xmc.ops.observe_rpc` (the REST view
+`xmc.api.rest.RpcView` does; the gRPC server should too, with
+``transport="grpc"``).
+
+None of these endpoints needs a token: probes and scrapers have none, and
+they reveal no tenant data (counts per RPC and code only).
+
+Metrics live in the process's default ``prometheus_client`` registry. Under
+gunicorn with several workers, set ``PROMETHEUS_MULTIPROC_DIR`` to an empty,
+writable directory (read by ``prometheus_client`` itself) and ``/metrics``
+then aggregates every worker through ``prometheus_client.multiprocess``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from urllib.parse import urlsplit
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+#: Seconds a readiness check may take before it counts as failed.
+CHECK_TIMEOUT_S = 2.0
+
+RPC_REQUESTS = Counter(
+    "xmc_rpc_requests",
+    "RPCs served, by transport (grpc, rest), service, method and canonical status code.",
+    ["transport", "service", "method", "code"],
+)
+RPC_LATENCY = Histogram(
+    "xmc_rpc_duration_seconds",
+    "Wall time of one RPC in the server, from authentication to the encoded response.",
+    ["transport", "service", "method"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+
+
+def observe_rpc(transport: str, service: str, method: str, code: str, seconds: float) -> None:
+    """Count one finished RPC and record its latency.
+
+    ``service`` is the full service name (``cloud.xmanager.v1.ExperimentStateService``),
+    ``code`` the canonical status name (``OK``, ``NOT_FOUND``, ...).
+    """
+    RPC_REQUESTS.labels(transport, service, method, code).inc()
+    RPC_LATENCY.labels(transport, service, method).observe(seconds)
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers HTTP. Touches nothing else on purpose."""
+    return JsonResponse({"status": "ok"})
+
+
+def check_database() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def check_redis(url: str) -> None:
+    client = redis.Redis.from_url(url, socket_connect_timeout=CHECK_TIMEOUT_S, socket_timeout=CHECK_TIMEOUT_S)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+def check_broker(url: str) -> None:
+    if urlsplit(url).scheme in ("redis", "rediss", "unix"):
+        check_redis(url)
+        return
+    # Another transport (amqp, ...): ask kombu, which Celery brings, to connect once.
+    from kombu import Connection
+
+    with Connection(url, connect_timeout=CHECK_TIMEOUT_S) as conn:
+        conn.ensure_connection(max_retries=1, timeout=CHECK_TIMEOUT_S)
+
+
+def readiness() -> dict[str, str]:
+    """Each dependency -> ``"ok"`` or why it failed. The broker is checked separately only if it differs."""
+    checks: dict[str, Callable[[], None]] = {
+        "database": check_database,
+        "redis": partial(check_redis, settings.REDIS_URL),
+    }
+    if settings.CELERY_BROKER_URL != settings.REDIS_URL:
+        checks["broker"] = partial(check_broker, settings.CELERY_BROKER_URL)
+    results: dict[str, str] = {}
+    for name, check in checks.items():
+        try:
+            check()
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"; say which and why
+            results[name] = f"error: {type(exc).__name__}: {exc}"
+        else:
+            results[name] = "ok"
+    return results
+
+
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Readiness: 200 when the database and Redis/the broker answer, 503 naming what failed."""
+    started = time.perf_counter()
+    checks = readiness()
+    failed = sorted(name for name, result in checks.items() if result != "ok")
+    body = {
+        "status": "unavailable" if failed else "ok",
+        "checks": checks,
+        "failed": failed,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+    return JsonResponse(body, status=503 if failed else 200)
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text exposition of this process (or of all workers in multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
