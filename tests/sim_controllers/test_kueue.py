@@ -143,3 +143,19 @@ def test_it_rejects_spec_changes_of_a_running_jobset(sim: Sim) -> None:
     with pytest.raises(Exception) as err:
         sim.patch_jobset("frozen", {"spec": {"replicatedJobs": [rjob("main", replicas=3)]}})
     assert getattr(err.value, "code", None) == 422
+
+
+def test_it_frees_the_quota_when_a_running_jobset_is_deleted(make_sim) -> None:  # type: ignore[no-untyped-def]
+    sim: Sim = make_sim(clusterQueues=small_cluster_queue("2"))
+    sim.create_jobset("first", [rjob("main", pods=2, script="pull=0s;run=forever")])
+    sim.eventually(lambda: sim.counters("first")["main"]["ready"] == 1, what="first running")
+    sim.create_jobset("second", [rjob("main", pods=2, script="pull=0s;run=forever")])
+    sim.eventually(lambda: sim.condition(sim.workload_of("second"), "QuotaReserved"), what="second waits")
+
+    sim.store.delete("jobsets", "default", "first", propagation_policy="Foreground")
+    sim.eventually(lambda: sim.get("jobsets", "first") is None, what="first gone")
+    sim.eventually(lambda: not [w for w in sim.list("workloads") if w["metadata"]["name"].startswith("jobset-first-")],
+                   what="first's workload gone (finalizer released)")
+    sim.eventually(lambda: _is_admitted(sim, "second") and sim.counters("second")["main"]["ready"] == 1,
+                   what="second admitted and running")
+    assert not [p for p in sim.list("pods") if p["metadata"]["name"].startswith("first-")]

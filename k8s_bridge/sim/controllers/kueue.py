@@ -515,6 +515,7 @@ class KueueScheduler:
         self._thread: threading.Thread | None = None
         self._last_status_write = 0.0
         self._status_dirty = True
+        self._status_timer = False
         self.cycles = 0
         for plural in (WORKLOADS.plural, CLUSTERQUEUES.plural, LOCALQUEUES.plural, RESOURCEFLAVORS.plural):
             self.cache.add_handler(plural, self._on_change)
@@ -675,9 +676,15 @@ class KueueScheduler:
             self._status_dirty = False
             self._last_status_write = time.monotonic()
             self._write_queue_status(cqs)
-        elif self._status_dirty:
-            threading.Timer(self.opts.status_interval_wall, self._wake.set).start()
+        elif self._status_dirty and not self._status_timer:
+            # One pending wake-up at a time: the status is written on the next cycle after it.
+            self._status_timer = True
+            self.clock.call_later(self.opts.status_interval_wall * self.clock.speed, self._status_wake)
         return again
+
+    def _status_wake(self) -> None:
+        self._status_timer = False
+        self._wake.set()
 
     def _cycle_cq(self, view: _CQView, now: float) -> bool:
         spec = view.obj.get("spec") or {}
