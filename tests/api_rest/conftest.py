@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
+from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 
 from artifacts import services as artifact_services
@@ -23,6 +24,7 @@ from experiments.models import Experiment
 from tests import factories
 from workunits.models import StatusMessage, WorkUnit
 from xmc import pb
+from xmc.api import registry
 from xmc.api.registry import Caller, invoke
 from xmc.auth.identity import Identity
 from xmc.auth.tokens import issue_token
@@ -117,3 +119,31 @@ def world(db: None) -> World:
     create_op = wus[0].operations.order_by("id").first()
     assert create_op is not None
     return World(exp, wus, artifact.name, create_op.name)
+
+
+class FakeInvoke:
+    """Stands in for `xmc.api.registry.invoke`: records each call, answers or raises what a story says."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Message, Caller]] = []
+        self.response: Message = empty_pb2.Empty()
+        self.error: BaseException | None = None
+
+    def __call__(self, service: str, method: str, request: Message, caller: Caller) -> Message:
+        self.calls.append((service, method, request, caller))
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+    @property
+    def request(self) -> Any:
+        assert self.calls, "no RPC was invoked"
+        return self.calls[-1][2]
+
+
+@pytest.fixture
+def fake_invoke(monkeypatch: pytest.MonkeyPatch) -> FakeInvoke:
+    """Transport-only stories: the REST layer runs for real, the handler is a recorder."""
+    fake = FakeInvoke()
+    monkeypatch.setattr(registry, "invoke", fake)
+    return fake
