@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.test import override_settings
 from google.protobuf import json_format
 
 from tests import factories

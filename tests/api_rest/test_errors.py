@@ -176,3 +176,9 @@ def test_it_answers_500_without_leaking_an_unexpected_exception(alice_api: Api, 
     error = error_of(alice_api.get("/v1/experiments/1"), 500, "INTERNAL")
     assert error["message"] == "internal error"
     assert "rest.unhandled_error" in caplog.text
+
+
+def test_it_answers_413_for_a_body_over_the_upload_limit(world: World, alice_api: Api, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    response = alice_api.post("/v1/experiments", {"notes": "x" * 2048})
+    assert "larger than" in error_of(response, 413, "RESOURCE_EXHAUSTED")["message"]

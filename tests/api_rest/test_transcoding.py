@@ -141,3 +141,15 @@ def test_it_refuses_an_unknown_mask_path_as_the_handler_says(world: World, alice
     response = alice_api.patch(f"/v1/experiments/{world.xid}?updateMask=colour", {"title": "x"})
     assert response.status_code == 400
     assert response.json()["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_it_implies_the_mask_from_the_body_when_a_patch_has_none(world: World, alice_api: Api) -> None:
+    response = alice_api.patch(f"/v1/experiments/{world.xid}", {"name": "ignored", "title": "t2", "tags": []})
+    assert response.status_code == 200, response.content
+    assert (response.json()["title"], response.json().get("tags")) == ("t2", None)
+
+
+def test_it_leaves_a_patch_with_nothing_to_update_to_the_handler(world: World, alice_api: Api) -> None:
+    response = alice_api.patch(f"/v1/{world.wu1}", {})
+    assert response.status_code == 400
+    assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "update_mask"

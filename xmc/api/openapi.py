@@ -22,10 +22,10 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from google.api import field_behavior_pb2
 from google.protobuf import descriptor
+from google.protobuf.descriptor import FieldDescriptor
 
 from xmc.api.rest import BINDINGS, HTTP_STATUS, Binding
 
-FieldDescriptor = descriptor.FieldDescriptor
 
 OPENAPI_VERSION = "3.0.3"
 SCHEMA_PREFIX = "#/components/schemas/"

@@ -15,7 +15,8 @@ the binding by HTTP method. Per request it:
 2. builds the request message as grpc-gateway does: the JSON body into the
    body field (or the whole request for ``*``), then query parameters into the
    remaining fields (lowerCamelCase or original names, dotted for nested
-   fields), then the path variables, which win;
+   fields), then the path variables, which win; a PATCH without
+   ``updateMask`` gets the mask its body implies (AIP-134);
 3. calls `xmc.api.registry.invoke` -- the same handler the gRPC server runs;
 4. answers the response message as proto3 JSON (lowerCamelCase, enums by
    name, int64 as strings), so ``json_format.Parse`` gives back the message.
@@ -37,11 +38,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.urls import URLPattern, re_path
 from google.protobuf import descriptor, json_format, message_factory
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rest_framework import exceptions
 from rest_framework.permissions import IsAuthenticated
@@ -59,7 +63,6 @@ from xmc.ops import observe_rpc
 
 logger = logging.getLogger(__name__)
 
-FieldDescriptor = descriptor.FieldDescriptor
 
 # --- The binding table ---------------------------------------------------------------
 
@@ -103,6 +106,13 @@ class Binding:
         elif self.body:
             names.add(self.body)
         return frozenset(names)
+
+    @cached_property
+    def infers_update_mask(self) -> bool:
+        """A PATCH of one resource field next to an ``update_mask`` (``Update*`` RPCs)."""
+        fields = self.request_class.DESCRIPTOR.fields_by_name
+        return (self.http_method == "PATCH" and self.body not in ("", "*") and "update_mask" in fields
+                and _is_field_mask(fields["update_mask"]))
 
     @property
     def label(self) -> str:
@@ -211,7 +221,10 @@ class PathTemplate:
     def parse(cls, template: str) -> PathTemplate:
         if not template.startswith("/"):
             raise ValueError(f"path template must start with '/': {template!r}")
-        regex, openapi, variables, params = ["^"], [], [], []
+        regex: list[str] = ["^"]
+        openapi: list[str] = []
+        variables: list[PathVariable] = []
+        params: list[tuple[str, str]] = []
         position = 1  # skip the leading slash: Django matches paths without it
         for match in _VARIABLE.finditer(template):
             literal = template[position:match.start()]
@@ -261,11 +274,11 @@ def _pattern_openapi(field_path: str, pattern: str, *, previous: list[str]) -> t
         if segment == "*":
             name = ID_PARAMETERS.get(before, f"{before or 'segment'}Id")
             params.append((name, f"one path segment of `{field_path}` (the id after `{before}/`)"))
-            pieces.append("{%s}" % name)
+            pieces.append(f"{{{name}}}")
         elif segment == "**":
             name = _json_name(field_path.rsplit(".", 1)[-1])
             params.append((name, f"the whole `{field_path}`; may contain '/' (send it unescaped)"))
-            pieces.append("{%s}" % name)
+            pieces.append(f"{{{name}}}")
         else:
             pieces.append(segment)
         before = segment
@@ -284,6 +297,7 @@ def build_request(binding: Binding, *, path_values: Mapping[str, str], query: Ma
                   body: bytes) -> Message:
     """The request message of one HTTP call: body, then query parameters, then path variables."""
     message = binding.request_class()
+    data: dict[str, Any] = {}
     if binding.body:
         data = _parse_json_body(body)
         target = message if binding.body == "*" else getattr(message, binding.body)
@@ -294,9 +308,27 @@ def build_request(binding: Binding, *, path_values: Mapping[str, str], query: Ma
             raise InvalidArgument(f"invalid {where}: {exc}", field=None if binding.body == "*" else binding.body) from None
     for key, values in query.items():
         _apply_query_parameter(message, key, values, bound=binding.bound_fields)
+    if binding.infers_update_mask and not message.update_mask.paths:  # type: ignore[attr-defined]
+        message.update_mask.paths.extend(_implied_mask(binding, data))  # type: ignore[attr-defined]
     for variable in binding.path.variables:
         _set_path_field(message, variable.field_path, path_values[variable.group])
     return message
+
+
+def _implied_mask(binding: Binding, data: Mapping[str, Any]) -> list[str]:
+    """The update mask a PATCH without ``updateMask`` implies: the body's top-level fields but the name.
+
+    AIP-134: an omitted mask means "the fields the client sent". Top-level
+    paths only, because our Update RPCs replace nested and repeated fields
+    whole; the handler still refuses paths that are not updatable.
+    """
+    body_type = binding.request_class.DESCRIPTOR.fields_by_name[binding.body].message_type
+    paths = []
+    for key in data:
+        fd = _find_field(body_type, key)
+        if fd is not None and fd.name != "name":
+            paths.append(fd.name)
+    return paths
 
 
 def _parse_json_body(body: bytes) -> dict[str, Any]:
@@ -438,14 +470,11 @@ def _scalar_value(fd: FieldDescriptor, key: str, value: str) -> Any:
         enum_value = fd.enum_type.values_by_name.get(value)
         if enum_value is not None:
             return enum_value.number
-        try:
-            number = int(value, 10)
-        except ValueError:
-            number = None
-        if number is None or number not in fd.enum_type.values_by_number:
+        by_number = int(value, 10) if re.fullmatch(r"-?[0-9]+", value) else None
+        if by_number is None or by_number not in fd.enum_type.values_by_number:
             names = ", ".join(v.name for v in fd.enum_type.values)
             raise _bad_value(key, value, f"expected one of {names}")
-        return number
+        return by_number
     if kind == FieldDescriptor.TYPE_BYTES:
         try:
             padded = value + "=" * (-len(value) % 4)
@@ -525,9 +554,16 @@ _DRF_STATUS = {
     404: "NOT_FOUND",
     405: "UNIMPLEMENTED",  # as grpc-gateway: HTTP 405, status UNIMPLEMENTED
     406: "INVALID_ARGUMENT",
+    413: "RESOURCE_EXHAUSTED",  # as gRPC answers a message over its size limit
     415: "INVALID_ARGUMENT",
     429: "RESOURCE_EXHAUSTED",
 }
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = 413
+    default_detail = "the request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE allows"
+    default_code = "payload_too_large"
 
 
 def error_body(http_status: int, status: str, message: str, *, field: str | None = None) -> dict[str, Any]:
@@ -597,12 +633,12 @@ class RpcView(APIView):
     is no session and no CSRF check.
     """
 
-    authentication_classes = [BearerAuthentication]
-    permission_classes = [IsAuthenticated]
-    throttle_classes = [IdentityRateThrottle]
-    renderer_classes = [JSONRenderer]
-    parser_classes: list[Any] = []  # the body is parsed as proto3 JSON by build_request
-    routes: Mapping[str, Binding] = {}
+    authentication_classes = (BearerAuthentication,)
+    permission_classes = (IsAuthenticated,)
+    throttle_classes = (IdentityRateThrottle,)
+    renderer_classes = (JSONRenderer,)
+    parser_classes = ()  # the body is parsed as proto3 JSON by build_request
+    routes: Mapping[str, Binding] = MappingProxyType({})  # per view, from as_view(routes=...)
 
     def get_exception_handler(self) -> Any:
         return rest_exception_handler
@@ -619,8 +655,11 @@ class RpcView(APIView):
         binding = self.routes[request.method]
         user = request.user
         assert isinstance(user, IdentityUser)  # IsAuthenticated let only bearer identities through
-        message = build_request(binding, path_values=groups, query=dict(request.query_params.lists()),
-                                body=request.body)
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise PayloadTooLarge() from None
+        message = build_request(binding, path_values=groups, query=dict(request.query_params.lists()), body=body)
         caller = Caller(identity=user.identity, asserted_email=request.headers.get("x-goog-user-email", ""))
         result = registry.invoke(binding.service, binding.rpc, message, caller)
         return Response(json_format.MessageToDict(result))
@@ -656,7 +695,7 @@ def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
 
 
 def urlpatterns() -> list[URLPattern]:
-    patterns = []
+    patterns: list[URLPattern] = []
     for regex, methods in routes().items():
         view = RpcView.as_view(routes=methods, http_method_names=[m.lower() for m in methods])
         first = next(iter(methods.values()))
