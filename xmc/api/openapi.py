@@ -26,7 +26,6 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from xmc.api.rest import BINDINGS, HTTP_STATUS, Binding
 
-
 OPENAPI_VERSION = "3.0.3"
 SCHEMA_PREFIX = "#/components/schemas/"
 
