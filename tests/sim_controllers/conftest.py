@@ -82,6 +82,7 @@ class Sim:
                 value = predicate()
                 if value:
                     return value
+                last_exc = None
             except (AssertionError, KeyError, TypeError) as exc:
                 last_exc = exc
             time.sleep(0.01)

@@ -130,6 +130,8 @@ class JobController(Controller):
         self.cache.add_handler(PODS.plural, self._on_pod)
 
     def _on_job(self, event: str, obj: Obj, old: Obj | None) -> None:
+        if self.is_own(event, obj):
+            return
         md = obj["metadata"]
         self.queue.add((md.get("namespace") or "", md["name"]))
 
@@ -244,7 +246,7 @@ class JobController(Controller):
         if status != old_status:
             new = clone(job)
             new["status"] = status
-            job = self.ctx.update_status(JOBS, new)
+            job = self.update_own_status(JOBS, new)
         for etype, reason, msg in events:
             self.ctx.event(job, JOBS, etype, reason, msg, COMPONENT)
         for pod in to_delete:

@@ -165,6 +165,8 @@ class JobSetController(Controller):
         self.cache.add_handler(JOBS.plural, self._on_job)
 
     def _on_jobset(self, event: str, obj: Obj, old: Obj | None) -> None:
+        # Own status writes are not filtered out (unlike the Job controller and
+        # the kubelet): restarts and terminal handling continue on the next pass.
         md = obj["metadata"]
         self.queue.add((md.get("namespace") or "", md["name"]))
 

@@ -85,6 +85,8 @@ class Kubelet(Controller):
 
     def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
         md = obj["metadata"]
+        if self.is_own(event, obj):
+            return
         if event == "DELETED":
             with self._lock:
                 self._runtimes.pop(md.get("uid") or "", None)
@@ -156,7 +158,7 @@ class Kubelet(Controller):
         if status != pod.get("status"):
             new = clone(pod)
             new["status"] = status
-            pod = self.ctx.update_status(PODS, new)
+            pod = self.update_own_status(PODS, new)
         self._emit(pod, rt, view)
         if view.next_change is None:
             return None

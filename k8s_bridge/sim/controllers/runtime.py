@@ -510,6 +510,23 @@ class Controller:
         self._stop = threading.Event()
         self.reconciles = 0
         self.errors = 0
+        self._tl = threading.local()
+
+    def update_own_status(self, rt: ResourceType, obj: Obj) -> Obj:
+        """Status write of this controller's primary object.
+
+        The store calls listeners synchronously in the writing thread, so the
+        watch event of this very write is recognised (`is_own`) and not
+        enqueued again: the reconcile that made it already saw everything.
+        """
+        self._tl.uid = (obj.get("metadata") or {}).get("uid")
+        try:
+            return self.ctx.update_status(rt, obj)
+        finally:
+            self._tl.uid = None
+
+    def is_own(self, event: str, obj: Obj) -> bool:
+        return event == "MODIFIED" and getattr(self._tl, "uid", None) == (obj.get("metadata") or {}).get("uid")
 
     # subclasses -------------------------------------------------------------
     def reconcile(self, key: Hashable) -> float | None:  # pragma: no cover - abstract
