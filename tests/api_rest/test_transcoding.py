@@ -153,3 +153,10 @@ def test_it_leaves_a_patch_with_nothing_to_update_to_the_handler(world: World, a
     response = alice_api.patch(f"/v1/{world.wu1}", {})
     assert response.status_code == 400
     assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "update_mask"
+
+
+def test_it_speaks_the_alt_parameter_of_googles_rest_clients(world: World, alice_api: Api) -> None:
+    by_number = alice_api.get(f"/v1/experiments/{world.xid}?%24alt=json%3Benum-encoding%3Dint").json()
+    assert by_number["priority"] == pb.priority.Priority.NORMAL
+    assert alice_api.get(f"/v1/experiments/{world.xid}?alt=json").json()["priority"] == "NORMAL"
+    assert alice_api.get(f"/v1/experiments/{world.xid}?alt=proto").status_code == 400

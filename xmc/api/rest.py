@@ -523,6 +523,23 @@ def parse_field_mask(values: Sequence[str]) -> list[str]:
     return paths
 
 
+def parse_alt(query: dict[str, list[str]]) -> bool:
+    """Remove Google's system parameter ``$alt`` (or ``alt``) from ``query``; True for integer enums.
+
+    Google's generated REST clients send ``$alt=json;enum-encoding=int`` on
+    every call; plain ``json`` is the default. Any other format is refused.
+    """
+    integer_enums = False
+    for key in ("$alt", "alt"):
+        for value in query.pop(key, []):
+            media, *options = [part.strip() for part in value.split(";")]
+            if media != "json" or any(o not in ("enum-encoding=int", "enum-encoding=string") for o in options):
+                raise InvalidArgument(f"unsupported {key}={value!r}: only json (with enum-encoding=int) is served",
+                                      field=key)
+            integer_enums = integer_enums or "enum-encoding=int" in options
+    return integer_enums
+
+
 # --- Errors ------------------------------------------------------------------------------
 
 #: Canonical gRPC code -> HTTP status (google/rpc/code.proto, as grpc-gateway maps it).
@@ -659,10 +676,12 @@ class RpcView(APIView):
             body = request.body
         except RequestDataTooBig:
             raise PayloadTooLarge() from None
-        message = build_request(binding, path_values=groups, query=dict(request.query_params.lists()), body=body)
+        query = dict(request.query_params.lists())
+        integer_enums = parse_alt(query)
+        message = build_request(binding, path_values=groups, query=query, body=body)
         caller = Caller(identity=user.identity, asserted_email=request.headers.get("x-goog-user-email", ""))
         result = registry.invoke(binding.service, binding.rpc, message, caller)
-        return Response(json_format.MessageToDict(result))
+        return Response(json_format.MessageToDict(result, use_integers_for_enums=integer_enums))
 
     def get(self, request: Request, **groups: str) -> Response:
         return self._serve(request, groups)
