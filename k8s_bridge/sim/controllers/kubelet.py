@@ -219,7 +219,11 @@ class Kubelet(Controller):
         timeline = Timeline(script, spec.get("restartPolicy") or "Always", t0, main.get("image") or "",
                             main.get("name") or "main", f"{md['name']}_{md.get('namespace')}({md['uid']})")
         rt = PodRuntime(md["uid"], spec.get("nodeName") or self.nodes[0], min(sched_at, t0), timeline, script_error=error)
-        rt.extra["pod_ip"] = _ip(next(self._ip))
+        rt.extra["pod_ip"] = (pod.get("status") or {}).get("podIP") or _ip(next(self._ip))
+        if started is not None:
+            # Restored from a saved state: the events up to now were emitted by
+            # the previous run; don't repeat them.
+            rt.emitted = len(timeline.view(now).happenings)
         with self._lock:
             rt = self._runtimes.setdefault(md["uid"], rt)
         if error:

@@ -497,6 +497,31 @@ def _creation_rv(wl: Obj) -> int:
 _FIRST_RV: dict[str, int] = {}
 
 
+_USAGE_MEMO: dict[str, tuple[str, dict[tuple[str, str], Fraction]]] = {}
+
+
+def _admitted_usage(wl: Obj) -> dict[tuple[str, str], Fraction]:
+    """(flavor, resource) -> quantity held by an admitted Workload (memoised per resourceVersion)."""
+    md = wl.get("metadata") or {}
+    uid, rv = md.get("uid") or "", str(md.get("resourceVersion") or "")
+    hit = _USAGE_MEMO.get(uid)
+    if hit is not None and hit[0] == rv:
+        return hit[1]
+    out: dict[tuple[str, str], Fraction] = {}
+    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        flavors = psa.get("flavors") or {}
+        for res, qty in (psa.get("resourceUsage") or {}).items():
+            k = (flavors.get(res) or "", res)
+            try:
+                out[k] = out.get(k, Fraction(0)) + parse_quantity(qty)
+            except ValueError:
+                pass
+    if len(_USAGE_MEMO) > 100_000:
+        _USAGE_MEMO.clear()
+    _USAGE_MEMO[uid] = (rv, out)
+    return out
+
+
 def _queue_key(wl: Obj) -> tuple[int, float, int, str]:
     md = wl.get("metadata") or {}
     return (-workload_priority(wl), parse_time(md.get("creationTimestamp")) or 0.0, _creation_rv(wl), md.get("uid") or "")
@@ -548,7 +573,7 @@ class KueueScheduler:
             self._wake.wait(timeout=1.0)
             if self._stop.is_set():
                 return
-            time.sleep(0.002)  # coalesce bursts of changes into one cycle
+            time.sleep(0.01)  # coalesce bursts of changes into one cycle
             self._wake.clear()
             try:
                 again = self.cycle()
@@ -579,14 +604,8 @@ class KueueScheduler:
                 view.reserving += 1
                 if condition_true(wl, "Admitted"):
                     view.admitted_count += 1
-                for psa in adm.get("podSetAssignments") or []:
-                    flavors = psa.get("flavors") or {}
-                    for res, qty in (psa.get("resourceUsage") or {}).items():
-                        k = (flavors.get(res) or "", res)
-                        try:
-                            view.usage[k] = view.usage.get(k, Fraction(0)) + parse_quantity(qty)
-                        except ValueError:
-                            pass
+                for k, q in _admitted_usage(wl).items():
+                    view.usage[k] = view.usage.get(k, Fraction(0)) + q
                 continue
             if (wl.get("spec") or {}).get("active", True) is False:
                 continue
@@ -820,14 +839,7 @@ class KueueScheduler:
                 return True
             return policy == "LowerOrNewerEqualPriority" and p == prio and _queue_key(v)[1] > wl_ts
 
-        def frees(v: Obj) -> dict[tuple[str, str], Fraction]:
-            out: dict[tuple[str, str], Fraction] = {}
-            for psa in ((v.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
-                fl = psa.get("flavors") or {}
-                for res, qty in (psa.get("resourceUsage") or {}).items():
-                    k = (fl.get(res) or "", res)
-                    out[k] = out.get(k, Fraction(0)) + parse_quantity(qty)
-            return out
+        frees = _admitted_usage
 
         def fits(free: dict[tuple[str, str], Fraction]) -> bool:
             return all(usage.get(k, Fraction(0)) - free.get(k, Fraction(0)) + q <= quota.get(k, Fraction(0)) for k, q in needs.items())
