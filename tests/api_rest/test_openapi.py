@@ -91,3 +91,12 @@ def test_it_serves_the_document_and_the_page_without_a_token(anonymous_api: Api,
     assert '"openapi.json"' in html and "fetch(" in html
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), "the page must not load external assets"
     assert "<script src" not in html and "<link" not in html
+
+
+def test_it_offers_an_example_body_of_the_settable_fields(document: dict[str, Any]) -> None:
+    def example(path: str, method: str) -> Any:
+        return document["paths"][path][method]["requestBody"]["content"]["application/json"]["example"]
+
+    assert example("/v1/experiments/{xid}:updateLaunchState", "post") == {"launchState": "LAUNCHING"}
+    assert example("/v1/experiments/{xid}/workUnits:batchStop", "post") == {"filter": ""}
+    assert example("/v1/experiments", "post") == {"title": "", "priority": "LOW", "tags": [], "notes": ""}

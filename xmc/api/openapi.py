@@ -206,16 +206,45 @@ def _operation(binding: Binding, operation_id: str, schemas: SchemaBuilder) -> d
         },
     }
     if binding.body:
+        path_fields = {v.field_path.split(".")[-1] for v in binding.path.variables}
         if binding.body == "*":
-            body_schema = schemas.message(request_desc)
+            body_desc = request_desc
             what = f"the whole `{request_desc.full_name}`; path variables override its fields"
         else:
-            body_field = request_desc.fields_by_name[binding.body]
-            body_schema = schemas.message(body_field.message_type)
+            body_desc = request_desc.fields_by_name[binding.body].message_type
             what = f"`{request_desc.full_name}.{binding.body}`"
+        media = {"schema": schemas.message(body_desc), "example": body_example(body_desc, skip=path_fields)}
         operation["requestBody"] = {"required": binding.body != "*", "description": what,
-                                    "content": {"application/json": {"schema": body_schema}}}
+                                    "content": {"application/json": media}}
     return operation
+
+
+def body_example(desc: descriptor.Descriptor, *, skip: set[str]) -> dict[str, Any]:
+    """A starting point for a request body: the settable top-level scalar fields with neutral values.
+
+    Output-only fields, resource names, fields the path sets, and nested
+    messages are left out (the docs page pre-fills its body box with this).
+    """
+    example: dict[str, Any] = {}
+    for fd in desc.fields:
+        behaviors = set(fd.GetOptions().Extensions[field_behavior_pb2.field_behavior])
+        if (fd.name in skip or fd.name == "name" or field_behavior_pb2.OUTPUT_ONLY in behaviors
+                or fd.type == FieldDescriptor.TYPE_MESSAGE):
+            continue
+        if fd.is_repeated:
+            value: Any = []
+        elif fd.type == FieldDescriptor.TYPE_ENUM:
+            value = next((v.name for v in fd.enum_type.values if v.number != 0), fd.enum_type.values[0].name)
+        elif fd.type == FieldDescriptor.TYPE_BOOL:
+            value = False
+        elif _SCALARS[fd.type]["type"] == "string" and _SCALARS[fd.type].get("format") in ("int64", "uint64"):
+            value = "0"
+        elif _SCALARS[fd.type]["type"] in ("integer", "number"):
+            value = 0
+        else:
+            value = ""
+        example[fd.json_name] = value
+    return example
 
 
 def build_document() -> dict[str, Any]:
