@@ -194,3 +194,28 @@ def test_it_suspends_and_resumes_a_jobset_outside_kueue(make_sim) -> None:  # ty
     assert (cond["status"], cond["reason"]) == ("False", "ResumeJobs")
     assert cond["lastTransitionTime"] >= suspended_at
     assert sim.jobset("ivan", "plain")["status"]["restarts"] == 0
+
+
+def test_it_restarts_beyond_max_restarts_when_the_rule_ignores_them(sim: Sim) -> None:
+    sim.create_jobset("judy", [rjob("workers", script="pull=0s;run=1s;exit=1;heal=restarts:2")], failurePolicy={
+        "maxRestarts": 0,
+        "rules": [{"name": "always", "action": "RestartJobSetAndIgnoreMaxRestarts"}],
+    })
+    done = sim.eventually(lambda: sim.jobset("judy")["status"].get("terminalState") and sim.jobset("judy"),
+                          timeout=15, what="judy finished")
+    assert done["status"]["terminalState"] == "Completed"
+    assert done["status"]["restarts"] == 2
+    assert not done["status"].get("restartsCountTowardsMax")
+    assert "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction" in sim.reasons("JobSet", "judy")
+
+
+def test_it_fails_a_job_that_runs_past_its_active_deadline(sim: Sim) -> None:
+    workers = rjob("workers", script="pull=0s;run=forever")
+    workers["template"]["spec"]["activeDeadlineSeconds"] = 20
+    sim.create_jobset("ken", [workers])
+    failed = sim.eventually(lambda: sim.jobset("ken")["status"].get("terminalState") == "Failed" and sim.jobset("ken"),
+                            timeout=10, what="ken failed")
+    assert sim.condition(failed, "Failed")["reason"] == "FailedJobs"
+    job_failed = sim.condition(sim.get("jobs", "ken-workers-0"), "Failed")
+    assert (job_failed["reason"], job_failed["message"]) == ("DeadlineExceeded", "Job was active longer than specified deadline")
+    sim.eventually(lambda: sim.list("pods") == [], what="pods of the failed job deleted")
