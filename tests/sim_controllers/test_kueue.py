@@ -159,3 +159,26 @@ def test_it_frees_the_quota_when_a_running_jobset_is_deleted(make_sim) -> None: 
     sim.eventually(lambda: _is_admitted(sim, "second") and sim.counters("second")["main"]["ready"] == 1,
                    what="second admitted and running")
     assert not [p for p in sim.list("pods") if p["metadata"]["name"].startswith("first-")]
+
+
+def test_it_stops_a_deactivated_workload_and_resumes_it_when_reactivated(sim: Sim) -> None:
+    sim.create_jobset("napper", [rjob("main", script="pull=0s;run=forever")])
+    sim.eventually(lambda: sim.counters("napper")["main"]["ready"] == 1, what="running")
+    wl_name = sim.workload_of("napper")["metadata"]["name"]
+
+    sim.store.patch("workloads", "default", wl_name, "merge", {"spec": {"active": False}})
+    wl = sim.eventually(lambda: (w := sim.get("workloads", wl_name)) and not w["status"].get("admission") and w,
+                        what="quota released")
+    conds = {c["type"]: c for c in wl["status"]["conditions"]}
+    assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("True", "Deactivated")
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("False", "Deactivated")
+    assert sim.jobset("napper")["spec"]["suspend"] is True
+    assert sim.counters("napper")["main"]["active"] == 0
+    assert sim.ctrls.pending_workloads("cluster-queue") == [], "an inactive workload is not queued"
+
+    sim.store.patch("workloads", "default", wl_name, "merge", {"spec": {"active": True}})
+    sim.eventually(lambda: sim.counters("napper")["main"]["ready"] == 1 and not sim.jobset("napper")["spec"]["suspend"],
+                   what="running again")
+    conds = {c["type"]: c for c in sim.get("workloads", wl_name)["status"]["conditions"]}
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("True", "Reactivated")
+    assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("False", "QuotaReserved")

@@ -609,6 +609,9 @@ class KueueScheduler:
                 continue
             if (wl.get("spec") or {}).get("active", True) is False:
                 continue
+            requeued = find_condition(wl, "Requeued")
+            if requeued is not None and requeued.get("status") == "False":
+                continue  # not back in the queue yet (e.g. deactivated, until Reactivated)
             ns = wl["metadata"].get("namespace") or ""
             lq_name = (wl.get("spec") or {}).get("queueName") or ""
             lq = lqs.get((ns, lq_name))
