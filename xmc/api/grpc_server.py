@@ -1,0 +1,294 @@
+"""The gRPC server: `cloud.xmanager.v1.ExperimentStateService` and friends on one port.
+
+Called by ``manage.py grpcserver`` (`xmc.management.commands.grpcserver`) and
+by the tests, which start it in-process on a free port. `build_server` wires:
+
+* ``cloud.xmanager.v1.ExperimentStateService`` (all 26 methods) through the
+  servicer base class and ``add_..._to_server`` generated in the ``xmanager``
+  wheel, so method names, message types and registration are exactly the
+  client's;
+* ``google.longrunning.Operations`` the same way, from googleapis-common-protos;
+* ``grpc.health.v1.Health`` (SERVING for ``""`` and both service names) and
+  server reflection for all of them.
+
+Every API method does the same thing (`_Delegate`): read the caller that
+`xmc.auth.grpc.AuthInterceptor` bound (`xmc.auth.identity.current_identity`),
+run the registered handler through `xmc.api.registry.invoke`, and turn
+`xmc.errors.ServiceError` into the status code it names. Anything unexpected
+is INTERNAL with a generic message; the traceback goes to the log only.
+
+Database connections: grpcio runs handlers on a fixed thread pool whose
+threads live as long as the server, and Django keeps one connection per
+thread. `_DbConnectionsInterceptor` (outermost, so it also covers the
+interceptor's user lookup) calls `django.db.close_old_connections` before and
+after every RPC, exactly as Django does around an HTTP request: a broken or
+expired connection is dropped, ``CONN_MAX_AGE`` is honoured, and the number
+of connections never exceeds the number of worker threads.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
+from google.longrunning import operations_pb2_grpc
+from google.protobuf.message import Message
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from xmc import pb
+from xmc.api import registry
+from xmc.auth.grpc import AuthInterceptor
+from xmc.auth.identity import Unauthenticated, current_asserted_email, current_identity
+from xmc.errors import ServiceError
+from xmc.listing.errors import ListingError
+
+logger = logging.getLogger(__name__)
+
+ESS = registry.ESS
+OPERATIONS = registry.OPERATIONS
+HEALTH = health.SERVICE_NAME
+#: Everything the server answers, as listed by reflection.
+SERVICE_NAMES: tuple[str, ...] = (ESS, OPERATIONS, HEALTH, reflection.SERVICE_NAME)
+
+INTERNAL_MESSAGE = "internal error; the server logged the details"
+
+# The health servicer and thread pool of each server built here, for `stop_gracefully`/`shutdown`.
+_HEALTH_OF: weakref.WeakKeyDictionary[grpc.Server, health.HealthServicer] = weakref.WeakKeyDictionary()
+_POOL_OF: weakref.WeakKeyDictionary[grpc.Server, ThreadPoolExecutor] = weakref.WeakKeyDictionary()
+
+
+def service_methods(service: str) -> tuple[str, ...]:
+    """The method names of ``service`` as its descriptor declares them."""
+    if service == ESS:
+        descriptor = pb.api.DESCRIPTOR.services_by_name["ExperimentStateService"]
+    elif service == OPERATIONS:
+        descriptor = pb.longrunning.DESCRIPTOR.services_by_name["Operations"]
+    else:
+        raise KeyError(service)
+    return tuple(method.name for method in descriptor.methods)
+
+
+# --- One RPC ------------------------------------------------------------------
+
+
+class _Delegate:
+    """The body of every API method: identity in, `registry.invoke`, status out."""
+
+    def __init__(self, service: str, method: str) -> None:
+        self.service = service
+        self.method = method
+        self.full_name = f"/{service}/{method}"
+
+    def __call__(self, request: Message, context: grpc.ServicerContext) -> Message:
+        # ``context.abort`` raises, so no abort happens inside the try below
+        # (a broad ``except`` would swallow it): decide, then abort.
+        code, message = self._run(request)
+        if isinstance(code, grpc.StatusCode):
+            context.abort(code, message)
+        return code
+
+    def _run(self, request: Message) -> tuple[Any, str]:
+        rpc = registry.RPCS.get((self.service, self.method))
+        if rpc is None:
+            return grpc.StatusCode.UNIMPLEMENTED, f"{self.full_name} is not implemented by this server"
+        try:
+            caller = registry.Caller(current_identity(), current_asserted_email() or "")
+            return registry.invoke(self.service, self.method, request, caller), ""
+        except ServiceError as exc:
+            return _status_code(exc.code), exc.message
+        except ListingError as exc:
+            return grpc.StatusCode.INVALID_ARGUMENT, exc.message
+        except Unauthenticated as exc:
+            return grpc.StatusCode.UNAUTHENTICATED, str(exc)
+        except (OperationalError, InterfaceError):
+            # The database went away or refused the connection: a retry may work.
+            logger.exception("grpc.database_unavailable method=%s", self.full_name)
+            return grpc.StatusCode.UNAVAILABLE, "database unavailable; retry later"
+        except Exception:  # noqa: BLE001 - the last line of defence; never leak a traceback
+            logger.exception("grpc.internal_error method=%s", self.full_name)
+            return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+def _status_code(name: str) -> grpc.StatusCode:
+    try:
+        code = grpc.StatusCode[name]
+    except KeyError:
+        logger.error("grpc.unknown_status_code code=%s", name)
+        return grpc.StatusCode.INTERNAL
+    return grpc.StatusCode.INTERNAL if code is grpc.StatusCode.OK else code
+
+
+def _servicer(base: type, service: str) -> Any:
+    """An instance of the generated servicer ``base`` whose every method delegates."""
+    namespace: dict[str, Any] = {"__doc__": f"{service}: every method runs the registered handler."}
+    for method in service_methods(service):
+        namespace[method] = _bound(_Delegate(service, method))
+    return type(f"{base.__name__}Delegating", (base,), namespace)()
+
+
+def _bound(delegate: _Delegate) -> Callable[[Any, Message, grpc.ServicerContext], Message]:
+    def method(self: Any, request: Message, context: grpc.ServicerContext) -> Message:
+        return delegate(request, context)
+
+    method.__name__ = delegate.method
+    return method
+
+
+# --- Django database connections ---------------------------------------------
+
+
+class _DbConnectionsInterceptor(grpc.ServerInterceptor):
+    """``close_old_connections`` around every unary-unary RPC, like Django's request signals."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler  # health Watch and reflection streams never touch the database
+        inner = handler.unary_unary
+
+        def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
+            _close_old_connections()
+            try:
+                return inner(request, context)
+            finally:
+                _close_old_connections()
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _close_old_connections() -> None:
+    """`django.db.close_old_connections`; a database that is down is the handler's problem."""
+    try:
+        close_old_connections()
+    except DatabaseError:
+        logger.warning("grpc.close_old_connections_failed", exc_info=True)
+
+
+# --- The server --------------------------------------------------------------
+
+
+def build_server(
+    port: int,
+    max_workers: int | None = None,
+    *,
+    host: str = "[::]",
+    interceptors: Iterable[grpc.ServerInterceptor] | None = None,
+) -> tuple[grpc.Server, int]:
+    """A started-ready (not yet started) server and the port it bound.
+
+    ``port=0`` picks a free port. ``max_workers`` defaults to
+    ``settings.XMC_GRPC_MAX_WORKERS`` and is also the most Postgres
+    connections the server will hold. ``interceptors`` replaces the default
+    ``[AuthInterceptor()]`` (tests); the connection interceptor is always
+    outermost.
+    """
+    _register_handlers()
+
+    workers = max_workers if max_workers is not None else settings.XMC_GRPC_MAX_WORKERS
+    chain: list[grpc.ServerInterceptor] = [_DbConnectionsInterceptor()]
+    chain += list(interceptors) if interceptors is not None else [AuthInterceptor()]
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xmc-grpc")
+    server = grpc.server(pool, interceptors=chain)
+    _POOL_OF[server] = pool
+
+    pb.api_grpc.add_ExperimentStateServiceServicer_to_server(
+        _servicer(pb.api_grpc.ExperimentStateServiceServicer, ESS), server
+    )
+    operations_pb2_grpc.add_OperationsServicer_to_server(
+        _servicer(operations_pb2_grpc.OperationsServicer, OPERATIONS), server
+    )
+
+    health_servicer = health.HealthServicer()
+    for name in ("", ESS, OPERATIONS):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(SERVICE_NAMES, server)
+    _HEALTH_OF[server] = health_servicer
+
+    missing = [
+        f"{service}/{method}"
+        for service in (ESS, OPERATIONS)
+        for method in service_methods(service)
+        if (service, method) not in registry.RPCS
+    ]
+    if missing:
+        logger.warning("grpc.unregistered_methods count=%d methods=%s", len(missing), ",".join(missing))
+
+    bound_port = server.add_insecure_port(f"{host}:{port}")
+    if bound_port == 0:
+        raise OSError(f"could not bind the gRPC server to {host}:{port}")
+    return server, bound_port
+
+
+def _register_handlers() -> None:
+    """Import ``xmc.api.handlers``, which fills `xmc.api.registry.RPCS`.
+
+    A missing module is logged, not raised: the server then answers
+    UNIMPLEMENTED for every API method but still serves health checks.
+    """
+    try:
+        import xmc.api.handlers  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "xmc.api.handlers":
+            raise
+        logger.error("grpc.no_handlers module=xmc.api.handlers: every API method answers UNIMPLEMENTED")
+
+
+def stop_gracefully(server: grpc.Server, grace_s: float = 10.0) -> threading.Event:
+    """Report NOT_SERVING, refuse new RPCs, let running ones finish for ``grace_s``."""
+    health_servicer = _HEALTH_OF.get(server)
+    if health_servicer is not None:
+        health_servicer.enter_graceful_shutdown()
+    return server.stop(grace_s)
+
+
+def shutdown(server: grpc.Server, grace_s: float = 10.0) -> None:
+    """`stop_gracefully`, wait for it, then end the worker threads.
+
+    Each worker thread holds its own Django connection (with ``CONN_MAX_AGE``
+    > 0, between RPCs too); ending the threads releases them.
+    """
+    stop_gracefully(server, grace_s).wait()
+    pool = _POOL_OF.pop(server, None)
+    if pool is not None:
+        pool.shutdown(wait=True)
+
+
+def serve_until_signalled(server: grpc.Server, grace_s: float = 10.0) -> None:
+    """Start ``server`` and block until SIGTERM or SIGINT, then stop gracefully.
+
+    Must run on the main thread (signal handlers can only be set there).
+    """
+    stopped = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logger.info("grpc.stopping signal=%s grace_s=%s", signal.Signals(signum).name, grace_s)
+        shutdown(server, grace_s)
+        stopped.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.start()
+        # wait(timeout) in a loop: the main thread must wake up to run the handler.
+        while not stopped.wait(0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    logger.info("grpc.stopped")
