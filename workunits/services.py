@@ -228,13 +228,15 @@ def update_work_unit_executions(
 
 
 def _lock_work_units(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], WorkUnit]:
-    """Lock the work units for ``keys`` in (xid, wid) order."""
+    """Lock the work units for ``keys`` in (xid, wid) order (none for no keys)."""
     by_xid: dict[int, list[int]] = defaultdict(list)
     for xid, wid in sorted(set(keys)):
         by_xid[xid].append(wid)
     condition = Q()
     for xid, wids in by_xid.items():
         condition |= Q(experiment_id=xid, wid__in=wids)
+    if not by_xid:
+        return {}  # an empty Q() would match (and lock) every work unit
     rows = WorkUnit.objects.select_for_update(no_key=True).filter(condition).order_by("experiment_id", "wid")
     return {(wu.experiment_id, wu.wid): wu for wu in rows}
 

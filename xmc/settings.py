@@ -27,7 +27,9 @@ DATABASES = {
 # A percent-encoded host is a Unix socket directory (the embedded Postgres
 # started by ./dev listens only there); django-environ leaves it encoded.
 DATABASES["default"]["HOST"] = unquote(DATABASES["default"].get("HOST", ""))
-DATABASES["default"].setdefault("CONN_MAX_AGE", 0)
+# Persistent connections (seconds); request handlers and gRPC threads close
+# stale ones with close_old_connections().
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("XMC_DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)

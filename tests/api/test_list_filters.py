@@ -124,3 +124,19 @@ def test_it_filters_batch_stop_targets() -> None:
                       pb.status.WorkUnitStatus.INITIALIZING]
     with pytest.raises(InvalidArgument):
         invoke(ESS, "BatchStopWorkUnits", api.BatchStopWorkUnitsRequest(parent=exp.name, filter="bogus:1"), ALICE)
+
+
+def test_it_acts_on_nothing_when_a_batch_filter_matches_nothing() -> None:
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    other = factories.experiment(creator="bob@example.com")
+    other_wu = factories.work_unit(other)
+    for method, request in (("BatchStopWorkUnits", api.BatchStopWorkUnitsRequest),
+                            ("BatchRestartWorkUnits", api.BatchRestartWorkUnitsRequest)):
+        op = invoke(ESS, method, request(parent=exp.name, filter="wid=99"), ALICE)
+        assert op.done
+    for w in (wu, other_wu):
+        w.refresh_from_db()
+        assert w.current_eid == 1
+    assert wu_services.current_execution(wu).state == "INITIALIZING"
+    assert wu_services.current_execution(other_wu).state == "INITIALIZING"
