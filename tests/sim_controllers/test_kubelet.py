@@ -118,3 +118,20 @@ def test_it_runs_the_clock_faster_than_wall_time() -> None:
         assert 1.3 <= wall <= 2.5, "30 simulated seconds take 1.5 wall seconds at speed 20"
     finally:
         clock.stop()
+
+
+def test_it_leaves_an_unschedulable_pod_pending(sim: Sim) -> None:
+    sim.create_jobset("nowhere", [rjob("main", script="schedule=fail")])
+    pod = sim.eventually(lambda: [p for p in sim.list("pods") if p["status"].get("conditions")], what="pod condition")[0]
+    cond = pod["status"]["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("PodScheduled", "False", "Unschedulable")
+    assert "nodeName" not in pod["spec"]
+    assert "FailedScheduling" in sim.reasons("Pod", pod["metadata"]["name"])
+
+
+def test_it_falls_back_to_the_default_behaviour_for_an_invalid_script(sim: Sim) -> None:
+    sim.create_jobset("typo", [rjob("main", script="run=soon")])
+    sim.eventually(lambda: sim.jobset("typo")["status"].get("terminalState") == "Completed", what="completed with defaults")
+    pod_events = [e for e in sim.list("events") if e["involvedObject"]["kind"] == "Pod"]
+    warning = [e for e in pod_events if e["reason"] == "InvalidSimScript"]
+    assert warning and warning[0]["type"] == "Warning" and "bad duration 'soon'" in warning[0]["message"]
