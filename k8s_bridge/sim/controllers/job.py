@@ -244,9 +244,7 @@ class JobController(Controller):
             status.pop("conditions")
 
         if status != old_status:
-            new = clone(job)
-            new["status"] = status
-            job = self.update_own_status(JOBS, new)
+            job = self.update_own_status(JOBS, {**job, "status": status})
         for etype, reason, msg in events:
             self.ctx.event(job, JOBS, etype, reason, msg, COMPONENT)
         for pod in to_delete:

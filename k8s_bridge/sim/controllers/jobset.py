@@ -255,9 +255,7 @@ class JobSetController(Controller):
         if not conds:
             status.pop("conditions")
         if status != old_status:
-            new = clone(js)
-            new["status"] = status
-            js = self.ctx.update_status(JOBSETS, new)
+            js = self.ctx.update_status(JOBSETS, {**js, "status": status})
         for etype, reason, msg in events:
             self.ctx.event(js, JOBSETS, etype, reason, msg, COMPONENT)
         for op, job in job_writes:
@@ -428,9 +426,7 @@ class JobSetController(Controller):
 
     @staticmethod
     def _suspended_copy(job: Obj) -> Obj:
-        new = clone(job)
-        new["spec"]["suspend"] = True
-        return new
+        return {**job, "spec": {**job["spec"], "suspend": True}}
 
     def _resume(self, js: Obj, rjobs: list[dict[str, Any]], counters: dict[str, dict[str, int]],
                 active: list[Obj]) -> list[tuple[str, Obj]]:
@@ -445,9 +441,8 @@ class JobSetController(Controller):
             src = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
             for job in by_rjob[rjob["name"]]:
                 if (job.get("status") or {}).get("startTime"):
-                    cleared = clone(job)
-                    cleared["status"].pop("startTime", None)
-                    out.append(("status", cleared))
+                    cleared = {k: v for k, v in job["status"].items() if k != "startTime"}
+                    out.append(("status", {**job, "status": cleared}))
                 new = clone(job)
                 ptmpl = new["spec"].setdefault("template", {})
                 pmd = ptmpl.setdefault("metadata", {})

@@ -156,9 +156,7 @@ class Kubelet(Controller):
         view = rt.timeline.view(now)
         status = self._status(pod, rt, view)
         if status != pod.get("status"):
-            new = clone(pod)
-            new["status"] = status
-            pod = self.update_own_status(PODS, new)
+            pod = self.update_own_status(PODS, {**pod, "status": status})
         self._emit(pod, rt, view)
         if view.next_change is None:
             return None
@@ -191,18 +189,14 @@ class Kubelet(Controller):
             if not find_condition(conds, "PodScheduled"):
                 conds.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None,
                               "lastTransitionTime": format_time(now), "reason": "Unschedulable", "message": msg})
-                new = clone(pod)
-                new["status"] = status
-                pod = self.ctx.update_status(PODS, new)
+                pod = self.ctx.update_status(PODS, {**pod, "status": status})
                 self.ctx.event(pod, PODS, "Warning", "FailedScheduling", msg, "default-scheduler")
             return None
         created = parse_time(md.get("creationTimestamp")) or now
         if now < created + script.schedule_delay:
             return created + script.schedule_delay - now
         node = self.nodes[next(self._rr) % len(self.nodes)]
-        new = clone(pod)
-        new["spec"]["nodeName"] = node
-        pod = self.ctx.update(PODS, new)
+        pod = self.ctx.update(PODS, {**pod, "spec": {**pod["spec"], "nodeName": node}})
         self.ctx.event(pod, PODS, "Normal", "Scheduled",
                        f"Successfully assigned {md.get('namespace')}/{md['name']} to {node}", "default-scheduler")
         return 0.0  # reconcile again: the kubelet starts it

@@ -49,6 +49,7 @@ from k8s_bridge.sim.controllers.runtime import (
     Obj,
     api_code,
     clone,
+    status_copy,
     condition_true,
     controller_owner_uid,
     find_condition,
@@ -230,8 +231,7 @@ class KueueJobReconciler(Controller):
     def _remove_finalizer(self, wl: Obj) -> None:
         fins = (wl.get("metadata") or {}).get("finalizers") or []
         if FINALIZER in fins:
-            new = clone(wl)
-            new["metadata"]["finalizers"] = [f for f in fins if f != FINALIZER]
+            new = {**wl, "metadata": {**wl["metadata"], "finalizers": [f for f in fins if f != FINALIZER]}}
             self.ctx.update(WORKLOADS, new)
 
     def _reconcile_orphan(self, ns: str, name: str) -> float | None:
@@ -286,7 +286,7 @@ class KueueJobReconciler(Controller):
         done = _jobset_finished(js)
         if done is not None:
             if wl is not None:
-                new = clone(wl)
+                new = status_copy(wl)
                 st = new.setdefault("status", {})
                 reason = "Succeeded" if done["type"] == "Completed" else "Failed"
                 set_condition(st.setdefault("conditions", []), "Finished", "True", reason, done.get("message") or "",
@@ -307,7 +307,7 @@ class KueueJobReconciler(Controller):
         # Deactivation (spec.active=false) evicts like a preemption, without requeue.
         active_spec = (wl.get("spec") or {}).get("active", True) is not False
         if not active_spec and _quota_reserved(wl) and not condition_true(wl, "Evicted"):
-            new = clone(wl)
+            new = status_copy(wl)
             conds = new.setdefault("status", {}).setdefault("conditions", [])
             set_condition(conds, "Evicted", "True", "Deactivated", "The workload is deactivated", now,
                           observed_generation=wl["metadata"].get("generation"))
@@ -318,7 +318,7 @@ class KueueJobReconciler(Controller):
             ev = find_condition(wl, "Evicted")
             rq = find_condition(wl, "Requeued")
             if ev and ev.get("status") == "True" and ev.get("reason") == "Deactivated" and rq and rq.get("status") == "False":
-                new = clone(wl)
+                new = status_copy(wl)
                 conds = new["status"]["conditions"]
                 set_condition(conds, "Requeued", "True", "Reactivated", "The workload was reactivated", now,
                               observed_generation=wl["metadata"].get("generation"))
@@ -440,7 +440,7 @@ class KueueJobReconciler(Controller):
 
     def _release(self, wl: Obj, evicted: dict[str, Any], now: float) -> None:
         """Second phase of an eviction: the JobSet is stopped, give the quota back."""
-        new = clone(wl)
+        new = status_copy(wl)
         st = new.setdefault("status", {})
         conds = st.setdefault("conditions", [])
         gen = wl["metadata"].get("generation")
@@ -883,7 +883,7 @@ class KueueScheduler:
     # --- writes ---------------------------------------------------------------------
 
     def _admit(self, view: _CQView, wl: Obj, assignment: list[dict[str, Any]], now: float) -> None:
-        new = clone(wl)
+        new = status_copy(wl)
         st = new.setdefault("status", {})
         conds = st.setdefault("conditions", [])
         gen = wl["metadata"].get("generation")
@@ -908,7 +908,7 @@ class KueueScheduler:
         owner = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
         message = (f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: {owner.get('uid', '')}) "
                    f"due to prioritization in the ClusterQueue; preemptor path: /{cq}; preemptee path: /{cq}")
-        new = clone(victim)
+        new = status_copy(victim)
         st = new.setdefault("status", {})
         conds = st.setdefault("conditions", [])
         gen = victim["metadata"].get("generation")
@@ -928,7 +928,7 @@ class KueueScheduler:
         if cur is not None and cur.get("status") == "False" and cur.get("reason") == reason and \
                 re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message):
             return  # same verdict; don't rewrite for changed numbers only
-        new = clone(wl)
+        new = status_copy(wl)
         conds = new.setdefault("status", {}).setdefault("conditions", [])
         set_condition(conds, "QuotaReserved", "False", reason, message, now, observed_generation=wl["metadata"].get("generation"))
         try:
@@ -1001,8 +1001,7 @@ class KueueScheduler:
     def _write_status(self, rt: Any, obj: Obj, status: dict[str, Any]) -> None:
         if status == obj.get("status"):
             return
-        new = clone(obj)
-        new["status"] = status
+        new = {**obj, "status": status}
         try:
             self.ctx.update_status(rt, new)
         except Exception as exc:

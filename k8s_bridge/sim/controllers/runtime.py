@@ -83,6 +83,11 @@ def clone(value: Any) -> Any:
     return value
 
 
+def status_copy(obj: Obj) -> Obj:
+    """A copy of `obj` for a status write: shared metadata/spec, a private deep copy of status."""
+    return {**obj, "status": clone(obj.get("status") or {})}
+
+
 def controller_owner_uid(obj: Obj) -> str | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
