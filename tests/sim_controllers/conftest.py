@@ -6,6 +6,7 @@ and poll with `Sim.eventually` (bounded, never a fixed long sleep).
 
 from __future__ import annotations
 
+import builtins
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -30,7 +31,7 @@ class Sim:
         self.ctrls = ctrls
 
     # --- reading -------------------------------------------------------------------
-    def get(self, plural: str, name: str, namespace: str | None = "default") -> dict[str, Any] | None:
+    def get(self, plural: str, name: str, namespace: str | None = "default") -> Any:
         try:
             return self.store.get(plural, namespace, name)
         except Exception as exc:
@@ -38,10 +39,11 @@ class Sim:
                 return None
             raise
 
-    def list(self, plural: str, namespace: str | None = "default", label_selector: str | None = None) -> list[dict[str, Any]]:
-        return self.store.list(plural, namespace, label_selector=label_selector)[0]
+    def list(self, plural: str, namespace: str | None = "default", label_selector: str | None = None) -> builtins.list[Any]:
+        items: builtins.list[Any] = self.store.list(plural, namespace, label_selector=label_selector)[0]
+        return items
 
-    def jobset(self, name: str, namespace: str = "default") -> dict[str, Any]:
+    def jobset(self, name: str, namespace: str = "default") -> Any:
         obj = self.get("jobsets", name, namespace)
         assert obj is not None, f"jobset {name} is gone"
         return obj
@@ -50,13 +52,13 @@ class Sim:
         st = self.jobset(name, namespace).get("status") or {}
         return {r["name"]: r for r in st.get("replicatedJobsStatus") or []}
 
-    def condition(self, obj: dict[str, Any] | None, ctype: str) -> dict[str, Any] | None:
+    def condition(self, obj: dict[str, Any] | None, ctype: str) -> Any:
         for c in ((obj or {}).get("status") or {}).get("conditions") or []:
             if c["type"] == ctype:
                 return c
         return None
 
-    def workload_of(self, jobset_name: str, namespace: str = "default") -> dict[str, Any] | None:
+    def workload_of(self, jobset_name: str, namespace: str = "default") -> Any:
         js = self.get("jobsets", jobset_name, namespace)
         if js is None:
             return None
@@ -65,7 +67,7 @@ class Sim:
                 return wl
         return None
 
-    def events(self, kind: str, name: str, namespace: str = "default") -> list[dict[str, Any]]:
+    def events(self, kind: str, name: str, namespace: str = "default") -> builtins.list[Any]:
         return [e for e in self.list("events", namespace)
                 if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name]
 
@@ -92,9 +94,9 @@ class Sim:
         assert self.ctrls.wait_idle(timeout), "controllers did not go idle"
 
     # --- writing ---------------------------------------------------------------------
-    def create_jobset(self, name: str, replicated_jobs: list[dict[str, Any]], *, namespace: str = "default",
+    def create_jobset(self, name: str, replicated_jobs: builtins.list[dict[str, Any]], *, namespace: str = "default",
                       queue: str | None = "cpu-queue", labels: dict[str, str] | None = None,
-                      **spec: Any) -> dict[str, Any]:
+                      **spec: Any) -> Any:
         md: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
         if queue:
             md["labels"]["kueue.x-k8s.io/queue-name"] = queue
@@ -102,7 +104,7 @@ class Sim:
                 "spec": {"replicatedJobs": replicated_jobs, **spec}}
         return self.store.create("jobsets", namespace, body)
 
-    def patch_jobset(self, name: str, body: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+    def patch_jobset(self, name: str, body: dict[str, Any], namespace: str = "default") -> Any:
         return self.store.patch("jobsets", namespace, name, "merge", body)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import hashlib
 import re
 
@@ -170,7 +172,7 @@ def test_it_deletes_a_finished_jobset_and_its_children_after_the_ttl(sim: Sim) -
                    what="children garbage-collected")
 
 
-def test_it_suspends_and_resumes_a_jobset_outside_kueue(make_sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_suspends_and_resumes_a_jobset_outside_kueue(make_sim: Callable[..., Sim]) -> None:
     sim = make_sim(namespaces=["default", "plain"])
     sim.create_jobset("ivan", [rjob("workers", replicas=2, script="pull=0s;run=forever")], namespace="plain", queue=None)
     assert sim.jobset("ivan", "plain")["spec"].get("suspend") in (None, False), "no LocalQueue: Kueue leaves it alone"

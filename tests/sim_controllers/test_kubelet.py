@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from k8s_bridge.sim.controllers.script import Script, ScriptError, Timeline, par
 from tests.sim_controllers.conftest import Sim, rjob
 
 
-def _main_status(pod: dict) -> dict:
+def _main_status(pod: Any) -> Any:
     return pod["status"]["containerStatuses"][0]
 
 

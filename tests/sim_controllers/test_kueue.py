@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import pytest
 
 from k8s_bridge.sim.controllers import UnknownQueue
@@ -14,11 +17,11 @@ def _is_admitted(sim: Sim, name: str) -> bool:
     return bool(cond and cond["status"] == "True")
 
 
-def test_it_queues_jobsets_beyond_quota_and_reports_positions(make_sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_queues_jobsets_beyond_quota_and_reports_positions(make_sim: Callable[..., Sim]) -> None:
     sim: Sim = make_sim(clusterQueues=small_cluster_queue("2"))
     for name in ("q1", "q2", "q3", "q4"):
         sim.create_jobset(name, [rjob("main", script="pull=0s;run=forever")])
-        sim.eventually(lambda n=name: sim.workload_of(n), what=f"{name} workload")
+        sim.eventually(functools.partial(sim.workload_of, name), what=f"{name} workload")
     sim.eventually(lambda: _is_admitted(sim, "q1") and _is_admitted(sim, "q2"), what="first two admitted")
 
     def pending_names() -> list[str]:
@@ -63,7 +66,7 @@ def test_it_queues_jobsets_beyond_quota_and_reports_positions(make_sim) -> None:
         sim.ctrls.pending_workloads(namespace="default", local_queue="nope")
 
 
-def test_it_preempts_a_running_low_priority_jobset_and_readmits_it_later(make_sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_preempts_a_running_low_priority_jobset_and_readmits_it_later(make_sim: Callable[..., Sim]) -> None:
     sim: Sim = make_sim(clusterQueues=small_cluster_queue("4"))
     sim.create_jobset("low", [rjob("workers", replicas=2, pods=2, script="pull=0s;run=forever")],
                       labels={"kueue.x-k8s.io/priority-class": "low"})
@@ -145,7 +148,7 @@ def test_it_rejects_spec_changes_of_a_running_jobset(sim: Sim) -> None:
     assert getattr(err.value, "code", None) == 422
 
 
-def test_it_frees_the_quota_when_a_running_jobset_is_deleted(make_sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_frees_the_quota_when_a_running_jobset_is_deleted(make_sim: Callable[..., Sim]) -> None:
     sim: Sim = make_sim(clusterQueues=small_cluster_queue("2"))
     sim.create_jobset("first", [rjob("main", pods=2, script="pull=0s;run=forever")])
     sim.eventually(lambda: sim.counters("first")["main"]["ready"] == 1, what="first running")

@@ -15,11 +15,12 @@ status this writes.
 from __future__ import annotations
 
 import random
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import format_time, parse_time
 from k8s_bridge.sim.controllers.runtime import (
     JOBS,
+    Key,
     PODS,
     Controller,
     ControllerContext,
@@ -147,7 +148,7 @@ class JobController(Controller):
     # --- reconcile --------------------------------------------------------------
 
     def reconcile(self, key: Hashable) -> float | None:
-        ns, name = key  # type: ignore[misc]
+        ns, name = cast(Key, key)
         job = self.cache.get(JOBS.plural, ns, name)
         if job is None or is_deleting(job):
             return None
@@ -259,7 +260,7 @@ class JobController(Controller):
         if not failed_pods:
             return 0.0
         last = max((pod_finished_at(p) or 0.0) for p in failed_pods)
-        delay = min(POD_BACKOFF_CAP, POD_BACKOFF_BASE * 2 ** max(0, failed - 1))
+        delay = min(POD_BACKOFF_CAP, POD_BACKOFF_BASE * 2.0 ** max(0, failed - 1))
         return max(0.0, last + delay - now)
 
     @staticmethod
@@ -270,7 +271,8 @@ class JobController(Controller):
             return []
         if indexed:
             busy = {pod_index(p) for p in active}
-            return [i for i in range(completions or 0) if i not in done and i not in busy][:slots]
+            missing: list[int | None] = [i for i in range(completions or 0) if i not in done and i not in busy]
+            return missing[:slots]
         if completions is None:
             return [None] * slots if succeeded == 0 else []
         remaining = completions - succeeded - len(active)

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import parse_time
 from k8s_bridge.sim.controllers.runtime import (
     JOBS,
+    Key,
     JOBSETS,
     Controller,
     ControllerContext,
@@ -97,7 +98,7 @@ def default_jobset(obj: Obj) -> None:
 
 
 def _strip_scheduling(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = clone(rjobs)
+    out: list[dict[str, Any]] = clone(rjobs)
     for rjob in out:
         tmpl = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
         md = tmpl.get("metadata") or {}
@@ -147,7 +148,7 @@ def _label_int(obj: Obj, key: str) -> int:
 
 
 def _rjob_of(job: Obj) -> str:
-    return ((job.get("metadata") or {}).get("labels") or {}).get(RJOB_NAME, "")
+    return str(((job.get("metadata") or {}).get("labels") or {}).get(RJOB_NAME, ""))
 
 
 def _failed_at(job: Obj) -> float:
@@ -182,7 +183,7 @@ class JobSetController(Controller):
     # --- reconcile ---------------------------------------------------------------
 
     def reconcile(self, key: Hashable) -> float | None:
-        ns, name = key  # type: ignore[misc]
+        ns, name = cast(Key, key)
         js = self.cache.get(JOBSETS.plural, ns, name)
         if js is None or is_deleting(js):
             return None

@@ -23,13 +23,14 @@ import itertools
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import format_time, parse_time
 from k8s_bridge.sim.controllers.runtime import (
     PODS,
     Controller,
     ControllerContext,
+    Key,
     Obj,
     clone,
     find_condition,
@@ -135,7 +136,7 @@ class Kubelet(Controller):
     # --- reconcile -------------------------------------------------------------
 
     def reconcile(self, key: Hashable) -> float | None:
-        ns, name = key  # type: ignore[misc]
+        ns, name = cast(Key, key)
         pod = self.cache.get(PODS.plural, ns, name)
         if pod is None:
             return None
@@ -318,10 +319,10 @@ class Kubelet(Controller):
         }
         init = spec.get("initContainers") or []
         if init:
-            inits = []
+            inits: list[dict[str, Any]] = []
             for c in init:
                 sidecar = c.get("restartPolicy") == "Always"
-                state = ({"running": {"startedAt": format_time(t0)}} if sidecar and not terminal else
+                state: dict[str, Any] = ({"running": {"startedAt": format_time(t0)}} if sidecar and not terminal else
                          {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": format_time(t0),
                                          "finishedAt": format_time(t0 if not sidecar else seg.start)}})
                 inits.append({"name": c.get("name"), "image": c.get("image"), "imageID": "", "ready": sidecar and not terminal,

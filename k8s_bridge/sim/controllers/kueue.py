@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import parse_time
 from k8s_bridge.sim.controllers.quantity import format_quantity, parse_quantity
@@ -223,7 +223,7 @@ class KueueJobReconciler(Controller):
         return keys
 
     def reconcile(self, key: Hashable) -> float | None:
-        kind, ns, name = key  # type: ignore[misc]
+        kind, ns, name = cast(tuple[str, str, str], key)
         if kind == "wl":
             return self._reconcile_orphan(ns, name)
         return self._reconcile_jobset(ns, name)
@@ -257,8 +257,8 @@ class KueueJobReconciler(Controller):
         uid = js["metadata"]["uid"]
         wls = [w for w in self.cache.owned(WORKLOADS.plural, uid) if controller_owner_uid(w) == uid]
         if is_deleting(js):
-            for wl in wls:
-                self._remove_finalizer(wl)
+            for owned in wls:
+                self._remove_finalizer(owned)
             return None
         labels = js["metadata"].get("labels") or {}
         queue = labels.get(QUEUE_LABEL)
@@ -268,7 +268,7 @@ class KueueJobReconciler(Controller):
         if managed_by and managed_by != "jobset.sigs.k8s.io/jobset-controller":
             return None
         wls.sort(key=lambda w: w["metadata"].get("creationTimestamp") or "")
-        wl = wls[0] if wls else None
+        wl: Obj | None = wls[0] if wls else None
         for extra in wls[1:]:
             if self.ctx.delete(WORKLOADS, ns, extra["metadata"]["name"], uid=extra["metadata"]["uid"]):
                 self.ctx.event(js, JOBSETS, "Normal", "DeletedWorkload", f"Deleted not matching Workload: {ns}/{extra['metadata']['name']}", COMPONENT_JOB)
@@ -349,7 +349,7 @@ class KueueJobReconciler(Controller):
         pc_name = None
         for rjob in spec.get("replicatedJobs") or []:
             jspec = (rjob.get("template") or {}).get("spec") or {}
-            parallelism = int(jspec.get("parallelism") if jspec.get("parallelism") is not None else 1)
+            parallelism = int(jspec["parallelism"]) if jspec.get("parallelism") is not None else 1
             completions = jspec.get("completions")
             per_replica = min(parallelism, int(completions)) if completions is not None else parallelism
             tmpl = clone(jspec.get("template") or {})
@@ -905,7 +905,7 @@ class KueueScheduler:
                        f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
 
     def _evict(self, victim: Obj, preemptor: Obj, cq: str, now: float) -> None:
-        owner = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
+        owner: dict[str, Any] = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
         message = (f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: {owner.get('uid', '')}) "
                    f"due to prioritization in the ClusterQueue; preemptor path: /{cq}; preemptee path: /{cq}")
         new = status_copy(victim)

@@ -16,6 +16,7 @@ Created by `k8s_bridge.sim.controllers.start_controllers`.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import logging
 import random
@@ -62,7 +63,8 @@ def key_of(obj: Obj) -> Key:
 
 
 def meta(obj: Obj) -> dict[str, Any]:
-    return obj.setdefault("metadata", {})
+    md: dict[str, Any] = obj.setdefault("metadata", {})
+    return md
 
 
 def rv_int(obj: Obj | None) -> int:
@@ -91,7 +93,8 @@ def status_copy(obj: Obj) -> Obj:
 def controller_owner_uid(obj: Obj) -> str | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if ref.get("controller"):
-            return ref.get("uid")
+            uid: str | None = ref.get("uid")
+            return uid
     return None
 
 
@@ -251,18 +254,18 @@ class ObjectCache:
         with self._lock:
             return self._objs[plural].get((namespace or "", name))
 
-    def list(self, plural: str, namespace: str | None = None) -> list[Obj]:
+    def list(self, plural: str, namespace: str | None = None) -> builtins.list[Obj]:
         with self._lock:
             values = list(self._objs[plural].values())
         if namespace is None:
             return values
         return [o for o in values if (o.get("metadata") or {}).get("namespace") == namespace]
 
-    def keys(self, plural: str) -> list[Key]:
+    def keys(self, plural: str) -> builtins.list[Key]:
         with self._lock:
             return list(self._objs[plural].keys())
 
-    def owned(self, plural: str, owner_uid: str) -> list[Obj]:
+    def owned(self, plural: str, owner_uid: str) -> builtins.list[Obj]:
         """Objects of `plural` with an ownerReference to `owner_uid`."""
         with self._lock:
             keys = list(self._by_owner[plural].get(owner_uid, ()))
@@ -402,18 +405,21 @@ class EventRecorder:
         source: dict[str, str] = {"component": component}
         if host:
             source["host"] = host
-        body = {
+        involved: dict[str, Any] = {
+            "apiVersion": rt.api_version,
+            "kind": rt.kind,
+            "name": md.get("name"),
+            "namespace": md.get("namespace") or "",
+            "uid": md.get("uid"),
+            "resourceVersion": md.get("resourceVersion"),
+        }
+        if not md.get("namespace"):
+            involved.pop("namespace")
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": ns},
-            "involvedObject": {
-                "apiVersion": rt.api_version,
-                "kind": rt.kind,
-                "name": md.get("name"),
-                "namespace": md.get("namespace") or "",
-                "uid": md.get("uid"),
-                "resourceVersion": md.get("resourceVersion"),
-            },
+            "involvedObject": involved,
             "reason": reason,
             "message": message,
             "type": etype,
@@ -425,8 +431,6 @@ class EventRecorder:
             "reportingComponent": component,
             "reportingInstance": host or component,
         }
-        if not md.get("namespace"):
-            body["involvedObject"].pop("namespace")
         try:
             self.store.create(EVENTS, ns, body)
         except Exception:
@@ -454,13 +458,13 @@ class ControllerContext:
     # at once so the next reconcile does not act on a stale copy.
 
     def create(self, rt: ResourceType, obj: Obj) -> Obj:
-        out = self.store.create(rt, meta(obj).get("namespace") or None, obj)
+        out: Obj = self.store.create(rt, meta(obj).get("namespace") or None, obj)
         self.cache.apply("ADDED", rt.plural, out)
         return out
 
     def update(self, rt: ResourceType, obj: Obj, subresource: str | None = None) -> Obj:
         ns, name = key_of(obj)
-        out = self.store.update(rt, ns or None, name, obj, subresource=subresource)
+        out: Obj = self.store.update(rt, ns or None, name, obj, subresource=subresource)
         self.cache.apply("MODIFIED", rt.plural, out)
         return out
 
@@ -468,7 +472,7 @@ class ControllerContext:
         return self.update(rt, obj, subresource="status")
 
     def patch(self, rt: ResourceType, namespace: str, name: str, body: Any, patch_type: str = "merge", subresource: str | None = None) -> Obj:
-        out = self.store.patch(rt, namespace or None, name, patch_type, body, subresource=subresource)
+        out: Obj = self.store.patch(rt, namespace or None, name, patch_type, body, subresource=subresource)
         self.cache.apply("MODIFIED", rt.plural, out)
         return out
 

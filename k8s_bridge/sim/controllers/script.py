@@ -77,7 +77,7 @@ def parse_duration(text: str) -> float:
     m = _DURATION.match(text)
     if not m:
         raise ScriptError(f"bad duration {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    return float(m.group(1)) * float(_UNITS[m.group(2)])
 
 
 def parse_script(text: str | None) -> Script:
@@ -149,7 +149,7 @@ def parse_script(text: str | None) -> Script:
 
 def backoff(n: int) -> float:
     """Kubelet back-off before retry number `n` (0-based)."""
-    return min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(n, 16)))
+    return float(min(BACKOFF_CAP, BACKOFF_BASE * (2.0 ** min(n, 16))))
 
 
 # --- timeline -------------------------------------------------------------------
