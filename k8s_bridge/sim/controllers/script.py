@@ -31,6 +31,7 @@ Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
@@ -213,6 +214,8 @@ class Timeline:
         self._gen = self._segments()
         self._segs: list[Segment] = []
         self._done = False
+        # The kubelet's worker and the API server's log reads share a timeline.
+        self._lock = threading.Lock()
 
     def _ensure(self, until: float) -> None:
         while not self._done and (not self._segs or self._segs[-1].start <= until):
@@ -222,6 +225,10 @@ class Timeline:
                 self._done = True
 
     def view(self, now: float) -> View:
+        with self._lock:
+            return self._view(now)
+
+    def _view(self, now: float) -> View:
         self._ensure(now)
         idx = 0
         for i, seg in enumerate(self._segs):
