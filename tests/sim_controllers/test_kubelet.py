@@ -136,3 +136,22 @@ def test_it_falls_back_to_the_default_behaviour_for_an_invalid_script(sim: Sim) 
     pod_events = [e for e in sim.list("events") if e["involvedObject"]["kind"] == "Pod"]
     warning = [e for e in pod_events if e["reason"] == "InvalidSimScript"]
     assert warning and warning[0]["type"] == "Warning" and "bad duration 'soon'" in warning[0]["message"]
+
+
+def test_it_reports_a_terminated_container_before_confirming_a_deletion(sim: Sim) -> None:
+    seen: list[dict[str, Any]] = []
+    sim.store.add_listener(lambda event, rt, obj: seen.append(obj) if rt.plural == "pods" and event == "MODIFIED"
+                           and obj["metadata"].get("deletionTimestamp") else None)
+    sim.create_jobset("doomed", [rjob("main", script="pull=0s;run=forever")])
+    sim.eventually(lambda: sim.counters("doomed")["main"]["ready"] == 1, what="running")
+    pod_name = sim.list("pods")[0]["metadata"]["name"]
+
+    sim.store.delete("pods", "default", pod_name)
+    sim.eventually(lambda: sim.get("pods", pod_name) is None, what="deletion confirmed by the kubelet")
+    last = [p for p in seen if p["metadata"]["name"] == pod_name][-1]
+    term = last["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (last["status"]["phase"], term["exitCode"], term["reason"]) == ("Failed", 143, "Error")
+    assert "Killing" in sim.reasons("Pod", pod_name)
+    # The Job replaces the deleted pod; a deletion is not a failure.
+    sim.eventually(lambda: sim.counters("doomed")["main"]["ready"] == 1 and len(sim.list("pods")) == 1, what="replacement")
+    assert sim.get("jobs", "doomed-main-0")["status"]["failed"] == 0

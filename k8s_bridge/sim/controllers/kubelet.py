@@ -253,8 +253,34 @@ class Kubelet(Controller):
             return stop
         if now < rt.killed_at + STOP_SECONDS - 1e-9 and rt.killed_view is not None:
             return rt.killed_at + STOP_SECONDS - now
+        status = self._killed_status(pod, rt, now)
+        if status is not None and status != pod.get("status"):
+            # The kubelet reports the terminal phase before confirming the deletion.
+            self.update_own_status(PODS, {**pod, "status": status})
         self.ctx.delete(PODS, md.get("namespace") or "", md["name"], uid=md["uid"], grace_period_seconds=0)
         return None
+
+    def _killed_status(self, pod: Obj, rt: PodRuntime, now: float) -> dict[str, Any] | None:
+        """Status after SIGTERM: running containers terminated with exit 143, phase Failed."""
+        view = rt.killed_view
+        if view is None or "running" not in view.segment.state:
+            return None
+        status = self._status(pod, rt, view)
+        started = view.segment.state["running"].get("startedAt")
+        for cs in status["containerStatuses"]:
+            cs.update(ready=False, started=False, state={"terminated": {
+                "exitCode": 143, "reason": "Error", "startedAt": started, "finishedAt": format_time(now),
+                "containerID": cs.get("containerID", "")}})
+        status["phase"] = "Failed"
+        for cond in status["conditions"]:
+            if cond["type"] in ("Ready", "ContainersReady", "PodReadyToStartContainers"):
+                if cond["status"] != "False":
+                    cond["lastTransitionTime"] = format_time(now)
+                cond["status"] = "False"
+                if cond["type"] != "PodReadyToStartContainers":
+                    cond["reason"] = "PodCompleted"
+                    cond.pop("message", None)
+        return status
 
     # --- status --------------------------------------------------------------------
 
