@@ -22,7 +22,7 @@ import pytest
 from google.longrunning import operations_pb2_grpc
 
 from xmc import pb
-from xmc.api.grpc_server import build_server, shutdown
+from xmc.api.grpc_server import build_server, close_worker_connections, shutdown
 from xmc.auth.tokens import issue_token
 
 #: Handler threads of the session server; also the most DB connections it may hold.
@@ -38,6 +38,19 @@ def grpc_server(django_db_setup: Any, django_db_blocker: Any) -> Iterator[tuple[
         yield server, port
     finally:
         shutdown(server, grace_s=1)
+
+
+@pytest.fixture(autouse=True)
+def _server_connections_closed_after_each_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """No worker thread keeps a (CONN_MAX_AGE) connection from one test into the next.
+
+    A later test may run without database access (pytest-django then blocks
+    every connection use, in every thread), and a kept connection would also
+    block dropping the test database at the end.
+    """
+    yield
+    if "grpc_server" in request.fixturenames:
+        close_worker_connections(request.getfixturevalue("grpc_server")[0])
 
 
 @pytest.fixture(scope="session")

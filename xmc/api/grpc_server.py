@@ -32,12 +32,13 @@ import signal
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connections
 from google.longrunning import operations_pb2_grpc
 from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -265,9 +266,37 @@ def shutdown(server: grpc.Server, grace_s: float = 10.0) -> None:
     > 0, between RPCs too); ending the threads releases them.
     """
     stop_gracefully(server, grace_s).wait()
+    close_worker_connections(server)
     pool = _POOL_OF.pop(server, None)
     if pool is not None:
         pool.shutdown(wait=True)
+
+
+def close_worker_connections(server: grpc.Server) -> None:
+    """Run ``connections.close_all()`` once on every worker thread of ``server``.
+
+    For shutdown, and for tests that must not leave a persistent connection
+    open between tests. A thread's connection can only be closed from that
+    thread: one task per worker, each held at a barrier until all have
+    started, makes every task run on a different thread (RPCs in flight just
+    finish first).
+    """
+    pool = _POOL_OF.get(server)
+    if pool is None:
+        return
+    workers: int = pool._max_workers  # noqa: SLF001 - no public accessor
+    barrier = threading.Barrier(workers)
+
+    def close_mine() -> None:
+        try:
+            connections.close_all()
+        finally:
+            try:
+                barrier.wait(timeout=5)
+            except threading.BrokenBarrierError:
+                pass
+
+    futures.wait([pool.submit(close_mine) for _ in range(workers)], timeout=10)
 
 
 def serve_until_signalled(server: grpc.Server, grace_s: float = 10.0) -> None:

@@ -1,0 +1,180 @@
+"""The real XManager client (``xmanager==0.8.5.post1``) against a live XMC.
+
+The client runs as it would on a researcher's machine: ``python`` scripts (or
+the ``xmanager`` command) in the cached virtualenv of `client_env`, as
+subprocesses, with the environment of client contract 1.5 --
+``XMANAGER_ENDPOINT=http://127.0.0.1:<grpc port>``, ``XMC_AUTH_TOKEN`` (a
+server-issued JWT), ``XMANAGER_UI_URL`` -- a private HOME and XDG dirs, a cwd
+that is not a git repository, and no Google credentials (the metadata server
+is pointed at a closed loopback port so nothing ever leaves the machine).
+
+The server is the session gRPC server of ``tests/api_grpc`` (in-process,
+real interceptors and handlers) plus pytest-django's ``live_server`` for the
+login pages. Tests are ``django_db(transaction=True)``: what the client wrote
+is committed, and the tests read it back through the ORM.
+
+A script reports to the test by printing one line ``RESULT: <json>``.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.api_grpc.conftest import (  # noqa: F401 - shared fixtures
+    _server_connections_closed_after_each_test,
+    grpc_server,
+    grpc_target,
+)
+from tests.real_client.client_env import ensure_client_venv, python_of
+from xmc.auth.tokens import issue_token
+
+RESULT_PREFIX = "RESULT: "
+ALICE = "alice@example.com"
+
+#: Imported by every script: print one result line.
+PRELUDE = textwrap.dedent(
+    """
+    import json as _json, sys as _sys
+
+    def report(value):
+        print("RESULT: " + _json.dumps(value, sort_keys=True, default=str), flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def client_venv(pytestconfig: pytest.Config) -> Path:
+    """The client's virtualenv; the first run builds it and says so on the terminal."""
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def progress(line: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(f"\n{line}", flush=True)
+
+    return ensure_client_venv(progress)
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def result(self) -> Any:
+        lines = [line for line in self.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+        assert lines, f"no RESULT line; exit {self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+        return json.loads(lines[-1][len(RESULT_PREFIX) :])
+
+    def ok(self) -> Run:
+        assert self.returncode == 0, f"exit {self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+        return self
+
+
+class Client:
+    """Runs code in the client's environment, as a user whose token it holds."""
+
+    def __init__(self, venv: Path, workdir: Path, grpc_target: str, ui_url: str, token: str | None) -> None:
+        self.venv = venv
+        self.workdir = workdir
+        self.grpc_target = grpc_target
+        self.ui_url = ui_url
+        self.token = token
+        home = workdir.parent / "home"
+        for sub in ("", ".config", ".cache"):
+            (home / sub).mkdir(parents=True, exist_ok=True)
+        self.home = home
+
+    def env(self, **overrides: str | None) -> dict[str, str]:
+        env = {
+            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.home / ".config"),
+            "XDG_CACHE_HOME": str(self.home / ".cache"),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "XMANAGER_ENDPOINT": f"http://{self.grpc_target}",
+            "XMANAGER_UI_URL": self.ui_url,
+            # No Google anywhere: google-auth must never find credentials or
+            # probe a metadata server (pointed at a closed loopback port).
+            "NO_GCE_CHECK": "True",
+            "GCE_METADATA_HOST": "127.0.0.1:9",
+            "GCE_METADATA_IP": "127.0.0.1:9",
+        }
+        if self.token is not None:
+            env["XMC_AUTH_TOKEN"] = self.token
+        for key, value in overrides.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
+
+    def write(self, name: str, *sources: str) -> Path:
+        """A script in the work dir: the prelude, then each source, dedented on its own."""
+        path = self.workdir / name
+        path.write_text(PRELUDE + "\n".join(textwrap.dedent(source) for source in sources))
+        return path
+
+    def run(self, argv: list[str], *, timeout: float = 120, stdin: str | None = None, **env: str | None) -> Run:
+        done = subprocess.run(
+            argv,
+            cwd=self.workdir,
+            env=self.env(**env),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return Run(done.returncode, done.stdout, done.stderr)
+
+    def python(self, *sources: str, timeout: float = 120, **env: str | None) -> Run:
+        """Run ``sources`` (see `write`; ``report(value)`` available) with the client's Python."""
+        script = self.write(f"script_{uuid.uuid4().hex[:8]}.py", *sources)
+        return self.run([str(python_of(self.venv)), str(script)], timeout=timeout, **env)
+
+    def xmanager(self, *args: str, timeout: float = 120, **env: str | None) -> Run:
+        """The ``xmanager`` command of the client's environment."""
+        return self.run([str(self.venv / "bin" / "xmanager"), *args], timeout=timeout, **env)
+
+
+@pytest.fixture
+def make_client(
+    client_venv: Path, grpc_target: str, live_server: Any, tmp_path: Path  # noqa: F811
+) -> Callable[..., Client]:
+    """``make_client(email)``: a client holding a fresh token for ``email`` (None: no token)."""
+
+    def make(email: str | None = ALICE, *, token: str | None = None) -> Client:
+        workdir = tmp_path / f"work-{uuid.uuid4().hex[:6]}"
+        workdir.mkdir()
+        held = token if token is not None else (issue_token(email) if email is not None else None)
+        return Client(client_venv, workdir, grpc_target, live_server.url, held)
+
+    return make
+
+
+@pytest.fixture
+def alice_client(make_client: Callable[..., Client]) -> Client:
+    return make_client(ALICE)
+
+
+@pytest.fixture
+def fresh_email() -> Callable[[str], str]:
+    return lambda who: f"{who}-{uuid.uuid4().hex[:12]}@example.com"
+
+
+@pytest.fixture(autouse=True)
+def _no_git_above(tmp_path: Path) -> Iterator[None]:
+    # The client snapshots the cwd's git repo (contract 2.2); tmp dirs must not be in one.
+    probe = subprocess.run(["git", "rev-parse", "--git-dir"], cwd=tmp_path, capture_output=True, check=False)
+    assert probe.returncode != 0, "tmp_path is inside a git repository"
+    yield
