@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import hashlib
 import re
+from typing import Any, Callable
+
+import pytest
 
 from tests.sim_controllers.conftest import Sim, rjob
 
@@ -221,3 +222,19 @@ def test_it_fails_a_job_that_runs_past_its_active_deadline(sim: Sim) -> None:
     job_failed = sim.condition(sim.get("jobs", "ken-workers-0"), "Failed")
     assert (job_failed["reason"], job_failed["message"]) == ("DeadlineExceeded", "Job was active longer than specified deadline")
     sim.eventually(lambda: sim.list("pods") == [], what="pods of the failed job deleted")
+
+
+def test_it_rejects_invalid_jobsets_at_creation(sim: Sim) -> None:
+    cases: list[tuple[list[dict[str, Any]], dict[str, Any], str]] = [
+        ([], {}, "spec.replicatedJobs"),
+        ([rjob("a"), rjob("a")], {}, "Duplicate value"),
+        ([rjob("a", depends_on=[{"name": "b", "status": "Ready"}])], {}, "first replicated job"),
+        ([rjob("a")], {"successPolicy": {"operator": "All", "targetReplicatedJobs": ["nope"]}}, "must name a replicated job"),
+        ([rjob("x" * 60)], {}, "RFC 1035"),
+    ]
+    for i, (rjobs, spec, needle) in enumerate(cases):
+        with pytest.raises(Exception) as err:
+            sim.create_jobset(f"bad{i}", rjobs, **spec)
+        assert getattr(err.value, "code", None) == 422, needle
+        assert needle in str(err.value)
+    assert sim.list("jobsets") == []

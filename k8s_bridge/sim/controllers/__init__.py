@@ -27,7 +27,12 @@ from typing import Any
 from k8s_bridge.sim.clock import SimClock
 from k8s_bridge.sim.controllers.config import SimConfig, load_config, seed
 from k8s_bridge.sim.controllers.job import JobController
-from k8s_bridge.sim.controllers.jobset import JobSetController, default_jobset, validate_jobset_update
+from k8s_bridge.sim.controllers.jobset import (
+    JobSetController,
+    default_jobset,
+    validate_jobset_create,
+    validate_jobset_update,
+)
 from k8s_bridge.sim.controllers.kubelet import Kubelet, LogUnavailable
 from k8s_bridge.sim.controllers.kueue import (
     KueueJobReconciler,
@@ -84,19 +89,20 @@ class Controllers:
         """JobSet + Kueue webhooks (run by the store under its lock, before validation)."""
         if rt.plural != JOBSETS.plural:
             return
+        errors: list[str] = []
         if op == "CREATE":
             kueue_jobset_mutate(obj, self.config.kueue,
                                 lambda ns, name: self.cache.get(LOCALQUEUES.plural, ns, name) is not None)
             default_jobset(obj)
-            return
-        if op == "UPDATE" and old is not None:
+            errors = validate_jobset_create(obj)
+        elif op == "UPDATE" and old is not None:
             errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(obj, old)
-            if errors:
-                from k8s_bridge.sim.store import invalid
+        if errors:
+            from k8s_bridge.sim.store import invalid
 
-                raise invalid(rt, obj["metadata"]["name"], [
-                    {"reason": "FieldValueInvalid", "message": e.split(": ", 1)[1], "field": e.split(": ", 1)[0]}
-                    for e in errors])
+            raise invalid(rt, obj["metadata"].get("name") or "", [
+                {"reason": "FieldValueInvalid", "message": e.split(": ", 1)[1], "field": e.split(": ", 1)[0]}
+                for e in errors])
 
     def _start(self) -> None:
         self.store.add_listener(self._listener)

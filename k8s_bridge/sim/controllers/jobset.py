@@ -111,6 +111,53 @@ def _strip_scheduling(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def validate_jobset_create(obj: Obj) -> list[str]:
+    """Field errors of the JobSet validating webhook on CREATE (reference 1.2), "field: message"."""
+    errors: list[str] = []
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    spec = obj.get("spec") or {}
+    rjobs = spec.get("replicatedJobs") or []
+    if not rjobs:
+        errors.append("spec.replicatedJobs: Required value: at least one replicated job is required")
+    names = [str(r.get("name") or "") for r in rjobs]
+    for i, rjob in enumerate(rjobs):
+        rname = names[i]
+        path = f"spec.replicatedJobs[{i}]"
+        if not rname:
+            errors.append(f"{path}.name: Required value")
+            continue
+        if names.count(rname) > 1:
+            errors.append(f"{path}.name: Duplicate value: \"{rname}\"")
+        replicas = int(rjob.get("replicas", 1))
+        if replicas < 0:
+            errors.append(f"{path}.replicas: Invalid value: {replicas}: must be greater than or equal to 0")
+        job_name = f"{name}-{rname}-{max(replicas - 1, 0)}"
+        if len(job_name) > 63 or not _DNS1035.match(job_name):
+            errors.append(f"spec.replicatedJobs[{i}].name: Invalid value: \"{job_name}\": "
+                          "a lowercase RFC 1035 label of at most 63 characters is required for the child Job names")
+        pod_spec = ((((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")) or {}
+        if not pod_spec.get("containers"):
+            errors.append(f"{path}.template.spec.template.spec.containers: Required value")
+        deps = rjob.get("dependsOn") or []
+        if deps and i == 0:
+            errors.append(f"{path}.dependsOn: Invalid value: the first replicated job cannot depend on another")
+        for dep in deps:
+            if dep.get("name") not in names[:i]:
+                errors.append(f"{path}.dependsOn: Invalid value: \"{dep.get('name')}\": must name an earlier replicated job")
+            if dep.get("status") not in ("Ready", "Complete"):
+                errors.append(f"{path}.dependsOn.status: Unsupported value: \"{dep.get('status')}\": supported values: \"Ready\", \"Complete\"")
+    for target in (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []:
+        if target not in names:
+            errors.append(f"spec.successPolicy.targetReplicatedJobs: Invalid value: \"{target}\": must name a replicated job")
+    operator = (spec.get("successPolicy") or {}).get("operator", "All")
+    if operator not in ("All", "Any"):
+        errors.append(f"spec.successPolicy.operator: Unsupported value: \"{operator}\": supported values: \"All\", \"Any\"")
+    return errors
+
+
 def validate_jobset_update(new: Obj, old: Obj) -> list[str]:
     """Field errors of the JobSet validating webhook on UPDATE (reference 1.4)."""
     errors: list[str] = []

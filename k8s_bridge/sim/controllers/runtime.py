@@ -321,6 +321,10 @@ class WorkQueue:
         wall = min(1.0, 0.005 * (2 ** min(n, 10))) * (0.5 + random.random())
         self.add_after(key, wall * self.clock.speed)
 
+    def failures(self, key: Hashable) -> int:
+        with self._cond:
+            return self._failures.get(key, 0)
+
     def forget(self, key: Hashable) -> None:
         with self._cond:
             self._failures.pop(key, None)
@@ -579,7 +583,11 @@ class Controller:
                 code = api_code(exc)
                 if code not in (404, 409):
                     self.errors += 1
-                    log.exception("sim.%s.reconcile_failed key=%s", self.name, key)
+                    # Full traceback on the first failure of a key, one line on retries.
+                    if self.queue.failures(key) == 0:
+                        log.exception("sim.%s.reconcile_failed key=%s", self.name, key)
+                    else:
+                        log.warning("sim.%s.reconcile_failed key=%s error=%r", self.name, key, exc)
                 self.queue.add_rate_limited(key)
             else:
                 self.queue.forget(key)
