@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -185,3 +185,37 @@ def test_it_stops_a_deactivated_workload_and_resumes_it_when_reactivated(sim: Si
     conds = {c["type"]: c for c in sim.get("workloads", wl_name)["status"]["conditions"]}
     assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("True", "Reactivated")
     assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("False", "QuotaReserved")
+
+
+def _wait_for_pods_ready(limit: int | None) -> dict[str, Any]:
+    return {"granularReasons": True, "waitForPodsReady": {
+        "enable": True, "timeout": "20s",
+        "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffLimitCount": limit}}}
+
+
+def test_it_reports_pods_ready_when_wait_for_pods_ready_is_on(make_sim: Callable[..., Sim]) -> None:
+    sim = make_sim(kueue=_wait_for_pods_ready(None))
+    sim.create_jobset("eager", [rjob("main", replicas=2, script="pull=2s;run=forever")])
+    cond = sim.eventually(lambda: (c := sim.condition(sim.workload_of("eager"), "PodsReady")) and c["status"] == "True" and c,
+                          what="PodsReady=True")
+    assert cond["reason"] == "Started"
+
+
+def test_it_evicts_on_pods_ready_timeout_with_backoff_then_deactivates(make_sim: Callable[..., Sim]) -> None:
+    sim = make_sim(kueue=_wait_for_pods_ready(1))
+    sim.create_jobset("stuck", [rjob("main", script="pull=fail:ImagePullBackOff")])
+    first = sim.eventually(lambda: (w := sim.workload_of("stuck")) and (w["status"].get("requeueState") or {}).get("count") == 1
+                           and not w["status"].get("admission") and w, what="first timeout eviction released")
+    conds = {c["type"]: c for c in first["status"]["conditions"]}
+    assert (conds["Evicted"]["reason"], conds["Evicted"]["message"]) == ("PodsReadyTimeout", f"Exceeded the PodsReady timeout default/{first['metadata']['name']}")
+    assert (conds["PodsReady"]["status"], conds["PodsReady"]["reason"]) == ("False", "WaitForStart")
+    assert sim.jobset("stuck")["spec"]["suspend"] is True
+
+    # The back-off ends, it is admitted again, times out again and is deactivated (limit 1).
+    last = sim.eventually(lambda: (w := sim.workload_of("stuck")) and w["spec"].get("active") is False
+                          and not w["status"].get("admission") and w, timeout=15, what="deactivated")
+    conds = {c["type"]: c for c in last["status"]["conditions"]}
+    assert conds["Evicted"]["reason"] == "DeactivatedDueToRequeuingLimitExceeded"
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("False", "DeactivatedDueToRequeuingLimitExceeded")
+    assert sim.jobset("stuck")["spec"]["suspend"] is True
+    assert {"EvictedDueToPodsReadyTimeout"} <= sim.reasons("Workload", last["metadata"]["name"])

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from k8s_bridge.sim.controllers.kueue import KueueOptions
+from k8s_bridge.sim.controllers.script import parse_duration
 from k8s_bridge.sim.controllers.runtime import (
     CLUSTERQUEUES,
     LOCALQUEUES,
@@ -49,6 +50,13 @@ def _split(item: dict[str, Any], namespaced: bool = False) -> tuple[dict[str, An
     return md, item
 
 
+def _seconds(value: Any) -> float:
+    """Seconds from a number or a duration string ("5m", "300s")."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    return parse_duration(str(value))
+
+
 def parse_config(data: dict[str, Any] | None) -> SimConfig:
     data = data or {}
     cfg = SimConfig()
@@ -75,7 +83,15 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
         cfg.objects.append((LOCALQUEUES, {"apiVersion": LOCALQUEUES.api_version, "kind": "LocalQueue",
                                           "metadata": md, "spec": spec}))
     k = data.get("kueue") or {}
+    wfpr = k.get("waitForPodsReady") or {}
+    backoff = wfpr.get("requeuingStrategy") or {}
+    limit = backoff.get("backoffLimitCount")
     cfg.kueue = KueueOptions(
+        wait_for_pods_ready=bool(wfpr.get("enable", False)),
+        pods_ready_timeout=_seconds(wfpr.get("timeout", 300)),
+        requeuing_backoff_base=_seconds(backoff.get("backoffBaseSeconds", 60)),
+        requeuing_backoff_max=_seconds(backoff.get("backoffMaxSeconds", 3600)),
+        requeuing_backoff_limit=None if limit is None else int(limit),
         granular_reasons=bool(k.get("granularReasons", True)),
         manage_jobs_without_queue_name=bool(k.get("manageJobsWithoutQueueName", False)),
         priority_classes={str(n): int(v) for n, v in (data.get("priorityClasses") or {}).items()},

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Hashable, Iterable, cast
 
-from k8s_bridge.sim.clock import parse_time
+from k8s_bridge.sim.clock import format_time, parse_time
 from k8s_bridge.sim.controllers.quantity import format_quantity, parse_quantity
 from k8s_bridge.sim.controllers.runtime import (
     CLUSTERQUEUES,
@@ -83,6 +83,12 @@ class KueueOptions:
     workload_priority_classes: dict[str, int] = field(default_factory=dict)
     default_priority_class: str | None = None  # a PriorityClass with globalDefault
     status_interval_wall: float = 0.2  # min wall seconds between queue status writes
+    # waitForPodsReady (Kueue Configuration; off by default, as in Kueue)
+    wait_for_pods_ready: bool = False
+    pods_ready_timeout: float = 300.0
+    requeuing_backoff_base: float = 60.0
+    requeuing_backoff_max: float = 3600.0
+    requeuing_backoff_limit: int | None = None
 
 
 def workload_name(jobset_name: str, jobset_uid: str) -> str:
@@ -317,12 +323,28 @@ class KueueJobReconciler(Controller):
         if active_spec and not _quota_reserved(wl):
             ev = find_condition(wl, "Evicted")
             rq = find_condition(wl, "Requeued")
-            if ev and ev.get("status") == "True" and ev.get("reason") == "Deactivated" and rq and rq.get("status") == "False":
+            if ev and ev.get("status") == "True" and str(ev.get("reason") or "").startswith("Deactivated") \
+                    and rq and rq.get("status") == "False":
                 new = status_copy(wl)
                 conds = new["status"]["conditions"]
                 set_condition(conds, "Requeued", "True", "Reactivated", "The workload was reactivated", now,
                               observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
+                return None
+            if ev and ev.get("status") == "True" and ev.get("reason") == "PodsReadyTimeout" and rq and rq.get("status") == "False":
+                at = parse_time((((wl.get("status") or {}).get("requeueState")) or {}).get("requeueAt"))
+                if at is not None and now < at:
+                    return at - now
+                new = status_copy(wl)
+                set_condition(new["status"]["conditions"], "Requeued", "True", "BackoffFinished",
+                              "The workload backoff was finished", now, observed_generation=wl["metadata"].get("generation"))
+                self.ctx.update_status(WORKLOADS, new)
+                return None
+
+        requeue_after: float | None = None
+        if self.opts.wait_for_pods_ready and condition_true(wl, "Admitted") and not condition_true(wl, "Evicted"):
+            wrote, requeue_after = self._sync_pods_ready(js, wl, now)
+            if wrote:
                 return None
 
         evicted = find_condition(wl, "Evicted")
@@ -337,10 +359,72 @@ class KueueJobReconciler(Controller):
         if suspended:
             if condition_true(wl, "Admitted"):
                 self._start_job(js, wl)
-            return None
+            return requeue_after
         if not condition_true(wl, "Admitted"):
             self._stop_job(js, wl, "Not admitted by cluster queue")
-        return None
+        return requeue_after
+
+    def _sync_pods_ready(self, js: Obj, wl: Obj, now: float) -> tuple[bool, float | None]:
+        """waitForPodsReady: the PodsReady condition and the timeout eviction.
+
+        Returns (wrote something, simulated seconds until the timeout).
+        """
+        md = wl["metadata"]
+        gen = md.get("generation")
+        total = sum(int(r.get("replicas", 1)) for r in (js.get("spec") or {}).get("replicatedJobs") or [])
+        counts = (js.get("status") or {}).get("replicatedJobsStatus") or []
+        ready = not (js.get("spec") or {}).get("suspend") and total > 0 and \
+            sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts) >= total
+        cond = find_condition(wl, "PodsReady")
+
+        def write(status: str, reason: str, message: str) -> tuple[bool, float | None]:
+            new = status_copy(wl)
+            set_condition(new["status"].setdefault("conditions", []), "PodsReady", status, reason, message, now,
+                          observed_generation=gen)
+            self.ctx.update_status(WORKLOADS, new)
+            return True, None
+
+        if ready:
+            if cond is not None and cond.get("status") == "True":
+                return False, None
+            reason = "Recovered" if cond is not None and cond.get("reason") == "WaitForRecovery" else "Started"
+            return write("True", reason, "All pods reached readiness and the workload is running")
+        if cond is not None and (cond.get("status") == "True" or cond.get("reason") == "WaitForRecovery"):
+            if cond.get("status") == "True":
+                return write("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+            return False, None
+        if cond is None or cond.get("reason") != "WaitForStart":
+            return write("False", "WaitForStart", "Not all pods are ready or succeeded")
+        admitted = find_condition(wl, "Admitted") or {}
+        deadline = (parse_time(admitted.get("lastTransitionTime")) or now) + self.opts.pods_ready_timeout
+        if now < deadline:
+            return False, deadline - now
+        new = status_copy(wl)
+        st = new["status"]
+        conds = st.setdefault("conditions", [])
+        state = st.setdefault("requeueState", {})
+        count = int(state.get("count") or 0) + 1
+        limit = self.opts.requeuing_backoff_limit
+        if limit is not None and count > limit:
+            # Requeuing limit exceeded: Kueue deactivates the Workload.
+            self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
+            message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+            fresh = self.cache.get(WORKLOADS.plural, md.get("namespace") or "", md["name"]) or wl
+            new = status_copy(fresh)
+            new["status"].pop("requeueState", None)
+            set_condition(new["status"].setdefault("conditions", []), "Evicted", "True",
+                          "DeactivatedDueToRequeuingLimitExceeded", message, now, observed_generation=fresh["metadata"].get("generation"))
+            self.ctx.update_status(WORKLOADS, new)
+            self.ctx.event(fresh, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+            return True, None
+        delay = min(self.opts.requeuing_backoff_max, self.opts.requeuing_backoff_base * 2.0 ** (count - 1))
+        state["count"] = count
+        state["requeueAt"] = format_time(now + delay)
+        message = f"Exceeded the PodsReady timeout {md.get('namespace')}/{md['name']}"
+        set_condition(conds, "Evicted", "True", "PodsReadyTimeout", message, now, observed_generation=gen)
+        out = self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(out, WORKLOADS, "Normal", "EvictedDueToPodsReadyTimeout", message, COMPONENT_JOB)
+        return True, None
 
     def _construct_workload(self, js: Obj, queue: str) -> Obj:
         md = js["metadata"]
@@ -895,7 +979,8 @@ class KueueScheduler:
             c = find_condition(conds, t)
             if c and c.get("status") == "True":
                 set_condition(conds, t, "False", "QuotaReserved", f"Previously: {c.get('message') or ''}", now, observed_generation=gen)
-        st.pop("requeueState", None)
+        if st.get("requeueState"):
+            st["requeueState"].pop("requeueAt", None)  # the count is kept across admissions
         st.pop("resourceRequests", None)
         created = parse_time(wl["metadata"].get("creationTimestamp")) or now
         out = self.ctx.update_status(WORKLOADS, new)
