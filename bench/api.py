@@ -1,0 +1,200 @@
+"""Benchmark: CreateWorkUnit and GetWorkUnit over gRPC and REST, against a bare echo.
+
+    ./dev bench api        (or: python bench/api.py [--concurrency 8] [--requests 2000])
+
+Starts, each in its own process and on a throw-away database: the real gRPC
+server (``manage.py grpcserver``), the web app under gunicorn, and a bare
+grpcio echo server with the same thread pool (the baseline: what gRPC
+itself costs on this machine). Then drives each with the same number of
+client threads and prints throughput, p50 and p99 latency, and the ratio of
+each to the echo baseline. Rate limiting is turned off for the run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+
+from _django import ROOT, bench_database
+
+ECHO = "/xmc.bench.Echo/Echo"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited early with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"port {port} did not open")
+
+
+def echo_server(port: int, workers: int) -> None:
+    """The baseline: a grpcio server that returns the request bytes."""
+    import grpc
+
+    def echo(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return request
+
+    handler = grpc.method_handlers_generic_handler(
+        "xmc.bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    server.wait_for_termination()
+
+
+def drive(name: str, call: Callable[[int], None], requests: int, concurrency: int) -> dict[str, float]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    counter = iter(range(requests))
+
+    def worker() -> None:
+        local = []
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                break
+            t0 = time.perf_counter()
+            call(i)
+            local.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(local)
+
+    for i in range(min(50, requests)):  # warm-up, not measured
+        call(requests + i)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    latencies.sort()
+    result = {
+        "rps": len(latencies) / wall,
+        "p50": statistics.median(latencies) * 1000,
+        "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
+    print(f"  {name:<28} {result['rps']:8.0f} req/s   p50 {result['p50']:7.2f} ms   p99 {result['p99']:7.2f} ms",
+          flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=16, help="server thread pool size")
+    parser.add_argument("--echo-server", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        echo_server(args.echo_server, args.workers)
+        return
+
+    with bench_database():
+        import grpc
+        import requests as http
+        from django.db import connection
+
+        from tests import factories
+        from xmc import pb
+        from xmc.auth.tokens import issue_token
+
+        db = connection.settings_dict
+        url = urllib.parse.urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/xmc"))
+        env = {**os.environ, "DATABASE_URL": urllib.parse.urlunsplit(url._replace(path="/" + db["NAME"])),
+               "XMC_RATE_LIMIT_BURST": "0", "XMC_GRPC_MAX_WORKERS": str(args.workers), "XMC_LOG_LEVEL": "WARNING"}
+        ports = {"grpc": free_port(), "web": free_port(), "echo": free_port()}
+        procs = [
+            subprocess.Popen([sys.executable, "manage.py", "grpcserver", "--port", str(ports["grpc"])],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
+            subprocess.Popen([sys.executable, "-m", "gunicorn", "xmc.wsgi", "-b", f"127.0.0.1:{ports['web']}",
+                              "-w", "2", "--threads", str(args.workers // 2), "--log-level", "warning"],
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
+            subprocess.Popen([sys.executable, str(Path(__file__)), "--echo-server", str(ports["echo"]),
+                              "--workers", str(args.workers)], cwd=ROOT / "bench", env=env),
+        ]
+        try:
+            for proc, port in zip(procs, ports.values()):
+                wait_port(port, proc)
+            token = issue_token(factories.ALICE)
+            exp = factories.experiment()
+            wu_message = factories.work_unit_message()
+            metadata = (("authorization", f"Bearer {token}"),)
+            channel = grpc.insecure_channel(f"127.0.0.1:{ports['grpc']}")
+            stub = pb.api_grpc.ExperimentStateServiceStub(channel)
+            echo_channel = grpc.insecure_channel(f"127.0.0.1:{ports['echo']}")
+            echo = echo_channel.unary_unary(ECHO)
+            base = f"http://127.0.0.1:{ports['web']}/v1"
+            session_local = threading.local()
+
+            def session() -> http.Session:
+                if not hasattr(session_local, "s"):
+                    session_local.s = http.Session()
+                    session_local.s.headers["Authorization"] = f"Bearer {token}"
+                return session_local.s
+
+            get_request = pb.api.GetWorkUnitRequest(name=f"{exp.name}/workUnits/1")
+            stub.CreateWorkUnit(pb.api.CreateWorkUnitRequest(parent=exp.name, work_unit=wu_message, work_unit_id=1),
+                                metadata=metadata)
+            payload = get_request.SerializeToString()
+            body = {"executable": {"jobset": {"jobs": [{"name": "trainer", "replicas": 1, "spec": {
+                "dockerImage": "gcr.io/p/t:v1",
+                "resources": {"cpuResources": {"cpuMillicores": "1000", "memoryBytes": "1073741824"}}}}]}}}
+
+            def check(response: http.Response) -> None:
+                if response.status_code != 200:
+                    raise SystemExit(f"REST answered {response.status_code}: {response.text[:300]}")
+
+            n, c = args.requests, args.concurrency
+            print(f"{n} requests per row, {c} client threads, {args.workers} server threads", flush=True)
+            results = {
+                "echo (baseline)": drive("grpc echo (baseline)", lambda i: echo(payload), n, c),
+                "grpc GetWorkUnit": drive("grpc GetWorkUnit",
+                                          lambda i: stub.GetWorkUnit(get_request, metadata=metadata), n, c),
+                "grpc CreateWorkUnit": drive("grpc CreateWorkUnit", lambda i: stub.CreateWorkUnit(
+                    pb.api.CreateWorkUnitRequest(parent=exp.name, work_unit=wu_message, work_unit_id=10_000 + i),
+                    metadata=metadata), n // 2, c),
+                "rest GetWorkUnit": drive("rest GetWorkUnit", lambda i: check(
+                    session().get(f"{base}/{exp.name}/workUnits/1")), n, c),
+                "rest CreateWorkUnit": drive("rest CreateWorkUnit", lambda i: check(session().post(
+                    f"{base}/{exp.name}/workUnits", json=body)), n // 2, c),
+            }
+            baseline = results["echo (baseline)"]
+            print("ratios against the echo baseline (throughput: fraction of echo; latency: multiple of echo):")
+            for name, r in results.items():
+                print(f"  {name:<28} throughput {r['rps'] / baseline['rps']:6.3f}x   "
+                      f"p50 {r['p50'] / baseline['p50']:7.1f}x   p99 {r['p99'] / baseline['p99']:7.1f}x")
+            channel.close()
+            echo_channel.close()
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()
