@@ -403,6 +403,28 @@ def _target_work_units(xid: int, wids: Sequence[int] | None) -> dict[tuple[int, 
     return locked
 
 
+def _targets(
+    xid: int, wids: Sequence[int] | None
+) -> tuple[Experiment, dict[tuple[int, int], WorkUnit], dict[int, WorkUnitExecution]]:
+    """Lock the targets of a stop/restart and read their current executions."""
+    locked = _target_work_units(xid, wids)
+    currents = {
+        ex.work_unit_id: ex
+        for ex in WorkUnitExecution.objects.filter(
+            work_unit__in=locked.values(), execution_state=ExecutionState.ACTIVE
+        )
+    }
+    return Experiment.objects.get(id=xid), locked, currents
+
+
+def _batch_operation(exp: Experiment, action: str, requester: Requester, now: datetime) -> Operation:
+    """The one operation a batch RPC returns; per-work-unit operations are its children."""
+    return Operation.objects.create(
+        experiment=exp, action_type=action, target=exp.name, create_time=now,
+        original_requester=requester.email, asserted_email=requester.asserted_email,
+    )
+
+
 def stop_work_units(
     xid: int,
     wids: Sequence[int] | None,
@@ -422,14 +444,7 @@ def stop_work_units(
     """
     now = now or timezone.now()
     with transaction.atomic(durable=True):
-        locked = _target_work_units(xid, wids)
-        currents = {
-            ex.work_unit_id: ex
-            for ex in WorkUnitExecution.objects.filter(
-                work_unit__in=locked.values(), execution_state=ExecutionState.ACTIVE
-            )
-        }
-        exp = Experiment.objects.get(id=xid)
+        exp, locked, currents = _targets(xid, wids)
         if not batch:
             (wu,) = locked.values()
             ex = currents[wu.id]
@@ -441,12 +456,7 @@ def stop_work_units(
                     return pending
             if ex.state in TERMINAL:
                 raise FailedPrecondition(f"{wu.name} is already {ex.state}", field="name")
-        parent = None
-        if batch:
-            parent = Operation.objects.create(
-                experiment=exp, action_type=ActionType.STOP, target=exp.name, create_time=now,
-                original_requester=requester.email, asserted_email=requester.asserted_email,
-            )
+        parent = _batch_operation(exp, ActionType.STOP, requester, now) if batch else None
         ops: list[Operation] = []
         updates: list[ExecutionUpdate] = []
         for key in sorted(locked):
@@ -494,20 +504,8 @@ def restart_work_units(
     """
     now = now or timezone.now()
     with transaction.atomic(durable=True):
-        locked = _target_work_units(xid, wids)
-        currents = {
-            ex.work_unit_id: ex
-            for ex in WorkUnitExecution.objects.filter(
-                work_unit__in=locked.values(), execution_state=ExecutionState.ACTIVE
-            )
-        }
-        exp = Experiment.objects.get(id=xid)
-        parent = None
-        if batch:
-            parent = Operation.objects.create(
-                experiment=exp, action_type=ActionType.RESTART, target=exp.name, create_time=now,
-                original_requester=requester.email, asserted_email=requester.asserted_email,
-            )
+        exp, locked, currents = _targets(xid, wids)
+        parent = _batch_operation(exp, ActionType.RESTART, requester, now) if batch else None
         ops: list[Operation] = []
         state_moves: list[tuple[str | None, str | None]] = []
         severity_moves: list[tuple[str | None, str | None]] = []
