@@ -270,3 +270,51 @@ def test_it_answers_unimplemented_for_a_service_it_does_not_have(channel: grpc.C
         call(b"", metadata=metadata_for("alice@example.com"), timeout=10)
     assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
+
+
+# --- Operations, as a future client would use them ------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_serves_the_work_unit_operation_the_client_was_given_through_operations(
+    ess: Any, operations: Any, as_alice: list[tuple[str, str]]
+) -> None:
+    experiment = ess.CreateExperiment(api.CreateExperimentRequest(), metadata=as_alice, timeout=10)
+    job = pb.work_unit.KubernetesJob(
+        name="t",
+        spec=pb.work_unit.ExecutableSpec(
+            docker_image="gcr.io/proj/t:v1",
+            resources=pb.resources.ResourceSet(
+                cpu_resources=pb.resources.CpuResources(cpu_millicores=1000, memory_bytes=2**30)
+            ),
+        ),
+        replicas=1,
+    )
+    created = ess.CreateWorkUnit(
+        api.CreateWorkUnitRequest(
+            parent=experiment.name,
+            work_unit_id=1,
+            work_unit=pb.work_unit.WorkUnit(
+                executable=pb.work_unit.Executable(jobset=pb.work_unit.JobSetExecutable(jobs=[job]))
+            ),
+        ),
+        metadata=as_alice,
+        timeout=10,
+    )
+    assert created.name.startswith(f"{experiment.name}/workUnits/1/operations/")
+
+    fetched = operations.GetOperation(operations_pb2.GetOperationRequest(name=created.name), metadata=as_alice, timeout=10)
+    waited = operations.WaitOperation(
+        operations_pb2.WaitOperationRequest(name=created.name, timeout={"nanos": 1}), metadata=as_alice, timeout=10
+    )
+    listed = operations.ListOperations(
+        operations_pb2.ListOperationsRequest(name=f"{experiment.name}/operations"), metadata=as_alice, timeout=10
+    )
+
+    assert fetched.name == waited.name == created.name
+    metadata = pb.operations.OperationMetadata()
+    assert fetched.metadata.Unpack(metadata)
+    assert metadata.target == f"{experiment.name}/workUnits/1"
+    assert metadata.action_type == pb.operations.OperationMetadata.ActionType.CREATE
+    assert metadata.original_requester == dict(as_alice)["x-goog-user-email"]
+    assert created.name in [op.name for op in listed.operations]

@@ -34,6 +34,7 @@ from tests.api_grpc.conftest import (  # noqa: F401 - shared fixtures
     grpc_target,
 )
 from tests.real_client.client_env import ensure_client_venv, python_of
+from xmc.api import registry
 from xmc.auth.tokens import issue_token
 
 RESULT_PREFIX = "RESULT: "
@@ -50,16 +51,31 @@ PRELUDE = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="session")
-def client_venv(pytestconfig: pytest.Config) -> Path:
-    """The client's virtualenv; the first run builds it and says so on the terminal."""
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Build the client's virtualenv right after collection, if these tests will run.
+
+    Here and not in a fixture: a first build (minutes on a cold pip cache)
+    must not count against the first test's timeout. The progress lines go
+    straight to the terminal.
+    """
+    here = Path(__file__).parent
+    if not any(Path(str(item.fspath)).is_relative_to(here) for item in items):
+        return
+    reporter = config.pluginmanager.getplugin("terminalreporter")
 
     def progress(line: str) -> None:
-        with capture.global_and_fixture_disabled():
-            print(f"\n{line}", flush=True)
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line, flush=True)
 
-    return ensure_client_venv(progress)
+    ensure_client_venv(progress)
+
+
+@pytest.fixture(scope="session")
+def client_venv() -> Path:
+    """The client's virtualenv (already built after collection; checked again here)."""
+    return ensure_client_venv()
 
 
 @dataclass
@@ -165,6 +181,33 @@ def make_client(
 @pytest.fixture
 def alice_client(make_client: Callable[..., Client]) -> Client:
     return make_client(ALICE)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One RPC as the server's handler saw it."""
+
+    method: str  # "ExperimentStateService/CreateWorkUnit"
+    email: str  # verified, from the token
+    asserted_email: str  # x-goog-user-email
+    request: Any
+
+
+@pytest.fixture
+def rpc_log(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+    """Every RPC the in-process server hands to a handler during the test, in order."""
+    import xmc.api.handlers  # noqa: F401 - fill the registry before wrapping it
+
+    log: list[Call] = []
+    for key, rpc in list(registry.RPCS.items()):
+
+        def spy(request: Any, caller: registry.Caller, _rpc: registry.Rpc = rpc) -> Any:
+            method = f"{_rpc.service.rsplit('.', 1)[-1]}/{_rpc.method}"
+            log.append(Call(method, caller.email, caller.asserted_email, request))
+            return _rpc.handler(request, caller)
+
+        monkeypatch.setitem(registry.RPCS, key, registry.Rpc(rpc.service, rpc.method, rpc.request, rpc.response, spy))
+    return log
 
 
 @pytest.fixture

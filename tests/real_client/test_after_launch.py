@@ -11,7 +11,7 @@ import pytest
 
 from artifacts.models import Artifact
 from experiments.models import Experiment
-from tests.real_client.conftest import ALICE, Client
+from tests.real_client.conftest import ALICE, Call, Client
 from workunits.models import Operation, WorkUnit
 from xmc import convert, pb
 
@@ -198,7 +198,9 @@ def test_it_round_trips_every_artifact_payload_on_experiments_and_work_units(ali
     assert not Artifact.objects.filter(id=seen["made"]["wu"][0][1]).exists()
 
 
-def test_it_stops_and_restarts_every_work_unit_with_the_clients_command_functions(alice_client: Client) -> None:
+def test_it_stops_and_restarts_every_work_unit_with_the_clients_command_functions(
+    alice_client: Client, rpc_log: list[Call]
+) -> None:
     run = alice_client.python(
         LAUNCH,
         """
@@ -213,6 +215,12 @@ def test_it_stops_and_restarts_every_work_unit_with_the_clients_command_function
 
     xid = run.result["id"]
     assert f"Stopping experiment {xid}." in run.stdout
+    # Contract 2.6: the parent only, no filter, meaning every work unit.
+    batches = [call for call in rpc_log if "/Batch" in call.method]
+    assert [call.method.rsplit("/", 1)[1] for call in batches] == [
+        "BatchStopWorkUnits", "BatchStopWorkUnits", "BatchRestartWorkUnits"
+    ]
+    assert {(call.request.parent, call.request.filter) for call in batches} == {(f"experiments/{xid}", "")}
     for key, action in (("stopped", "STOP"), ("restarted", "RESTART")):
         name = run.result[key]
         assert name.startswith(f"experiments/{xid}/operations/"), name

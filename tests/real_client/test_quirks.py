@@ -6,37 +6,19 @@ callers that are refused, an unknown XID, and the endless paging loop of
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.real_client.conftest import ALICE, Client
-from xmc.api import registry
+from tests.real_client.conftest import ALICE, Call, Client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def rpc_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str, str]]]:
-    """Every RPC the in-process server runs during the test: (method, verified email, asserted email)."""
-    import xmc.api.handlers  # noqa: F401 - fill the registry before wrapping it
-
-    log: list[tuple[str, str, str]] = []
-    for key, rpc in list(registry.RPCS.items()):
-
-        def spy(request: Any, caller: registry.Caller, _rpc: registry.Rpc = rpc) -> Any:
-            log.append((f"{_rpc.service.rsplit('.', 1)[-1]}/{_rpc.method}", caller.email, caller.asserted_email))
-            return _rpc.handler(request, caller)
-
-        monkeypatch.setitem(registry.RPCS, key, registry.Rpc(rpc.service, rpc.method, rpc.request, rpc.response, spy))
-    yield log
-
-
 def test_it_sees_the_launch_sequence_with_alices_verified_and_asserted_email(
-    alice_client: Client, rpc_log: list[tuple[str, str, str]]
+    alice_client: Client, rpc_log: list[Call]
 ) -> None:
     alice_client.python(
         """
@@ -55,7 +37,7 @@ def test_it_sees_the_launch_sequence_with_alices_verified_and_asserted_email(
         """
     ).ok()
 
-    methods = [method for method, _, _ in rpc_log]
+    methods = [call.method for call in rpc_log]
     # Contract 2: the launch-state update comes before (or among) the work units.
     assert methods[:3] == [
         "ExperimentStateService/CreateExperiment",
@@ -66,7 +48,9 @@ def test_it_sees_the_launch_sequence_with_alices_verified_and_asserted_email(
         ["ExperimentStateService/UpdateExperimentLaunchState"] + ["ExperimentStateService/CreateWorkUnit"] * 2
     )
     assert not [m for m in methods if m.startswith("Operations/")]  # contract 0.1
-    assert {(email, asserted) for _, email, asserted in rpc_log} == {(ALICE, ALICE)}
+    assert {(call.email, call.asserted_email) for call in rpc_log} == {(ALICE, ALICE)}
+    # Contract 2.4: the client numbers its work units 1, 2 in add() order.
+    assert sorted(call.request.work_unit_id for call in rpc_log if call.method.endswith("/CreateWorkUnit")) == [1, 2]
 
 
 @pytest.mark.parametrize(
