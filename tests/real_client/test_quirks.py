@@ -146,3 +146,22 @@ def test_it_survives_list_all_work_units_which_never_stops_paging(
         report({"id": xm_cloud.create_experiment().id})
         """
     ).ok()
+
+
+def test_it_serves_a_client_that_tried_tls_first_and_fell_back_to_plaintext(alice_client: Client) -> None:
+    # Contract 1.1: a bare host:port means TLS; against our plaintext port the
+    # handshake fails, and XMC_INSECURE_GRPC=1 makes the client retry in plaintext
+    # after 5 s. The garbage TLS hello must not hurt the server.
+    run = alice_client.python(
+        """
+        import time
+        from xmanager import xm_cloud
+        started = time.monotonic()
+        exp = xm_cloud.create_experiment(experiment_title="after tls")
+        report({"author": exp.author, "seconds": time.monotonic() - started})
+        """,
+        XMANAGER_ENDPOINT=alice_client.grpc_target,
+        XMC_INSECURE_GRPC="1",
+    ).ok()
+    assert run.result["author"] == ALICE
+    assert run.result["seconds"] >= 4.5
