@@ -464,7 +464,7 @@ class KueueJobReconciler(Controller):
             try:
                 wspec["maximumExecutionTimeSeconds"] = int(max_exec)
             except ValueError:
-                pass
+                pass  # Kueue's webhook would reject it; the simulator ignores the label
         return {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": wl_md, "spec": wspec}
 
     def _stop_job(self, js: Obj, wl: Obj | None, message: str) -> None:
@@ -599,7 +599,7 @@ def _admitted_usage(wl: Obj) -> dict[tuple[str, str], Fraction]:
             try:
                 out[k] = out.get(k, Fraction(0)) + parse_quantity(qty)
             except ValueError:
-                pass
+                continue  # not a quantity: counts as nothing
     if len(_USAGE_MEMO) > 100_000:
         _USAGE_MEMO.clear()
     _USAGE_MEMO[uid] = (rv, out)
@@ -868,8 +868,7 @@ class KueueScheduler:
                     if any(k in node_labels and node_labels[k] != v for k, v in selector.items()):
                         failure = failure or ("NoMatchingFlavor", f"couldn't assign flavors to pod set {ps_name}: flavor {fname} doesn't match node affinity")
                         continue
-                    exceeds = fits = False
-                    fits = True
+                    exceeds, fits = False, True
                     for res in covered:
                         cap = quota.get((fname, res), Fraction(0))
                         used = usage.get((fname, res), Fraction(0)) + extra.get((fname, res), Fraction(0))
