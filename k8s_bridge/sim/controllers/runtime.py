@@ -295,6 +295,7 @@ class WorkQueue:
         self._dirty: set[Hashable] = set()
         self._processing: set[Hashable] = set()
         self._failures: dict[Hashable, int] = {}
+        self._timers: dict[Hashable, float] = {}  # key -> earliest pending add_after (sim time)
         self._shutdown = False
 
     def add(self, key: Hashable) -> None:
@@ -308,10 +309,24 @@ class WorkQueue:
             self._cond.notify()
 
     def add_after(self, key: Hashable, sim_delay: float) -> None:
+        """Add `key` after `sim_delay` simulated seconds (one pending timer per key: the earliest)."""
         if sim_delay <= 0:
             self.add(key)
-        else:
-            self.clock.call_later(sim_delay, lambda: self.add(key))
+            return
+        when = self.clock.now() + sim_delay
+        with self._cond:
+            pending = self._timers.get(key)
+            if pending is not None and pending <= when + 1e-6:
+                return  # an earlier (or equal) wake-up is already scheduled
+            self._timers[key] = when
+
+        def fire() -> None:
+            with self._cond:
+                if self._timers.get(key) == when:
+                    del self._timers[key]
+            self.add(key)
+
+        self.clock.call_at(when, fire)
 
     def add_rate_limited(self, key: Hashable) -> None:
         """Requeue after a per-key exponential backoff (5 ms .. 1 s wall time)."""
