@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -80,6 +81,12 @@ def service_methods(service: str) -> tuple[str, ...]:
 # --- One RPC ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Failure:
+    code: grpc.StatusCode
+    message: str
+
+
 class _Delegate:
     """The body of every API method: identity in, `registry.invoke`, status out."""
 
@@ -89,33 +96,32 @@ class _Delegate:
         self.full_name = f"/{service}/{method}"
 
     def __call__(self, request: Message, context: grpc.ServicerContext) -> Message:
-        # ``context.abort`` raises, so no abort happens inside the try below
-        # (a broad ``except`` would swallow it): decide, then abort.
-        code, message = self._run(request)
-        if isinstance(code, grpc.StatusCode):
-            context.abort(code, message)
-        return code
+        # ``context.abort`` raises, so it is never called inside the ``try`` of
+        # `_run` (whose broad ``except`` would swallow it): decide, then abort.
+        outcome = self._run(request)
+        if isinstance(outcome, _Failure):
+            context.abort(outcome.code, outcome.message)
+        return outcome
 
-    def _run(self, request: Message) -> tuple[Any, str]:
-        rpc = registry.RPCS.get((self.service, self.method))
-        if rpc is None:
-            return grpc.StatusCode.UNIMPLEMENTED, f"{self.full_name} is not implemented by this server"
+    def _run(self, request: Message) -> Message | _Failure:
+        if (self.service, self.method) not in registry.RPCS:
+            return _Failure(grpc.StatusCode.UNIMPLEMENTED, f"{self.full_name} is not implemented by this server")
         try:
             caller = registry.Caller(current_identity(), current_asserted_email() or "")
-            return registry.invoke(self.service, self.method, request, caller), ""
+            return registry.invoke(self.service, self.method, request, caller)
         except ServiceError as exc:
-            return _status_code(exc.code), exc.message
+            return _Failure(_status_code(exc.code), exc.message)
         except ListingError as exc:
-            return grpc.StatusCode.INVALID_ARGUMENT, exc.message
+            return _Failure(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
         except Unauthenticated as exc:
-            return grpc.StatusCode.UNAUTHENTICATED, str(exc)
+            return _Failure(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         except (OperationalError, InterfaceError):
             # The database went away or refused the connection: a retry may work.
             logger.exception("grpc.database_unavailable method=%s", self.full_name)
-            return grpc.StatusCode.UNAVAILABLE, "database unavailable; retry later"
+            return _Failure(grpc.StatusCode.UNAVAILABLE, "database unavailable; retry later")
         except Exception:  # noqa: BLE001 - the last line of defence; never leak a traceback
             logger.exception("grpc.internal_error method=%s", self.full_name)
-            return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+            return _Failure(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 
 
 def _status_code(name: str) -> grpc.StatusCode:
