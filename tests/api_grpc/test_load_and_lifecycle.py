@@ -251,3 +251,22 @@ def test_it_runs_as_a_command_that_prints_its_address_and_stops_on_sigterm() -> 
     assert proc.returncode == 0, err
     assert "gRPC server stopped" in out
     assert "grpc.stopping signal=SIGTERM" in err
+
+
+def test_it_refuses_to_start_on_a_port_another_server_already_serves(grpc_server: tuple[Any, int]) -> None:
+    # Without this, SO_REUSEPORT would let two servers split one port's traffic.
+    with pytest.raises(OSError, match="could not bind"):
+        build_server(grpc_server[1], 1, host="127.0.0.1")
+
+
+def test_it_says_so_when_the_command_cannot_listen(grpc_server: tuple[Any, int]) -> None:
+    done = subprocess.run(
+        [sys.executable, "manage.py", "grpcserver", "--port", str(grpc_server[1]), "--host", "127.0.0.1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"could not bind the gRPC server to 127.0.0.1:{grpc_server[1]}" in done.stderr

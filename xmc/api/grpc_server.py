@@ -211,7 +211,9 @@ def build_server(
     chain: list[grpc.ServerInterceptor] = [_DbConnectionsInterceptor()]
     chain += list(interceptors) if interceptors is not None else [AuthInterceptor()]
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xmc-grpc")
-    server = grpc.server(pool, interceptors=chain)
+    # No SO_REUSEPORT: a second server on a taken port must fail to start,
+    # not silently share the port (and the traffic) with the first.
+    server = grpc.server(pool, interceptors=chain, options=[("grpc.so_reuseport", 0)])
     _POOL_OF[server] = pool
 
     pb.api_grpc.add_ExperimentStateServiceServicer_to_server(
@@ -237,7 +239,10 @@ def build_server(
     if missing:
         logger.warning("grpc.unregistered_methods count=%d methods=%s", len(missing), ",".join(missing))
 
-    bound_port = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound_port = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:  # grpcio: "Failed to bind to address ..."
+        raise OSError(f"could not bind the gRPC server to {host}:{port}: {exc}") from exc
     if bound_port == 0:
         raise OSError(f"could not bind the gRPC server to {host}:{port}")
     return server, bound_port

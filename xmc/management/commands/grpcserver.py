@@ -38,8 +38,8 @@ class Command(BaseCommand):
             raise CommandError("--max-workers must be at least 1")
         try:
             server, bound = build_server(port, workers, host=options["host"])
-        except (OSError, RuntimeError) as exc:
-            raise CommandError(f"cannot listen on {options['host']}:{port}: {exc}") from exc
+        except OSError as exc:
+            raise CommandError(str(exc)) from exc
         host = options["host"]
         self.stdout.write(f"gRPC server listening on {host}:{bound}")
         self.stdout.flush()
