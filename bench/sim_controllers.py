@@ -5,12 +5,16 @@ default LocalQueue, with the default pod script (`pull=1s;run=10s;exit=0`),
 on an in-process Store at a given clock speed, and reports how long it takes
 until every JobSet is Completed, plus CPU time and the controllers' counters.
 
-    python -m tests.sim_controllers.bench_controllers --jobsets 1000 --speed 20
+    ./dev bench sim_controllers    (or: python bench/sim_controllers.py --jobsets 1000 --speed 20)
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import resource
 import time
 
@@ -25,13 +29,22 @@ def main() -> None:
     parser.add_argument("--speed", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
+    # Baseline in the same run: a tenth of the load. CPU per JobSet should
+    # not grow with the number of JobSets (no O(n^2) per event).
+    small = run(max(1, args.jobsets // 10), args.speed, args.timeout)
+    full = run(args.jobsets, args.speed, args.timeout)
+    print(f"cpu per jobset: {small * 1000:.1f} ms at {max(1, args.jobsets // 10)} jobsets (baseline), "
+          f"{full * 1000:.1f} ms at {args.jobsets}: ratio {full / small:.2f}x (1.0 = linear)")
 
-    clock = SimClock(speed=args.speed)
+
+def run(jobsets: int, speed: float, timeout: float) -> float:
+    """Run ``jobsets`` to completion; print the figures; return CPU seconds per JobSet."""
+    clock = SimClock(speed=speed)
     store = Store(clock=clock.now)
     ctrls = start_controllers(store, clock)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
-    for i in range(args.jobsets):
+    for i in range(jobsets):
         store.create("jobsets", "default", {
             "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": f"bench-{i}", "namespace": "default",
@@ -43,9 +56,9 @@ def main() -> None:
         })
     created = time.monotonic() - t0
     done = 0
-    while time.monotonic() - t0 < args.timeout:
+    while time.monotonic() - t0 < timeout:
         done = sum(1 for js in ctrls.cache.list("jobsets") if (js.get("status") or {}).get("terminalState") == "Completed")
-        if done == args.jobsets:
+        if done == jobsets:
             break
         time.sleep(0.25)
     wall = time.monotonic() - t0
@@ -53,12 +66,13 @@ def main() -> None:
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     pods = len(store.list("pods")[0])
     events = len(store.list("events")[0])
-    print(f"jobsets={args.jobsets} speed={args.speed} created_in={created:.1f}s completed={done} "
-          f"wall={wall:.1f}s cpu={cpu:.1f}s sim_elapsed={wall * args.speed:.0f}s pods={pods} events={events} "
+    print(f"jobsets={jobsets} speed={speed} created_in={created:.1f}s completed={done} "
+          f"wall={wall:.1f}s cpu={cpu:.1f}s sim_elapsed={wall * speed:.0f}s pods={pods} events={events} "
           f"rv={store.resource_version} cycles={ctrls.scheduler.cycles} "
           + " ".join(f"{c.name}={c.reconciles}/{c.errors}err" for c in ctrls.controllers))
     ctrls.stop()
     clock.stop()
+    return cpu / jobsets
 
 
 if __name__ == "__main__":
