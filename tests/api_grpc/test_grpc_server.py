@@ -15,13 +15,14 @@ from typing import Any
 import grpc
 import pytest
 from google.longrunning import operations_pb2
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.api_grpc.conftest import metadata_for
 from xmc import errors, pb
 from xmc.api import registry
-from xmc.api.grpc_server import ESS, INTERNAL_MESSAGE, OPERATIONS, service_methods
+from xmc.api.grpc_server import ESS, INTERNAL_MESSAGE, OPERATIONS, STATUS_DETAILS_KEY, service_methods
 from xmc.listing.errors import FilterError
 
 api = pb.api
@@ -152,6 +153,15 @@ def test_it_answers_invalid_argument_for_a_bad_name_and_a_bad_filter(
     with pytest.raises(grpc.RpcError) as bad_filter:
         ess.SearchExperiments(api.ListExperimentsRequest(filter="colour = 'red'"), metadata=as_alice, timeout=10)
     assert bad_filter.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [_field_at_fault(bad_name.value), _field_at_fault(bad_filter.value)] == ["name", "filter"]
+
+
+def _field_at_fault(error: Any) -> str:
+    [details] = [v for k, v in error.trailing_metadata() if k == STATUS_DETAILS_KEY]
+    bad_request = error_details_pb2.BadRequest()
+    assert pb.rpc_status.Status.FromString(details).details[0].Unpack(bad_request)
+    [violation] = bad_request.field_violations
+    return str(violation.field)
 
 
 ERRORS = [
@@ -179,6 +189,13 @@ def test_it_turns_each_service_error_into_its_status_code(
         ess.GetWorkUnit(api.GetWorkUnitRequest(name="experiments/1/workUnits/1"), metadata=as_alice, timeout=10)
     assert failed.value.code() == grpc.StatusCode[error.code]
     assert failed.value.details() == f"{error.code.lower()} because the story says so"
+    # The field at fault travels as a google.rpc.Status with a BadRequest, like REST's error details.
+    [details] = [v for k, v in failed.value.trailing_metadata() if k == STATUS_DETAILS_KEY]
+    status = pb.rpc_status.Status.FromString(details)
+    assert (status.code, status.message) == (grpc.StatusCode[error.code].value[0], failed.value.details())
+    bad_request = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad_request)
+    assert [(v.field, v.description) for v in bad_request.field_violations] == [("name", failed.value.details())]
 
 
 @pytest.mark.django_db(transaction=True)

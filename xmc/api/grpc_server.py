@@ -41,6 +41,7 @@ import grpc
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connections
 from google.longrunning import operations_pb2_grpc
+from google.rpc import error_details_pb2
 from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -85,6 +86,21 @@ def service_methods(service: str) -> tuple[str, ...]:
 class _Failure:
     code: grpc.StatusCode
     message: str
+    field: str | None = None  # the request field at fault, as REST's error ``details`` name it
+
+
+#: Trailing metadata key of the rich status (``google.rpc.Status``), as grpcio-status reads it.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def _rich_status(failure: _Failure) -> bytes:
+    """``google.rpc.Status`` with a ``BadRequest`` naming the field: the gRPC twin of REST's ``details``."""
+    bad_request = error_details_pb2.BadRequest(
+        field_violations=[error_details_pb2.BadRequest.FieldViolation(field=failure.field, description=failure.message)]
+    )
+    status = pb.rpc_status.Status(code=failure.code.value[0], message=failure.message)
+    status.details.add().Pack(bad_request)
+    return status.SerializeToString()
 
 
 class _Delegate:
@@ -100,6 +116,8 @@ class _Delegate:
         # `_run` (whose broad ``except`` would swallow it): decide, then abort.
         outcome = self._run(request)
         if isinstance(outcome, _Failure):
+            if outcome.field:
+                context.set_trailing_metadata(((STATUS_DETAILS_KEY, _rich_status(outcome)),))
             context.abort(outcome.code, outcome.message)
         return outcome
 
@@ -110,7 +128,7 @@ class _Delegate:
             caller = registry.Caller(current_identity(), current_asserted_email() or "")
             return registry.invoke(self.service, self.method, request, caller)
         except ServiceError as exc:
-            return _Failure(_status_code(exc.code), exc.message)
+            return _Failure(_status_code(exc.code), exc.message, exc.field)
         except ListingError as exc:
             return _Failure(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
         except Unauthenticated as exc:
