@@ -270,3 +270,13 @@ def test_it_says_so_when_the_command_cannot_listen(grpc_server: tuple[Any, int])
     )
     assert done.returncode == 1
     assert f"could not bind the gRPC server to 127.0.0.1:{grpc_server[1]}" in done.stderr
+
+
+def test_it_shares_a_port_between_processes_only_when_asked() -> None:
+    first, port = build_server(0, 1, host="127.0.0.1", reuse_port=True)
+    try:
+        second, same_port = build_server(port, 1, host="127.0.0.1", reuse_port=True)
+        assert same_port == port
+        shutdown(second, grace_s=0)
+    finally:
+        shutdown(first, grace_s=0)

@@ -214,6 +214,7 @@ def build_server(
     *,
     host: str = "[::]",
     interceptors: Iterable[grpc.ServerInterceptor] | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.Server, int]:
     """A started-ready (not yet started) server and the port it bound.
 
@@ -221,7 +222,9 @@ def build_server(
     ``settings.XMC_GRPC_MAX_WORKERS`` and is also the most Postgres
     connections the server will hold. ``interceptors`` replaces the default
     ``[AuthInterceptor()]`` (tests); the connection interceptor is always
-    outermost.
+    outermost. ``reuse_port=True`` lets several processes serve one port
+    (SO_REUSEPORT; the kernel spreads connections over them) -- only on
+    purpose: by default a taken port is an error.
     """
     _register_handlers()
 
@@ -229,9 +232,9 @@ def build_server(
     chain: list[grpc.ServerInterceptor] = [_DbConnectionsInterceptor()]
     chain += list(interceptors) if interceptors is not None else [AuthInterceptor()]
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xmc-grpc")
-    # No SO_REUSEPORT: a second server on a taken port must fail to start,
-    # not silently share the port (and the traffic) with the first.
-    server = grpc.server(pool, interceptors=chain, options=[("grpc.so_reuseport", 0)])
+    # SO_REUSEPORT only when asked: otherwise a second server on a taken port
+    # must fail to start, not silently share the port (and the traffic).
+    server = grpc.server(pool, interceptors=chain, options=[("grpc.so_reuseport", int(reuse_port))])
     _POOL_OF[server] = pool
 
     pb.api_grpc.add_ExperimentStateServiceServicer_to_server(

@@ -1,4 +1,4 @@
-"""``manage.py grpcserver [--port 50051] [--max-workers N] [--grace S]``: serve the gRPC API.
+"""``manage.py grpcserver [--port 50051] [--max-workers N] [--grace S] [--reuse-port]``: serve the gRPC API.
 
 The process that real XManager clients talk to (``XMANAGER_ENDPOINT``). A
 thin shell over `xmc.api.grpc_server.build_server`: bind, print the bound
@@ -28,6 +28,11 @@ class Command(BaseCommand):
             "--max-workers", type=int, default=None, help="handler threads (default XMC_GRPC_MAX_WORKERS)"
         )
         parser.add_argument("--grace", type=float, default=10.0, help="seconds running RPCs get on shutdown")
+        parser.add_argument(
+            "--reuse-port",
+            action="store_true",
+            help="share the port with other grpcserver processes (SO_REUSEPORT), to use more than one core",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         port: int = settings.XMC_GRPC_PORT if options["port"] is None else options["port"]
@@ -37,7 +42,7 @@ class Command(BaseCommand):
         if workers is not None and workers < 1:
             raise CommandError("--max-workers must be at least 1")
         try:
-            server, bound = build_server(port, workers, host=options["host"])
+            server, bound = build_server(port, workers, host=options["host"], reuse_port=options["reuse_port"])
         except OSError as exc:
             raise CommandError(str(exc)) from exc
         host = options["host"]
