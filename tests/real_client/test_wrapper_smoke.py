@@ -10,6 +10,7 @@ INTERNAL or UNKNOWN. Then the ``list`` helper's printer and its endless loop.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -116,11 +117,13 @@ def test_it_answers_every_method_of_the_clients_wrapper(alice_client: Client) ->
 
 
 def test_it_gives_the_list_helper_a_printable_page_and_ends_its_endless_loop(
-    make_client: Callable[..., Client], fresh_email: Callable[[str], str]
+    make_client: Callable[..., Client], fresh_email: Callable[[str], str], settings: Any
 ) -> None:
     # The list helper prints only after its loop, which never ends on its own
     # (contract 0.6): print the first page with its own printer (enum names must
     # be valid), then let the rate limit end the loop under a watchdog.
+    settings.XMC_RATE_LIMIT_BURST = 40  # a small bucket, so the loop meets the limit quickly
+    settings.XMC_RATE_LIMIT_PER_S = 5
     client = make_client(fresh_email("lister"))
     run = client.python(
         """
