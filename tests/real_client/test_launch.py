@@ -40,6 +40,8 @@ def test_it_creates_an_experiment_with_server_defaults_from_an_empty_request(ali
     stored = Experiment.objects.get(id=seen["id"])
     assert stored.creator == ALICE
     assert stored.launch_state == "LAUNCHING"
+    # The request carried no ACLs (contract 2.1): the creator owns it.
+    assert [role.user for role in convert.experiment_to_proto(stored).acls.owners] == [ALICE]
 
 
 def test_it_creates_an_experiment_with_title_tags_and_notes_and_keeps_the_script_as_an_artifact(
