@@ -7,6 +7,8 @@ the client saw. The tests compare that with what XMC stored.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from artifacts.models import Artifact
@@ -227,3 +229,33 @@ def test_it_stops_and_restarts_every_work_unit_with_the_clients_command_function
         op = Operation.objects.get(id=int(name.rsplit("/", 1)[1]))
         assert op.action_type == action
         assert op.original_requester == ALICE
+
+
+def test_it_lets_a_reader_read_but_not_write_and_keeps_others_out(make_client: Callable[..., Client]) -> None:
+    alice, bob, carol = make_client(ALICE), make_client("bob@example.com"), make_client("carol@example.com")
+    xid = alice.python(
+        """
+        from xmanager import xm_cloud
+        exp = xm_cloud.create_experiment(experiment_title="alice's")
+        exp.set_acls(xm_cloud.Acls(owners=[xm_cloud.Acls.Role(user="alice@example.com")],
+                                   readers=[xm_cloud.Acls.Role(user="bob@example.com")]))
+        report({"id": exp.id})
+        """
+    ).ok().result["id"]
+    attempt = """
+        import grpc
+        from xmanager import xm_cloud
+        seen = {}
+        try:
+            exp = xm_cloud.get_experiment(XID)
+            seen["read"] = exp.title
+            exp.set_title("bob was here")
+            seen["write"] = "OK"
+        except grpc.RpcError as exc:
+            seen["refused"] = exc.code().name
+        report(seen)
+        """.replace("XID", str(xid))
+
+    assert bob.python(attempt).ok().result == {"read": "alice's", "refused": "PERMISSION_DENIED"}
+    assert carol.python(attempt).ok().result["refused"] in {"PERMISSION_DENIED", "NOT_FOUND"}
+    assert Experiment.objects.get(id=xid).title == "alice's"
