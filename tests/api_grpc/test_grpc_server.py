@@ -335,3 +335,14 @@ def test_it_serves_the_work_unit_operation_the_client_was_given_through_operatio
     assert metadata.action_type == pb.operations.OperationMetadata.ActionType.CREATE
     assert metadata.original_requester == dict(as_alice)["x-goog-user-email"]
     assert created.name in [op.name for op in listed.operations]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_logs_each_call_with_its_code_and_duration_at_debug_level(
+    ess: Any, as_alice: list[tuple[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="xmc.api.grpc_server"):
+        with pytest.raises(grpc.RpcError):
+            ess.GetExperiment(api.GetExperimentRequest(name="experiments/424242"), metadata=as_alice, timeout=10)
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("grpc.rpc ")]
+    assert line.startswith("grpc.rpc method=/cloud.xmanager.v1.ExperimentStateService/GetExperiment code=NOT_FOUND ms=")

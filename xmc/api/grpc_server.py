@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent import futures
@@ -114,7 +115,15 @@ class _Delegate:
     def __call__(self, request: Message, context: grpc.ServicerContext) -> Message:
         # ``context.abort`` raises, so it is never called inside the ``try`` of
         # `_run` (whose broad ``except`` would swallow it): decide, then abort.
+        started = time.perf_counter()
         outcome = self._run(request)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "grpc.rpc method=%s code=%s ms=%.1f",
+                self.full_name,
+                outcome.code.name if isinstance(outcome, _Failure) else "OK",
+                (time.perf_counter() - started) * 1000,
+            )
         if isinstance(outcome, _Failure):
             if outcome.field:
                 context.set_trailing_metadata(((STATUS_DETAILS_KEY, _rich_status(outcome)),))
