@@ -40,10 +40,10 @@ from xmc.auth.tokens import issue_token
 RESULT_PREFIX = "RESULT: "
 ALICE = "alice@example.com"
 
-#: Imported by every script: print one result line.
+#: Prepended to every script: ``report(value)`` prints the one result line.
 PRELUDE = textwrap.dedent(
     """
-    import json as _json, sys as _sys
+    import json as _json
 
     def report(value):
         print("RESULT: " + _json.dumps(value, sort_keys=True, default=str), flush=True)
