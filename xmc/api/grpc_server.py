@@ -225,7 +225,7 @@ def build_server(
     interceptors: Iterable[grpc.ServerInterceptor] | None = None,
     reuse_port: bool = False,
 ) -> tuple[grpc.Server, int]:
-    """A started-ready (not yet started) server and the port it bound.
+    """A server ready to start (not started) and the port it bound.
 
     ``port=0`` picks a free port. ``max_workers`` defaults to
     ``settings.XMC_GRPC_MAX_WORKERS`` and is also the most Postgres
@@ -235,7 +235,7 @@ def build_server(
     (SO_REUSEPORT; the kernel spreads connections over them) -- only on
     purpose: by default a taken port is an error.
     """
-    _register_handlers()
+    import xmc.api.handlers  # noqa: F401 - registers every RPC into registry.RPCS
 
     workers = max_workers if max_workers is not None else settings.XMC_GRPC_MAX_WORKERS
     chain: list[grpc.ServerInterceptor] = [_DbConnectionsInterceptor()]
@@ -276,20 +276,6 @@ def build_server(
     if bound_port == 0:
         raise OSError(f"could not bind the gRPC server to {host}:{port}")
     return server, bound_port
-
-
-def _register_handlers() -> None:
-    """Import ``xmc.api.handlers``, which fills `xmc.api.registry.RPCS`.
-
-    A missing module is logged, not raised: the server then answers
-    UNIMPLEMENTED for every API method but still serves health checks.
-    """
-    try:
-        import xmc.api.handlers  # noqa: F401
-    except ModuleNotFoundError as exc:
-        if exc.name != "xmc.api.handlers":
-            raise
-        logger.error("grpc.no_handlers module=xmc.api.handlers: every API method answers UNIMPLEMENTED")
 
 
 def stop_gracefully(server: grpc.Server, grace_s: float = 10.0) -> threading.Event:
