@@ -351,9 +351,10 @@ def _list_artifacts(request: api.ListArtifactsRequest, caller: Caller) -> api.Li
     if request.parent:
         xid, wid = parse_parent(request.parent)
         _experiment(xid, caller, Role.READER)
+        # A collection holds what is attached to its parent: an experiment's
+        # artifacts are its own, not its work units' (AIP-132).
         queryset = queryset.filter(experiment_id=xid)
-        if wid is not None:
-            queryset = queryset.filter(work_unit__wid=wid)
+        queryset = queryset.filter(work_unit__wid=wid) if wid is not None else queryset.filter(work_unit__isnull=True)
     else:
         queryset = queryset.filter(acl.readable_q(caller.identity, prefix="experiment__"))
     page = _page(queryset, request, fields=ARTIFACT_FIELDS, orderable=ARTIFACT_ORDER,
@@ -398,6 +399,9 @@ STATUS_MESSAGE_ORDER = {"create_time": "create_time", "name": "id", "execution_i
 def _list_status_messages(request: api.ListStatusMessagesRequest, caller: Caller) -> api.ListStatusMessagesResponse:
     xid, wid = parse_parent(request.parent)
     _experiment(xid, caller, Role.READER)
+    # Unlike artifacts, an experiment's status messages include its work
+    # units' (each names its own parent): the experiment-level list is what a
+    # user reads to see what went wrong anywhere in the experiment.
     queryset = StatusMessage.objects.filter(experiment_id=xid).select_related("work_unit")
     if wid is not None:
         queryset = queryset.filter(work_unit__wid=wid)
