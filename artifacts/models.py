@@ -54,6 +54,6 @@ class Artifact(models.Model):
 
     @property
     def parent(self) -> str:
-        if self.work_unit_id is not None:
+        if self.work_unit is not None:
             return f"experiments/{self.experiment_id}/workUnits/{self.work_unit.wid}"
         return f"experiments/{self.experiment_id}"

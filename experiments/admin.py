@@ -32,7 +32,7 @@ class ExperimentAdmin(admin.ModelAdmin):
                         extra_context: dict[str, Any] | None = None) -> Any:
         # The admin wraps this view in a transaction; the service opens its own
         # durable one (it is the single writer), so run the form outside it.
-        return self._changeform_view(request, object_id, form_url, extra_context)
+        return self._changeform_view(request, object_id, form_url, extra_context)  # type: ignore[attr-defined]
 
     def save_model(self, request: HttpRequest, obj: Experiment, form: Any, change: bool) -> None:
         # Route the edit through the service (one writer of Experiment rows).

@@ -158,7 +158,7 @@ class Operation(models.Model):
 
     @property
     def name(self) -> str:
-        if self.work_unit_id is not None:
+        if self.work_unit is not None:
             return f"experiments/{self.experiment_id}/workUnits/{self.work_unit.wid}/operations/{self.id}"
         return f"experiments/{self.experiment_id}/operations/{self.id}"
 
@@ -209,7 +209,7 @@ class StatusMessage(models.Model):
 
     @property
     def name(self) -> str:
-        if self.work_unit_id is not None:
+        if self.work_unit is not None:
             return f"experiments/{self.experiment_id}/workUnits/{self.work_unit.wid}/statusMessages/{self.id}"
         return f"experiments/{self.experiment_id}/statusMessages/{self.id}"
 

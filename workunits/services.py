@@ -27,10 +27,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from experiments import services as experiment_services
@@ -274,12 +275,12 @@ def _save_executions(rows: Sequence[WorkUnitExecution]) -> None:
     lets psycopg pipeline the batch.
     """
     meta = WorkUnitExecution._meta
-    fields = [meta.get_field(name) for name in _EXECUTION_UPDATE_FIELDS]
+    fields = [cast("Field[Any, Any]", meta.get_field(name)) for name in _EXECUTION_UPDATE_FIELDS]
     quote = connection.ops.quote_name
     sql = "UPDATE {} SET {} WHERE {} = %s".format(
         quote(meta.db_table),
         ", ".join(f"{quote(f.column)} = %s" for f in fields),
-        quote(meta.pk.column),
+        quote("id"),
     )
     params = [
         [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields] + [row.pk] for row in rows
@@ -535,8 +536,8 @@ def restart_work_units(
             experiment_services.lock_experiments([xid])[xid],
             state_moves=state_moves, severity_moves=severity_moves, now=now,
         )
-        for args in superseded:
-            transaction.on_commit(lambda args=args: on_execution_superseded(*args))
+        for xid_, wid_, eid_ in superseded:
+            transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
         outbox.send_on_commit([op.id for op in ops])
         if parent is not None:
             if not ops:

@@ -209,8 +209,11 @@ def _same_message(a: Message | None, b: Message | None) -> bool:
     """Equal ignoring create time (a re-sent diagnostic is not a new message)."""
     if not a or not b:
         return not a and not b
-    strip = lambda m: {k: v for k, v in m.items() if k != "createTime"}  # noqa: E731
-    return strip(a) == strip(b)
+    return _without_time(a) == _without_time(b)
+
+
+def _without_time(message: Message) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k != "createTime"}
 
 
 def merge_execution(current: ExecutionRecord, update: ExecutionUpdate, now_ns: int) -> Merge:

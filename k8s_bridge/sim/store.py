@@ -894,10 +894,11 @@ class Store:
             if plurals is None or rt.plural in plurals:
                 hook(op, rt, obj, old)
 
-    def _create_locked(self, rt: ResourceType, namespace: str | None, obj: Any,
+    def _create_locked(self, rt: ResourceType, namespace: str | None, body: Any,
                        events: Events, dry_run: bool) -> Obj:
-        if not isinstance(obj, dict):
+        if not isinstance(body, dict):
             raise bad_request("request body must be a JSON object")
+        obj: Obj = body
         obj = clone(obj)
         meta = obj.get("metadata")
         if meta is None:
@@ -919,7 +920,7 @@ class Store:
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
-        name = meta.get("name")
+        name: str = meta.get("name") or ""
         if not name:
             prefix = meta.get("generateName")
             if not prefix:

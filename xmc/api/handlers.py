@@ -28,12 +28,12 @@ from workunits import services as wu_services
 from workunits.choices import ExecutionState
 from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecution
 from xmc import convert, listing, pb
+from xmc.pb import api
+from xmc.pb import longrunning as lro
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
 from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
 
-api = pb.api
-lro = pb.longrunning
 
 # --- Resource names -------------------------------------------------------------------
 

@@ -174,7 +174,7 @@ class CliSignInView(LoginView):
     """``/api/cli/signin``: Django's username/password form, back to ``next``."""
 
     template_name = "auth/signin.html"
-    next_page = reverse_lazy("xmc-cli-success")
+    next_page = reverse_lazy("xmc-cli-success")  # type: ignore[assignment]  # lazy str, as Django documents
 
 
 def _token_error(error: str, description: str) -> JsonResponse:
