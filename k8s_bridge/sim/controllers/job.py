@@ -19,6 +19,7 @@ from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import format_time, parse_time
 from k8s_bridge.sim.controllers.runtime import (
+    controller_owner_name,
     JOBS,
     Key,
     PODS,
@@ -137,10 +138,9 @@ class JobController(Controller):
         self.queue.add((md.get("namespace") or "", md["name"]))
 
     def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
-        md = obj["metadata"]
-        for ref in md.get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Job":
-                self.queue.add((md.get("namespace") or "", ref["name"]))
+        owner = controller_owner_name(obj, "Job")
+        if owner is not None:
+            self.queue.add((obj["metadata"].get("namespace") or "", owner))
 
     def resync_keys(self) -> Iterable[Hashable]:
         return self.cache.keys(JOBS.plural)

@@ -26,6 +26,7 @@ from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import parse_time
 from k8s_bridge.sim.controllers.runtime import (
+    controller_owner_name,
     JOBS,
     Key,
     JOBSETS,
@@ -219,10 +220,9 @@ class JobSetController(Controller):
         self.queue.add((md.get("namespace") or "", md["name"]))
 
     def _on_job(self, event: str, obj: Obj, old: Obj | None) -> None:
-        md = obj["metadata"]
-        for ref in md.get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "JobSet":
-                self.queue.add((md.get("namespace") or "", ref["name"]))
+        owner = controller_owner_name(obj, "JobSet")
+        if owner is not None:
+            self.queue.add((obj["metadata"].get("namespace") or "", owner))
 
     def resync_keys(self) -> Iterable[Hashable]:
         return self.cache.keys(JOBSETS.plural)

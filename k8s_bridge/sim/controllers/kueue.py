@@ -39,6 +39,7 @@ from typing import Any, Hashable, Iterable, cast
 from k8s_bridge.sim.clock import format_time, parse_time
 from k8s_bridge.sim.controllers.quantity import format_quantity, parse_quantity
 from k8s_bridge.sim.controllers.runtime import (
+    controller_owner_name,
     CLUSTERQUEUES,
     JOBSETS,
     LOCALQUEUES,
@@ -217,9 +218,9 @@ class KueueJobReconciler(Controller):
     def _on_workload(self, event: str, obj: Obj, old: Obj | None) -> None:
         md = obj["metadata"]
         ns = md.get("namespace") or ""
-        for ref in md.get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "JobSet":
-                self.queue.add(("js", ns, ref["name"]))
+        owner = controller_owner_name(obj, "JobSet")
+        if owner is not None:
+            self.queue.add(("js", ns, owner))
         if event != "DELETED":
             self.queue.add(("wl", ns, md["name"]))
 

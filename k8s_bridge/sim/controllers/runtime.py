@@ -98,6 +98,15 @@ def controller_owner_uid(obj: Obj) -> str | None:
     return None
 
 
+def controller_owner_name(obj: Obj, kind: str) -> str | None:
+    """Name of the object's controlling owner when that owner is a ``kind``."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == kind:
+            name: str | None = ref.get("name")
+            return name
+    return None
+
+
 def owner_reference(owner: Obj, rt: ResourceType, block: bool = True) -> dict[str, Any]:
     md = owner["metadata"]
     return {
