@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from artifacts.models import Artifact
     from experiments.models import Experiment
     from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecution
-    from workunits.state import ExecutionRecord, ExecutionUpdate
+    from workunits.state import ExecutionRecord
 
 M = TypeVar("M", bound=Message)
 
@@ -255,38 +255,6 @@ def work_unit_fields(message: pb.work_unit.WorkUnit, paths: Iterable[str]) -> di
                 field="update_mask",
             )
     return fields
-
-
-def execution_update_from_proto(
-    xid: int, wid: int, eid: int, execution: pb.work_unit_execution.WorkUnitExecution, mask: Iterable[str], **kw: Any
-) -> ExecutionUpdate:
-    """An ``ExecutionUpdate`` from a WorkUnitExecution message and an update mask."""
-    from workunits.state import ExecutionUpdate
-
-    status = execution.status
-    paths = tuple(mask)
-    state = None
-    if "status.state" in paths:
-        state = enum_name(WorkUnitState, status.state, field="status.state")
-    time_ns = status.state_update_time.ToNanoseconds() if status.HasField("state_update_time") else None
-
-    def message_or_none(name: str) -> dict[str, Any] | None:
-        return to_json(getattr(status, name)) if status.HasField(name) else None
-
-    return ExecutionUpdate(
-        xid=xid,
-        wid=wid,
-        eid=eid,
-        mask=paths,
-        state=state,
-        state_update_time_ns=time_ns,
-        system_message=message_or_none("system_message"),
-        user_message=message_or_none("user_message"),
-        scheduling_information=message_or_none("scheduling_information"),
-        detailed_status=to_json(status.detailed_status) if status.HasField("detailed_status") else None,
-        mlrun_url=execution.metadata.mlrun_url,
-        **kw,
-    )
 
 
 # --- Status messages -----------------------------------------------------------------

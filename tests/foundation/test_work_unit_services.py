@@ -304,3 +304,22 @@ def test_it_records_an_enqueue_failure_as_an_error_without_force() -> None:
     assert ex.system_message["severity"] == "ERROR" and "broker down" in ex.system_message["userFacingText"]
     services.record_enqueue_failure(op.id, "second failure")
     assert "broker down" in current(op.work_unit).system_message["userFacingText"]  # deferred
+
+
+def test_it_keeps_undelivered_operations_in_the_outbox(monkeypatch, django_capture_on_commit_callbacks) -> None:
+    from datetime import timedelta
+
+    from workunits import outbox
+
+    def broker_down(ids):
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr("workunits.outbox.deliver", broker_down)
+    exp = factories.experiment()
+    with django_capture_on_commit_callbacks(execute=True):
+        op = services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)
+    later = timezone.now() + timedelta(minutes=1)
+    # The failed hand-over lost nothing: the sweep finds the committed operation.
+    assert list(outbox.undispatched_operations(later)) == [op]
+    Operation.objects.filter(id=op.id).update(dispatched_time=timezone.now())
+    assert list(outbox.undispatched_operations(later)) == []
