@@ -95,9 +95,11 @@ def _mask(paths: Sequence[str]) -> list[str]:
 
 def _page(queryset: QuerySet[Any, Any], request: Any, *, fields: dict[str, FilterField], orderable: dict[str, str],
           fingerprint: str, default_order: Sequence[str]) -> listing.Page[Any]:
+    """One page for a List/Search request (any message with filter, page_size, page_token)."""
     try:
         return listing.list_page(
-            queryset, fields=fields, orderable=orderable, filter=request.filter, order_by=request.order_by,
+            queryset, fields=fields, orderable=orderable, filter=request.filter,
+            order_by=getattr(request, "order_by", ""),  # google.longrunning lists have none
             page_size=request.page_size, page_token=request.page_token, fingerprint=fingerprint,
             default_order=default_order,
         )
@@ -452,13 +454,7 @@ def list_operations(request: lro.ListOperationsRequest, caller: Caller) -> lro.L
     if wid is not None:
         queryset = queryset.filter(work_unit__wid=wid)
 
-    class _Req:  # ListOperationsRequest has no order_by
-        filter = request.filter
-        order_by = ""
-        page_size = request.page_size
-        page_token = request.page_token
-
-    page = _page(queryset, _Req, fields=OPERATION_FIELDS, orderable={"create_time": "create_time"},
+    page = _page(queryset, request, fields=OPERATION_FIELDS, orderable={"create_time": "create_time"},
                  fingerprint=f"operations|{collection}", default_order=["create_time desc"])
     return lro.ListOperationsResponse(operations=[_operation(op) for op in page.items],
                                       next_page_token=page.next_page_token)
