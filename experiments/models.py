@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.db.models.fields.json import KeyTransform
 
 from experiments.choices import ActiveState, LaunchState
 from xmc.choices import Priority
@@ -57,6 +58,10 @@ class Experiment(models.Model):
             models.Index(fields=["active_state"], name="experiment_active_state_idx"),
             models.Index(fields=["launch_state"], name="experiment_launch_state_idx"),
             GinIndex(fields=["tags"], name="experiment_tags_gin"),
+            # experiments.acl.readable_q filters lists by containment in each role list.
+            GinIndex(KeyTransform("owners", "acls"), name="experiment_acl_owners_gin"),
+            GinIndex(KeyTransform("writers", "acls"), name="experiment_acl_writers_gin"),
+            GinIndex(KeyTransform("readers", "acls"), name="experiment_acl_readers_gin"),
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(id__gt=0), name="experiment_xid_positive"),
