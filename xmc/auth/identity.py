@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 
+# The one UNAUTHENTICATED error of the project; re-exported for the adapters.
+from xmc.errors import Unauthenticated as Unauthenticated
+
 BEARER_SCHEME = "bearer"
-
-
-class Unauthenticated(Exception):
-    """The caller did not prove who they are; the message says why (safe to show)."""
 
 
 @dataclass(frozen=True)
