@@ -36,6 +36,15 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 
 # --- Security of internal messages and tokens --------------------------------
 XMC_TASK_SIGNING_KEY = env.str("XMC_TASK_SIGNING_KEY", default=SECRET_KEY)
+# Key rotation: the current key's id, and older keys still accepted
+# ("id=key,id=key"; the current key is always included under its id).
+XMC_TASK_SIGNING_KEY_ID = env.str("XMC_TASK_SIGNING_KEY_ID", default="k1")
+XMC_TASK_SIGNING_KEYS = {
+    **env.dict("XMC_TASK_SIGNING_OLD_KEYS", default={}),
+    XMC_TASK_SIGNING_KEY_ID: XMC_TASK_SIGNING_KEY,
+}
+# How long a signed task stays valid (resumption re-signs with a fresh expiry).
+XMC_TASK_TTL_S = env.int("XMC_TASK_TTL_S", default=24 * 3600)
 
 # --- Identity and API -------------------------------------------------------
 # Bearer tokens are JWTs signed by this server (HS256 with XMC_SECRET_KEY).

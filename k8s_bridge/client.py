@@ -1,0 +1,84 @@
+"""The only module that imports the ``kubernetes`` SDK.
+
+Everything else in the project (actuator, reconciler, commands) asks this
+module for API objects and for the few SDK types it needs, so the SDK stays
+behind one seam (an import-linter contract keeps it so). It loads the
+kubeconfig named by ``settings.KUBECONFIG``, else the in-cluster service
+account, else ``~/.kube/config``; nothing here knows whether the API server is
+a real cluster or the bundled simulator.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.conf import settings
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+__all__ = [
+    "ApiException",
+    "JOBSET_GROUP", "JOBSET_VERSION", "JOBSET_PLURAL",
+    "KUEUE_GROUP", "KUEUE_VERSION", "WORKLOAD_PLURAL",
+    "api_client", "coordination", "core", "custom_objects", "reset", "watch",
+]
+
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+JOBSET_PLURAL = "jobsets"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+WORKLOAD_PLURAL = "workloads"
+
+_lock = threading.Lock()
+_client: Any = None
+
+
+def _load_configuration() -> Any:
+    configuration = k8s.Configuration()
+    if settings.KUBECONFIG:
+        k8s_config.load_kube_config(config_file=settings.KUBECONFIG, client_configuration=configuration)
+        return configuration
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except ConfigException:
+        k8s_config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+def api_client() -> Any:
+    """The process-wide ``kubernetes.client.ApiClient`` (thread-safe, pooled)."""
+    global _client
+    with _lock:
+        if _client is None:
+            _client = k8s.ApiClient(_load_configuration())
+        return _client
+
+
+def reset() -> None:
+    """Forget the cached client (tests point processes at a new kubeconfig)."""
+    global _client
+    with _lock:
+        if _client is not None:
+            _client.close()
+        _client = None
+
+
+def custom_objects() -> Any:
+    return k8s.CustomObjectsApi(api_client())
+
+
+def core() -> Any:
+    return k8s.CoreV1Api(api_client())
+
+
+def coordination() -> Any:
+    return k8s.CoordinationV1Api(api_client())
+
+
+def watch() -> Any:
+    """A new ``kubernetes.watch.Watch`` (one per stream)."""
+    return k8s_watch.Watch()

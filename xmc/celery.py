@@ -1,0 +1,53 @@
+"""The Celery application: broker, queues and the delivery guarantees.
+
+``celery -A xmc worker -Q actuator,lifecycle,resumption`` runs the workers and
+``celery -A xmc beat`` the periodic sweeps. Tasks live in ``<app>/tasks.py``
+(found by ``autodiscover_tasks``), have explicit names (``xmc.actuator.create``)
+and route by :class:`Queue`, the one list of queues.
+
+Delivery is at least once: a task is acknowledged only after it ran
+(``acks_late``), a worker that dies mid-task gives its message back
+(``task_reject_on_worker_lost``), and each worker process reserves one message
+at a time (prefetch 1) so a crash strands nothing behind a busy task. Every
+task must therefore be idempotent; the actuator's are by design (they re-read
+the world first). Message bodies are JSON; protobuf payloads travel inside it
+as base64 text, never pickle.
+"""
+from __future__ import annotations
+
+import enum
+import os
+
+from celery import Celery
+from kombu import Queue as KombuQueue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
+
+
+class Queue(str, enum.Enum):
+    ACTUATOR = "actuator"
+    LIFECYCLE = "lifecycle"
+    RESUMPTION = "resumption"
+
+
+app = Celery("xmc")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    task_queues=[KombuQueue(q.value) for q in Queue],
+    task_default_queue=Queue.ACTUATOR.value,
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    task_ignore_result=True,
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_soft_time_limit=60,
+    task_time_limit=90,
+    # A message not acknowledged within this window is redelivered by Redis;
+    # it must exceed the longest task (and any countdown/eta retry).
+    broker_transport_options={"visibility_timeout": 3600},
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+app.autodiscover_tasks()
