@@ -49,8 +49,8 @@ from workunits.choices import (
 )
 from workunits.models import Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
-from workunits.validation import validate_executable
-from xmc import convert, pb
+from workunits.validation import validate_executable, validate_work_unit_request
+from xmc import convert, limits, pb
 from xmc.errors import FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -115,8 +115,7 @@ def create_work_unit(
     the next wid. Accepted in any launch state (the client marks the launch
     finished before its work units arrive).
     """
-    if work_unit_id < 0:
-        raise InvalidArgument("work_unit_id must not be negative", field="work_unit_id")
+    validate_work_unit_request(message, work_unit_id)
     validate_executable(message.executable)
     now = now or timezone.now()
     wu_type = (
@@ -148,6 +147,8 @@ def create_work_unit(
                     raise FailedPrecondition(f"{existing.name} has no create operation")
                 return op
         wid = work_unit_id or exp.last_wid + 1
+        if wid > limits.MAX_ID:  # pragma: no cover - explicit ids are bounded far below
+            raise FailedPrecondition(f"experiments/{xid} has no work unit ids left", field="parent")
         wu = WorkUnit.objects.create(
             experiment=exp,
             wid=wid,

@@ -27,7 +27,7 @@ from experiments.models import Experiment
 from workunits import services as wu_services
 from workunits.choices import ExecutionState
 from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecution
-from xmc import convert, listing, pb
+from xmc import convert, limits, listing, pb
 from xmc.pb import api
 from xmc.pb import longrunning as lro
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
@@ -37,16 +37,21 @@ from xmc.listing import FilterField
 
 # --- Resource names -------------------------------------------------------------------
 
-_EXPERIMENT = re.compile(r"^experiments/(\d{1,19})$")
-_WORK_UNIT = re.compile(r"^experiments/(\d{1,19})/workUnits/(\d{1,19})$")
-_ARTIFACT = re.compile(r"^artifacts/(\d{1,19})$")
-_OPERATION = re.compile(r"^experiments/(\d{1,19})(?:/workUnits/(\d{1,19}))?/operations/(\d{1,19})$")
+# ASCII digits only ("[0-9]", not "\d", which matches every Unicode digit such
+# as "٣") and fullmatch (a "$" would also accept a trailing newline).
+_ID = r"([0-9]{1,19})"
+_EXPERIMENT = re.compile(rf"experiments/{_ID}")
+_WORK_UNIT = re.compile(rf"experiments/{_ID}/workUnits/{_ID}")
+_ARTIFACT = re.compile(rf"artifacts/{_ID}")
+_OPERATION = re.compile(rf"experiments/{_ID}(?:/workUnits/{_ID})?/operations/{_ID}")
 
 
 def _match(pattern: re.Pattern[str], value: str, field: str, shape: str) -> re.Match[str]:
-    match = pattern.match(value or "")
+    match = pattern.fullmatch(value or "")
     if match is None:
-        raise InvalidArgument(f"{field} must look like {shape!r} (got {value!r})", field=field)
+        raise InvalidArgument(f"{field} must look like {shape!r} (got {value[:200]!r})", field=field)
+    if any(int(group) > limits.MAX_ID for group in match.groups() if group is not None):
+        raise InvalidArgument(f"{field}: an id is larger than {limits.MAX_ID}", field=field)
     return match
 
 
@@ -61,7 +66,7 @@ def parse_work_unit(name: str, field: str = "name") -> tuple[int, int]:
 
 def parse_parent(parent: str, field: str = "parent") -> tuple[int, int | None]:
     """``experiments/{xid}`` or ``experiments/{xid}/workUnits/{wid}``."""
-    if _WORK_UNIT.match(parent or ""):
+    if _WORK_UNIT.fullmatch(parent or ""):
         return parse_work_unit(parent, field)
     return parse_experiment(parent, field), None
 
@@ -467,7 +472,8 @@ MAX_WAIT_S = 30.0
 @rpc(OPERATIONS, "WaitOperation", lro.WaitOperationRequest, lro.Operation)
 def wait_operation(request: lro.WaitOperationRequest, caller: Caller) -> lro.Operation:
     op = _operation_row(request.name, caller, Role.READER)
-    timeout = request.timeout.ToTimedelta().total_seconds() if request.HasField("timeout") else MAX_WAIT_S
+    # Seconds and nanos read directly: ``ToTimedelta`` overflows on huge values.
+    timeout = (request.timeout.seconds + request.timeout.nanos / 1e9) if request.HasField("timeout") else MAX_WAIT_S
     deadline = time.monotonic() + max(0.0, min(timeout, MAX_WAIT_S))
     while not op.done and time.monotonic() < deadline:
         time.sleep(0.2)
