@@ -17,8 +17,27 @@ env = environ.Env()
 
 # --- Core --------------------------------------------------------------------
 DEBUG = env.bool("XMC_DEBUG", default=False)
+# The default is public: every server refuses to start with it (or with a key
+# under 32 bytes) unless XMC_DEBUG is on (xmc.checks, a deploy-level check).
 SECRET_KEY = env.str("XMC_SECRET_KEY", default="xmc-insecure-dev-secret-change-me")
 ALLOWED_HOSTS = env.list("XMC_ALLOWED_HOSTS", default=["*"])
+
+# --- HTTPS (behind a TLS-terminating proxy or ingress) -------------------------
+# Off by default so ./dev run works over plain http on 127.0.0.1; a deployment
+# sets XMC_HTTPS=true: Secure session and CSRF cookies, HSTS, http -> https
+# redirects, and the proxy's X-Forwarded-Proto trusted to say "https".
+XMC_HTTPS = env.bool("XMC_HTTPS", default=False)
+SESSION_COOKIE_SECURE = XMC_HTTPS
+CSRF_COOKIE_SECURE = XMC_HTTPS
+SECURE_SSL_REDIRECT = XMC_HTTPS
+# Probes reach the pods over plain http inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("XMC_HSTS_SECONDS", default=31536000 if XMC_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = XMC_HTTPS
+SECURE_HSTS_PRELOAD = False
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if XMC_HTTPS else None
+CSRF_TRUSTED_ORIGINS = env.list("XMC_CSRF_TRUSTED_ORIGINS", default=[])
+SILENCED_SYSTEM_CHECKS = ["security.W021"]  # HSTS preload is an opt-in decision for the domain owner
 
 # --- Storage and broker ------------------------------------------------------
 DATABASES = {
@@ -118,7 +137,12 @@ TEMPLATES = [
     },
 ]
 
-AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
