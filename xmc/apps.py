@@ -9,3 +9,6 @@ class XmcConfig(AppConfig):
 
     def ready(self) -> None:
         from xmc import checks  # noqa: F401 - registers the system checks
+        from xmc.auth import signals
+
+        signals.connect()
