@@ -30,6 +30,7 @@ from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecuti
 from xmc import convert, limits, listing, pb
 from xmc.pb import api
 from xmc.pb import longrunning as lro
+from xmc.api import access
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
 from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
@@ -78,15 +79,27 @@ def parse_artifact(name: str, field: str = "name") -> int:
 # --- Access -------------------------------------------------------------------------------
 
 
-def _experiment(xid: int, caller: Caller, needed: Role) -> Experiment:
-    exp = experiment_services.get_experiment(xid)
-    acl.require(caller.identity, exp.acls, needed, resource=exp.name)
+# Permission first (AIP-211): every lookup below answers through xmc.api.access,
+# so a caller who could not read a resource learns nothing about its existence.
+
+
+def _experiment_acls(xid: int) -> dict[str, Any] | None:
+    return Experiment.objects.filter(id=xid).values_list("acls", flat=True).first()
+
+
+def _experiment(xid: int, caller: Caller, needed: Role, field: str = "name") -> Experiment:
+    exp = Experiment.objects.filter(id=xid).first()
+    access.require(caller.identity, exp.acls if exp else None, needed, resource=f"experiments/{xid}", field=field)
+    assert exp is not None
     return exp
 
 
 def _work_unit(xid: int, wid: int, caller: Caller, needed: Role) -> WorkUnit:
-    wu = wu_services.get_work_unit(xid, wid)
-    acl.require(caller.identity, wu.experiment.acls, needed, resource=wu.name)
+    wu = WorkUnit.objects.select_related("experiment").filter(experiment_id=xid, wid=wid).first()
+    name = f"experiments/{xid}/workUnits/{wid}"
+    if wu is None:
+        raise access.missing_child(caller.identity, _experiment_acls(xid), needed, resource=name)
+    access.require(caller.identity, wu.experiment.acls, needed, resource=name)
     return wu
 
 
@@ -335,9 +348,12 @@ ARTIFACT_FIELDS = {
 ARTIFACT_ORDER = {"create_time": "create_time", "update_time": "update_time", "name": "id"}
 
 
-def _artifact(aid: int, caller: Caller, needed: Role) -> Artifact:
-    artifact = artifact_services.get_artifact(aid)
-    acl.require(caller.identity, artifact.experiment.acls, needed, resource=artifact.name)
+def _artifact(aid: int, caller: Caller, needed: Role, field: str = "name") -> Artifact:
+    artifact = Artifact.objects.select_related("work_unit", "experiment").filter(id=aid).first()
+    # A missing artifact names no experiment: None (denied, NOT_FOUND for staff).
+    access.require(caller.identity, artifact.experiment.acls if artifact else None, needed,
+                   resource=f"artifacts/{aid}", field=field)
+    assert artifact is not None
     return artifact
 
 
@@ -432,8 +448,9 @@ def _operation_row(name: str, caller: Caller, needed: Role) -> Operation:
     xid, wid, op_id = int(match.group(1)), match.group(2), int(match.group(3))
     op = Operation.objects.select_related("work_unit", "experiment").filter(id=op_id, experiment_id=xid).first()
     if op is None or (wid is not None and (op.work_unit is None or op.work_unit.wid != int(wid))):
-        raise NotFound(f"{name} not found", field="name")
-    acl.require(caller.identity, op.experiment.acls, needed, resource=name)
+        raise access.missing_child(caller.identity, op.experiment.acls if op else _experiment_acls(xid), needed,
+                                   resource=name)
+    access.require(caller.identity, op.experiment.acls, needed, resource=name)
     return op
 
 
