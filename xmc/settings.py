@@ -73,6 +73,11 @@ XMC_LOGIN_CODE_TTL_S = env.int("XMC_LOGIN_CODE_TTL_S", default=300)
 # Per-identity request rate (token bucket) for gRPC and REST.
 XMC_RATE_LIMIT_PER_S = env.float("XMC_RATE_LIMIT_PER_S", default=50.0)
 XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
+# Failed sign-ins (/api/cli/signin, /admin/login/) per account and per client
+# address within a window, counted in Redis (xmc.auth.throttle).
+XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT = env.int("XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT", default=5)
+XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("XMC_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
+XMC_LOGIN_FAILURE_WINDOW_S = env.int("XMC_LOGIN_FAILURE_WINDOW_S", default=900)
 XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
 XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
 
