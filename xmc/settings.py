@@ -80,6 +80,11 @@ XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("XMC_LOGIN_MAX_FAILURES_PER_ADDRESS
 XMC_LOGIN_FAILURE_WINDOW_S = env.int("XMC_LOGIN_FAILURE_WINDOW_S", default=900)
 XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
 XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
+# WaitOperation holds a worker thread: at most this many at once per process,
+# and per identity; the excess returns at once (xmc.api.waits). Longest wait.
+XMC_WAIT_MAX_CONCURRENT = env.int("XMC_WAIT_MAX_CONCURRENT", default=4)
+XMC_WAIT_MAX_PER_IDENTITY = env.int("XMC_WAIT_MAX_PER_IDENTITY", default=2)
+XMC_WAIT_MAX_S = env.float("XMC_WAIT_MAX_S", default=10.0)
 
 # --- Kubernetes --------------------------------------------------------------
 XMC_K8S_NAMESPACE = env.str("XMC_K8S_NAMESPACE", default="default")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from google.protobuf import empty_pb2
@@ -30,7 +31,7 @@ from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecuti
 from xmc import convert, limits, listing, pb
 from xmc.pb import api
 from xmc.pb import longrunning as lro
-from xmc.api import access
+from xmc.api import access, waits
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
 from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
@@ -482,19 +483,22 @@ def list_operations(request: lro.ListOperationsRequest, caller: Caller) -> lro.L
                                       next_page_token=page.next_page_token)
 
 
-#: WaitOperation never holds a server thread longer than this.
+#: WaitOperation never holds a server thread longer than this (``XMC_WAIT_MAX_S`` may lower it).
 MAX_WAIT_S = 30.0
 
 
 @rpc(OPERATIONS, "WaitOperation", lro.WaitOperationRequest, lro.Operation)
 def wait_operation(request: lro.WaitOperationRequest, caller: Caller) -> lro.Operation:
     op = _operation_row(request.name, caller, Role.READER)
+    cap = min(MAX_WAIT_S, float(settings.XMC_WAIT_MAX_S))
     # Seconds and nanos read directly: ``ToTimedelta`` overflows on huge values.
-    timeout = (request.timeout.seconds + request.timeout.nanos / 1e9) if request.HasField("timeout") else MAX_WAIT_S
-    deadline = time.monotonic() + max(0.0, min(timeout, MAX_WAIT_S))
-    while not op.done and time.monotonic() < deadline:
-        time.sleep(0.2)
-        op.refresh_from_db(fields=["done", "end_time", "error", "response"])
+    timeout = (request.timeout.seconds + request.timeout.nanos / 1e9) if request.HasField("timeout") else cap
+    deadline = time.monotonic() + max(0.0, min(timeout, cap))
+    # No free slot (xmc.api.waits): answer now with the operation as it is.
+    with waits.slot(caller.email) as granted:
+        while granted and not op.done and time.monotonic() < deadline:
+            time.sleep(0.2)
+            op.refresh_from_db(fields=["done", "end_time", "error", "response"])
     return _operation(op)
 
 
