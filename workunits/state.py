@@ -247,13 +247,19 @@ def merge_execution(current: ExecutionRecord, update: ExecutionUpdate, now_ns: i
 
     new_messages: list[tuple[str, Message]] = []
     if SYSTEM_MESSAGE in mask and not defers_to_existing(system, update.system_message, update.force_status_message_update):
-        if update.system_message and not _same_message(system, update.system_message):
+        # A re-sent identical message (ignoring createTime) is no change: the
+        # stored copy, with its server-stamped createTime, stays.
+        if not update.system_message:
+            system = None
+        elif not _same_message(system, update.system_message):
             new_messages.append(("system", update.system_message))
-        system = dict(update.system_message) if update.system_message else None
+            system = dict(update.system_message)
     if USER_MESSAGE in mask:
-        if update.user_message and not _same_message(user, update.user_message):
+        if not update.user_message:
+            user = None
+        elif not _same_message(user, update.user_message):
             new_messages.append(("user", update.user_message))
-        user = dict(update.user_message) if update.user_message else None
+            user = dict(update.user_message)
     if SCHEDULING_INFORMATION in mask:
         scheduling = dict(update.scheduling_information) if update.scheduling_information else None
     record = replace(record, system_message=system, user_message=user, scheduling_information=scheduling)
