@@ -1,6 +1,6 @@
 """The guarded state machine of work unit executions, as pure functions.
 
-Every rule of ``STATES.md`` that decides whether and how an execution's
+Every rule of docs/architecture/state_machine.md that decides whether and how an execution's
 status changes lives here, over plain data: no ORM, no clock reads (callers
 pass ``now_ns``), no I/O. ``workunits.services.update_work_unit_executions``
 applies these inside its transaction; the reconciler (later) uses
@@ -320,7 +320,7 @@ def _condition_true(jobset: Mapping[str, Any], kind: str) -> bool:
 def to_work_unit_state(jobset: Mapping[str, Any]) -> str:
     """Map an observed JobSet to a WorkUnitState (first matching rule wins).
 
-    The rule numbers are those of the table in STATES.md.
+    The rule numbers are those of the table in docs/architecture/state_machine.md.
     """
     completed = _condition_true(jobset, "Completed")
     failed = _condition_true(jobset, "Failed")

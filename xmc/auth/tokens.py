@@ -12,7 +12,7 @@ EMAIL``, raises the generation (`xmc.auth.services.do_revoke_tokens`) and
 every token carrying a lower one is refused (a token without ``gen`` counts
 as generation 0). ``email`` is a plain claim
 because the real ``xmanager`` client reads the caller's email from the
-*unverified* token to fill ``x-goog-user-email`` (client contract section 1.3);
+*unverified* token to fill ``x-goog-user-email`` (the real xmanager client's behaviour, tests/real_client);
 only this module's `verify_token` decides whether a token is genuine.
 
 The signing key is not ``SECRET_KEY`` itself but an HMAC of a purpose string
