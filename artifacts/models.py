@@ -8,6 +8,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
+from xmc import limits
+
 
 class LifecyclePhase(models.TextChoices):
     INPUT = "INPUT"
@@ -22,12 +24,12 @@ class Artifact(models.Model):
                                   related_name="artifacts")
     url = models.JSONField(default=dict, blank=True)
     acls = models.JSONField(default=dict, blank=True)
-    tags = ArrayField(models.CharField(max_length=256), default=list, blank=True)
+    tags = ArrayField(models.CharField(max_length=limits.TAG), default=list, blank=True)
     notes = models.TextField(blank=True, default="")
     lifecycle_phase = models.CharField(max_length=16, choices=LifecyclePhase.choices, default=LifecyclePhase.INPUT)
     #: Artifact.DataType name (DATA_UNSPECIFIED, URL, CODE_SOURCE, ...).
     data_type = models.CharField(max_length=32, default="DATA_UNSPECIFIED")
-    mime_type = models.CharField(max_length=256, blank=True, default="")
+    mime_type = models.CharField(max_length=limits.MIME_TYPE, blank=True, default="")
     additional_info = models.JSONField(null=True, blank=True)
     #: ArtifactPayload as proto3 JSON; its oneof key names the kind.
     payload = models.JSONField(null=True, blank=True)

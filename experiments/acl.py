@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from xmc.auth.identity import Identity
+from xmc.auth.identity import Identity, normalize_email
 from xmc.errors import PermissionDenied
 
 
@@ -35,12 +35,12 @@ _LOWERED = ("user", "serviceAccount", "domain")
 
 
 def normalize_acls(acls: Mapping[str, Any]) -> dict[str, Any]:
-    """Lower-case emails and domains in proto3-JSON ``XidAcls`` (stored form)."""
+    """Normalize emails and domains in proto3-JSON ``XidAcls`` (stored form; `xmc.auth.identity.normalize_email`)."""
     result: dict[str, Any] = {}
     for key, _ in ROLE_LISTS:
         roles = []
         for role in acls.get(key) or []:
-            roles.append({k: (v.lower() if k in _LOWERED and isinstance(v, str) else v) for k, v in role.items()})
+            roles.append({k: (normalize_email(v) if k in _LOWERED and isinstance(v, str) else v) for k, v in role.items()})
         if roles:
             result[key] = roles
     return result

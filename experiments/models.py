@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models.fields.json import KeyTransform
 
 from experiments.choices import ActiveState, LaunchState
+from xmc import limits
 from xmc.choices import Priority
 
 
@@ -23,22 +24,22 @@ def _empty_dict() -> dict[str, int]:
 class Experiment(models.Model):
     # The primary key is the xid (positive int64, server assigned).
     id = models.BigAutoField(primary_key=True, verbose_name="xid")
-    title = models.CharField(max_length=1024, blank=True, default="")
-    creator = models.CharField(max_length=320, help_text="Verified email of the creator.")
+    title = models.CharField(max_length=limits.TITLE, blank=True, default="")
+    creator = models.CharField(max_length=limits.EMAIL, help_text="Verified email of the creator.")
     acls = models.JSONField(default=dict, blank=True, help_text="XidAcls as proto3 JSON.")
     priority = models.CharField(max_length=16, choices=Priority.choices, default=Priority.NORMAL)
     create_time = models.DateTimeField()
     update_time = models.DateTimeField()
     complete_time = models.DateTimeField(null=True, blank=True)
     urls = models.JSONField(default=list, blank=True)
-    tags = ArrayField(models.CharField(max_length=256), default=list, blank=True)
+    tags = ArrayField(models.CharField(max_length=limits.TAG), default=list, blank=True)
     notes = models.TextField(blank=True, default="")
     resources = models.JSONField(default=list, blank=True)
 
     # ExperimentStatus
     active_state = models.CharField(max_length=16, choices=ActiveState.choices, default=ActiveState.ACTIVE)
     launch_state = models.CharField(max_length=16, choices=LaunchState.choices, default=LaunchState.LAUNCHING)
-    launch_id = models.CharField(max_length=256, blank=True, default="")
+    launch_id = models.CharField(max_length=limits.LAUNCH_ID, blank=True, default="")
     #: WorkUnitState name -> number of work units whose current execution is in it.
     child_state_counts = models.JSONField(default=_empty_dict, blank=True)
     #: Severity name -> number of work units whose highest current message has it.

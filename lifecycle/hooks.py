@@ -1,4 +1,4 @@
-"""Lifecycle hooks other processes call (artifact lifecycle, STATES.md).
+"""Lifecycle hooks other processes call (artifact lifecycle, docs/architecture/state_machine.md).
 
 These are the seams between the control loop and the artifact lifecycle:
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -85,6 +86,15 @@ def ensure_database() -> None:
     print(f"run: created database {name!r}", flush=True)
 
 
+def dev_secret_key() -> str:
+    """The random ``XMC_SECRET_KEY`` of this checkout's dev runs, created once in ``.run/secret_key``."""
+    path = RUN / "secret_key"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(48))
+    return path.read_text().strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="start, check, print and stop")
@@ -93,6 +103,9 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
     sys.path.insert(0, str(ROOT))
     RUN.mkdir(exist_ok=True)
+    # Servers refuse the public default secret (xmc.checks): keep one random
+    # key per checkout, so tokens issued by an earlier run stay valid.
+    os.environ.setdefault("XMC_SECRET_KEY", dev_secret_key())
     import django
 
     django.setup()

@@ -1,7 +1,14 @@
 """Shared fixtures: every test that touches the database runs on real Postgres."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Servers (and the processes tests start) refuse the public default secret
+# (xmc.checks): the suite signs with a proper test-only key, set before the
+# settings are read and inherited by every child process.
+os.environ.setdefault("XMC_SECRET_KEY", "xmc-test-suite-secret-key-0123456789abcdefghijklmnopqrstuvwxyz")
 
 
 @pytest.fixture(autouse=True)

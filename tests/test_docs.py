@@ -45,6 +45,30 @@ def test_it_links_only_to_files_that_exist(doc: Path) -> None:
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_it_links_only_inside_the_repository(doc: Path) -> None:
+    """A reader of the project has the repository, nothing beside it: cite upstream by URL instead."""
+    outside = []
+    for target in LINK.findall(doc.read_text()):
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (doc.parent / target.split("#")[0]).resolve()
+        if path != ROOT and ROOT not in path.parents:
+            outside.append(target)
+    assert outside == []
+
+
+OUTSIDE_PATH = re.compile(r"/work/shared|\.\./shared/|shared/(?:design|reference)/")
+
+
+def test_it_names_no_file_outside_the_repository_in_docs_or_code() -> None:
+    sources = [*DOCS, *(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")),
+               *(ROOT / "tests").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]
+    offenders = [str(p.relative_to(ROOT)) for p in sources
+                 if ".venv" not in p.parts and p != Path(__file__) and OUTSIDE_PATH.search(p.read_text())]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_it_names_only_code_symbols_that_exist(doc: Path) -> None:
     missing = []
     for dotted in sorted(set(SYMBOL.findall(doc.read_text()))):

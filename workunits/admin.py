@@ -29,7 +29,7 @@ from xmc.errors import ServiceError
 
 
 class ReadOnlyAdminMixin:
-    """The row is a record: visible, never edited or added by hand."""
+    """The row is a record: visible (to users with its view permission), never edited or added by hand."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -92,12 +92,15 @@ def _run_per_work_unit(modeladmin: admin.ModelAdmin, request: HttpRequest, query
         modeladmin.message_user(request, line, messages.ERROR)
 
 
-@admin.action(description="Stop selected work units")
+# ``permissions=["change"]``: Django offers and runs an action only for users
+# whose ``has_change_permission`` holds (the ``workunits.change_workunit``
+# model permission); a staff user who may only view work units cannot stop them.
+@admin.action(description="Stop selected work units", permissions=["change"])
 def stop_work_units(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[WorkUnit]) -> None:
     _run_per_work_unit(modeladmin, request, queryset, "Stopping", services.stop_work_units)
 
 
-@admin.action(description="Restart selected work units")
+@admin.action(description="Restart selected work units", permissions=["change"])
 def restart_work_units(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[WorkUnit]) -> None:
     _run_per_work_unit(modeladmin, request, queryset, "Restarted", services.restart_work_units)
 
@@ -123,6 +126,16 @@ class WorkUnitAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def save_model(self, request: HttpRequest, obj: WorkUnit, form: Any, change: bool) -> None:
+        # Never ``obj.save()``: it would write every column as the form loaded
+        # it, and a save racing a restart would rewind ``current_eid`` while
+        # the newer execution stays ACTIVE (the EID fence inverted). Every
+        # field is read-only here; state changes go through the actions
+        # (``workunits.services``), which lock the row.
+        editable = [f for f in form.changed_data if f not in self.get_readonly_fields(request, obj)]
+        if editable:  # pragma: no cover - nothing is editable today; kept narrow if a field ever is
+            obj.save(update_fields=editable)
+
 
 class HistoryInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = StatusHistory
@@ -138,9 +151,6 @@ class WorkUnitExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("work_unit__experiment__id",)
     inlines = [HistoryInline]
     list_select_related = ("work_unit",)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.is_staff
 
 
 @admin.register(Operation)

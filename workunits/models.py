@@ -22,6 +22,7 @@ from workunits.choices import (
     WorkUnitType,
     Writer,
 )
+from xmc import limits
 from xmc.choices import MessageSource, Priority, Severity
 
 
@@ -35,7 +36,7 @@ class WorkUnit(models.Model):
     urls = models.JSONField(default=list, blank=True)
     #: The full cloud.xmanager.v1.Executable as proto3 JSON.
     executable = models.JSONField(default=dict, blank=True)
-    tags = ArrayField(models.CharField(max_length=256), default=list, blank=True)
+    tags = ArrayField(models.CharField(max_length=limits.TAG), default=list, blank=True)
     notes = models.TextField(blank=True, default="")
     #: eid of the current (ACTIVE) execution.
     current_eid = models.BigIntegerField(default=1)
@@ -131,12 +132,12 @@ class Operation(models.Model):
     error = models.JSONField(null=True, blank=True)
     #: The response message as proto3 JSON with its "@type" when it succeeded.
     response = models.JSONField(null=True, blank=True)
-    original_requester = models.CharField(max_length=320, blank=True, default="",
+    original_requester = models.CharField(max_length=limits.EMAIL, blank=True, default="",
                                           help_text="Verified identity of the caller.")
-    asserted_email = models.CharField(max_length=320, blank=True, default="",
+    asserted_email = models.CharField(max_length=limits.EMAIL, blank=True, default="",
                                       help_text="x-goog-user-email as sent by the client (audit only).")
     requested_cancellation = models.BooleanField(default=False)
-    cancellation_requester = models.CharField(max_length=320, blank=True, default="")
+    cancellation_requester = models.CharField(max_length=limits.EMAIL, blank=True, default="")
 
     # Outbox: the actuator task this operation stands for.
     task_type = models.CharField(max_length=16, choices=TaskType.choices, blank=True, default="")

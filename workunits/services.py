@@ -49,8 +49,8 @@ from workunits.choices import (
 )
 from workunits.models import Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
-from workunits.validation import validate_executable
-from xmc import convert, pb
+from workunits.validation import validate_executable, validate_work_unit_request
+from xmc import convert, limits, pb
 from xmc.errors import FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -111,12 +111,12 @@ def create_work_unit(
     """CreateWorkUnit: a work unit, its execution eid=1 (INITIALIZING) and a CREATE operation.
 
     Idempotent on ``(xid, work_unit_id)``: the same id again returns the
-    first call's operation and writes nothing. ``work_unit_id == 0`` allocates
+    first call's operation and writes nothing (or, when the client deleted
+    that operation, a fresh done one for the existing work unit). ``work_unit_id == 0`` allocates
     the next wid. Accepted in any launch state (the client marks the launch
     finished before its work units arrive).
     """
-    if work_unit_id < 0:
-        raise InvalidArgument("work_unit_id must not be negative", field="work_unit_id")
+    validate_work_unit_request(message, work_unit_id)
     validate_executable(message.executable)
     now = now or timezone.now()
     wu_type = (
@@ -144,10 +144,22 @@ def create_work_unit(
                     Operation.objects.filter(work_unit=existing, action_type=ActionType.CREATE)
                     .select_related("work_unit").order_by("id").first()
                 )
-                if op is None:  # pragma: no cover - every work unit is created with one
-                    raise FailedPrecondition(f"{existing.name} has no create operation")
+                if op is None:
+                    # The client deleted the CREATE operation (DeleteOperation)
+                    # and retries: still idempotent. The work unit exists, so
+                    # answer with a fresh, already-done operation carrying it.
+                    op = Operation.objects.create(
+                        experiment=exp, work_unit=existing, action_type=ActionType.CREATE, target=existing.name,
+                        create_time=now, end_time=now, done=True,
+                        response=convert.packed_json(convert.work_unit_to_proto(existing)),
+                        original_requester=requester.email, asserted_email=requester.asserted_email,
+                        dispatched_time=now,
+                    )
+                    log.info("workunit.create_replayed", extra={"xid": xid, "wid": existing.wid, "operation": op.id})
                 return op
         wid = work_unit_id or exp.last_wid + 1
+        if wid > limits.MAX_ID:  # pragma: no cover - explicit ids are bounded far below
+            raise FailedPrecondition(f"experiments/{xid} has no work unit ids left", field="parent")
         wu = WorkUnit.objects.create(
             experiment=exp,
             wid=wid,

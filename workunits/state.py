@@ -1,6 +1,6 @@
 """The guarded state machine of work unit executions, as pure functions.
 
-Every rule of ``STATES.md`` that decides whether and how an execution's
+Every rule of docs/architecture/state_machine.md that decides whether and how an execution's
 status changes lives here, over plain data: no ORM, no clock reads (callers
 pass ``now_ns``), no I/O. ``workunits.services.update_work_unit_executions``
 applies these inside its transaction; the reconciler (later) uses
@@ -247,13 +247,19 @@ def merge_execution(current: ExecutionRecord, update: ExecutionUpdate, now_ns: i
 
     new_messages: list[tuple[str, Message]] = []
     if SYSTEM_MESSAGE in mask and not defers_to_existing(system, update.system_message, update.force_status_message_update):
-        if update.system_message and not _same_message(system, update.system_message):
+        # A re-sent identical message (ignoring createTime) is no change: the
+        # stored copy, with its server-stamped createTime, stays.
+        if not update.system_message:
+            system = None
+        elif not _same_message(system, update.system_message):
             new_messages.append(("system", update.system_message))
-        system = dict(update.system_message) if update.system_message else None
+            system = dict(update.system_message)
     if USER_MESSAGE in mask:
-        if update.user_message and not _same_message(user, update.user_message):
+        if not update.user_message:
+            user = None
+        elif not _same_message(user, update.user_message):
             new_messages.append(("user", update.user_message))
-        user = dict(update.user_message) if update.user_message else None
+            user = dict(update.user_message)
     if SCHEDULING_INFORMATION in mask:
         scheduling = dict(update.scheduling_information) if update.scheduling_information else None
     record = replace(record, system_message=system, user_message=user, scheduling_information=scheduling)
@@ -314,7 +320,7 @@ def _condition_true(jobset: Mapping[str, Any], kind: str) -> bool:
 def to_work_unit_state(jobset: Mapping[str, Any]) -> str:
     """Map an observed JobSet to a WorkUnitState (first matching rule wins).
 
-    The rule numbers are those of the table in STATES.md.
+    The rule numbers are those of the table in docs/architecture/state_machine.md.
     """
     completed = _condition_true(jobset, "Completed")
     failed = _condition_true(jobset, "Failed")

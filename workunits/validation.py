@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from k8s_bridge.accelerators import EXCLUSIVE_TOPOLOGY_ANNOTATION, GPU_ACCELERATORS, TPU_ACCELERATORS
-from xmc import pb
+from xmc import limits, pb
 from xmc.errors import InvalidArgument
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -94,3 +94,14 @@ def validate_executable(executable: pb.work_unit.Executable, field: str = "work_
         for target in jobset.success_policy.target_replicated_jobs:
             if target not in names:
                 raise _fail(f"{field}.jobset.success_policy.target_replicated_jobs", f"unknown job {target!r}")
+
+
+def validate_work_unit_request(message: pb.work_unit.WorkUnit, work_unit_id: int) -> None:
+    """CreateWorkUnit's own fields: the explicit id's range, tags and notes (``xmc.limits``)."""
+    if work_unit_id < 0:
+        raise InvalidArgument("work_unit_id must not be negative", field="work_unit_id")
+    if work_unit_id > limits.MAX_WORK_UNIT_ID:
+        raise InvalidArgument(
+            f"work_unit_id must be at most {limits.MAX_WORK_UNIT_ID} (got {work_unit_id})", field="work_unit_id"
+        )
+    limits.check_fields({"tags": list(message.tags), "notes": message.notes}, "work_unit")

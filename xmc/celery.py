@@ -19,6 +19,7 @@ import enum
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 from kombu import Queue as KombuQueue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
@@ -51,3 +52,11 @@ app.conf.update(
     worker_hijack_root_logger=False,
 )
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _refuse_an_insecure_secret(**kwargs: object) -> None:
+    """A worker verifies and signs tasks with the secret: never start it with the public default."""
+    from xmc.checks import require_deploy_checks
+
+    require_deploy_checks()

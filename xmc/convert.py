@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from google.protobuf import any_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 
-from xmc import pb
+from xmc import limits, pb
 from xmc.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -169,6 +169,7 @@ def experiment_fields(message: pb.experiment.Experiment, paths: Iterable[str]) -
                 f"{', '.join(EXPERIMENT_MUTABLE)}",
                 field="update_mask",
             )
+    limits.check_fields(fields, "experiment")
     return fields
 
 
@@ -254,6 +255,7 @@ def work_unit_fields(message: pb.work_unit.WorkUnit, paths: Iterable[str]) -> di
                 f"{', '.join(WORK_UNIT_MUTABLE)}",
                 field="update_mask",
             )
+    limits.check_fields(fields, "work_unit")
     return fields
 
 
@@ -366,4 +368,5 @@ def artifact_fields(message: pb.artifact.Artifact, paths: Iterable[str]) -> dict
                 f"{', '.join(ARTIFACT_MUTABLE)}",
                 field="update_mask",
             )
+    limits.check_fields(fields, "artifact")
     return fields

@@ -1,7 +1,7 @@
 """Errors raised by service functions, classified once by canonical code.
 
 Services raise these; the gRPC layer turns them into a status code, REST into
-the error body of API.md, the admin into a message. ``field`` names the
+the error body of ``docs/architecture/rest.md``, the admin into a message. ``field`` names the
 request field at fault so every adapter can say it.
 """
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""Models of the ``xmc`` app: the one-time codes of the ``xmanager login`` flow.
+"""Models of the ``xmc`` app: the one-time codes of the ``xmanager login`` flow
+and the token generation of each email.
 
 Written only by `xmc.auth.services` (issue at ``GET /api/cli/login``, redeem at
-``POST /api/cli/token``); the views and tests never ``save()`` one themselves.
+``POST /api/cli/token``, revoke on user deletion/deactivation or
+``manage.py revoke_tokens``); the views and tests never ``save()`` one themselves.
 """
 from __future__ import annotations
 
 from django.db import models
+
+from xmc import limits
 
 
 class CliAuthorizationCode(models.Model):
@@ -34,3 +38,20 @@ class CliAuthorizationCode(models.Model):
     def __str__(self) -> str:
         state = "used" if self.used_at else "unused"
         return f"login code for {self.email} ({state}, expires {self.expires_at:%Y-%m-%d %H:%M:%S})"
+
+
+class TokenGeneration(models.Model):
+    """The token generation of one (normalized) email: tokens carrying a lower one are revoked.
+
+    Keyed by email, not by user, on purpose: deleting the user must keep the
+    revocation (a token for an email with no user is still a valid token for
+    that email, granting what ACLs grant it). No row means generation 0.
+    """
+
+    email = models.CharField(max_length=limits.EMAIL, unique=True, help_text="NFKC + casefolded email")
+    generation = models.PositiveIntegerField(default=0)
+    changed_at = models.DateTimeField()
+    reason = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.email}: generation {self.generation}"

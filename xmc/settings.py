@@ -17,8 +17,27 @@ env = environ.Env()
 
 # --- Core --------------------------------------------------------------------
 DEBUG = env.bool("XMC_DEBUG", default=False)
+# The default is public: every server refuses to start with it (or with a key
+# under 32 bytes) unless XMC_DEBUG is on (xmc.checks, a deploy-level check).
 SECRET_KEY = env.str("XMC_SECRET_KEY", default="xmc-insecure-dev-secret-change-me")
 ALLOWED_HOSTS = env.list("XMC_ALLOWED_HOSTS", default=["*"])
+
+# --- HTTPS (behind a TLS-terminating proxy or ingress) -------------------------
+# Off by default so ./dev run works over plain http on 127.0.0.1; a deployment
+# sets XMC_HTTPS=true: Secure session and CSRF cookies, HSTS, http -> https
+# redirects, and the proxy's X-Forwarded-Proto trusted to say "https".
+XMC_HTTPS = env.bool("XMC_HTTPS", default=False)
+SESSION_COOKIE_SECURE = XMC_HTTPS
+CSRF_COOKIE_SECURE = XMC_HTTPS
+SECURE_SSL_REDIRECT = XMC_HTTPS
+# Probes reach the pods over plain http inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("XMC_HSTS_SECONDS", default=31536000 if XMC_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = XMC_HTTPS
+SECURE_HSTS_PRELOAD = False
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if XMC_HTTPS else None
+CSRF_TRUSTED_ORIGINS = env.list("XMC_CSRF_TRUSTED_ORIGINS", default=[])
+SILENCED_SYSTEM_CHECKS = ["security.W021"]  # HSTS preload is an opt-in decision for the domain owner
 
 # --- Storage and broker ------------------------------------------------------
 DATABASES = {
@@ -54,8 +73,18 @@ XMC_LOGIN_CODE_TTL_S = env.int("XMC_LOGIN_CODE_TTL_S", default=300)
 # Per-identity request rate (token bucket) for gRPC and REST.
 XMC_RATE_LIMIT_PER_S = env.float("XMC_RATE_LIMIT_PER_S", default=50.0)
 XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
+# Failed sign-ins (/api/cli/signin, /admin/login/) per account and per client
+# address within a window, counted in Redis (xmc.auth.throttle).
+XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT = env.int("XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT", default=5)
+XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("XMC_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
+XMC_LOGIN_FAILURE_WINDOW_S = env.int("XMC_LOGIN_FAILURE_WINDOW_S", default=900)
 XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
 XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
+# WaitOperation holds a worker thread: at most this many at once per process,
+# and per identity; the excess returns at once (xmc.api.waits). Longest wait.
+XMC_WAIT_MAX_CONCURRENT = env.int("XMC_WAIT_MAX_CONCURRENT", default=4)
+XMC_WAIT_MAX_PER_IDENTITY = env.int("XMC_WAIT_MAX_PER_IDENTITY", default=2)
+XMC_WAIT_MAX_S = env.float("XMC_WAIT_MAX_S", default=10.0)
 
 # --- Kubernetes --------------------------------------------------------------
 XMC_K8S_NAMESPACE = env.str("XMC_K8S_NAMESPACE", default="default")
@@ -118,7 +147,12 @@ TEMPLATES = [
     },
 ]
 
-AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
+AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -136,10 +136,11 @@ def test_it_answers_every_method_with_a_typed_reply_or_a_clean_error(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_answers_not_found_for_an_experiment_nobody_created(ess: Any, as_alice: list[tuple[str, str]]) -> None:
+def test_it_answers_permission_denied_for_an_experiment_nobody_created(ess: Any, as_alice: list[tuple[str, str]]) -> None:
+    # AIP-211: a caller who could not read it learns nothing about its existence.
     with pytest.raises(grpc.RpcError) as missing:
         ess.GetExperiment(api.GetExperimentRequest(name="experiments/987654321"), metadata=as_alice, timeout=10)
-    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    assert missing.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "987654321" in missing.value.details()
 
 
@@ -281,6 +282,7 @@ def test_it_serves_the_descriptors_of_the_services_through_reflection(channel: g
     assert reply.file_descriptor_response.file_descriptor_proto
 
 
+@pytest.mark.django_db  # issue_token reads the token generation
 def test_it_answers_unimplemented_for_a_service_it_does_not_have(channel: grpc.Channel) -> None:
     call = channel.unary_unary("/cloud.xmanager.v1.XidService/GetXidEntry")
     with pytest.raises(grpc.RpcError) as missing:
@@ -345,4 +347,4 @@ def test_it_logs_each_call_with_its_code_and_duration_at_debug_level(
         with pytest.raises(grpc.RpcError):
             ess.GetExperiment(api.GetExperimentRequest(name="experiments/424242"), metadata=as_alice, timeout=10)
     [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("grpc.rpc ")]
-    assert line.startswith("grpc.rpc method=/cloud.xmanager.v1.ExperimentStateService/GetExperiment code=NOT_FOUND ms=")
+    assert line.startswith("grpc.rpc method=/cloud.xmanager.v1.ExperimentStateService/GetExperiment code=PERMISSION_DENIED ms=")

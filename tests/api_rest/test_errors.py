@@ -105,8 +105,10 @@ def test_it_answers_403_when_bob_reads_alices_experiment(world: World, bob_api: 
     assert error["message"] == f"bob@example.com may not read experiments/{world.xid}"
 
 
-def test_it_answers_404_for_an_experiment_that_does_not_exist(alice_api: Api) -> None:
-    error_of(alice_api.get("/v1/experiments/987654321"), 404, "NOT_FOUND")
+def test_it_answers_403_for_an_experiment_that_does_not_exist(alice_api: Api) -> None:
+    # AIP-211: permission first; a missing experiment is no different from someone else's
+    # (staff still get 404: tests/hardening/test_permission_first.py).
+    error_of(alice_api.get("/v1/experiments/987654321"), 403, "PERMISSION_DENIED")
 
 
 def test_it_answers_404_in_the_same_shape_for_a_path_with_no_binding(alice_api: Api) -> None:

@@ -1,4 +1,4 @@
-"""The HTTP requests the real `xmanager login` makes, step by step (client contract 1.6).
+"""The HTTP requests the real `xmanager login` makes, step by step (the real xmanager client's behaviour, tests/real_client).
 
 Mirrors `xmanager/xm_cloud/cli/login_command.py` of xmanager 0.8.5.post1:
 `build_login_url` puts the parameters in this order, the exchange is a form

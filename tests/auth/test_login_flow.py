@@ -1,6 +1,6 @@
 """`xmanager login`, served by Django: the CLI's exact requests, in both modes.
 
-Each story follows client contract section 1.6 request by request: the probe,
+Each story follows the real xmanager client's behaviour, tests/real_client request by request: the probe,
 the page the browser opens, sign-in, the one-time code, the exchange.
 """
 from __future__ import annotations

@@ -11,6 +11,9 @@ from django.test import override_settings
 
 from xmc.auth.tokens import ALGORITHM, InvalidToken, decode_token, issue_token, signing_key, verify_token
 
+# issue_token reads the email's token generation (revocation) from the database.
+pytestmark = pytest.mark.django_db
+
 
 def _b64(data: dict[str, object]) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()

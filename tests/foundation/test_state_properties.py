@@ -3,7 +3,7 @@
 Each example builds its own experiment and drives it with a random mix of
 reconciler observations, user stops and restarts, pause-handler and
 finalizer writes, enqueue failures and deliberately fenced updates, checking
-the invariants of STATES.md after every step.
+the invariants of docs/architecture/state_machine.md after every step.
 """
 from __future__ import annotations
 

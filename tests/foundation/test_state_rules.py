@@ -1,4 +1,4 @@
-"""One test per rule of STATES.md that the pure guards in workunits.state own.
+"""One test per rule of docs/architecture/state_machine.md that the pure guards in workunits.state own.
 
 Each test is built so that removing its rule changes the outcome. Service-level
 rules (batch failure, fencing on stored rows, history, roll-up) are in

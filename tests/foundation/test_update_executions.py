@@ -1,4 +1,4 @@
-"""update_work_unit_executions on real Postgres: the transactional rules of STATES.md."""
+"""update_work_unit_executions on real Postgres: the transactional rules of docs/architecture/state_machine.md."""
 from __future__ import annotations
 
 import pytest

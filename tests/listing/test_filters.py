@@ -315,7 +315,7 @@ def test_it_compiles_the_same_way_from_many_threads_at_once() -> None:
 
 
 def test_it_accepts_the_filters_the_real_client_documents() -> None:
-    # xmc_client_contract.md section 4: the client passes the user's filter_query through.
+    # The real xmanager client passes the user's filter_query through.
     experiments = {
         "title": FilterField("title", "string"),
         "creator": FilterField("creator", "string"),

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from google.protobuf import empty_pb2
@@ -27,9 +28,10 @@ from experiments.models import Experiment
 from workunits import services as wu_services
 from workunits.choices import ExecutionState
 from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecution
-from xmc import convert, listing, pb
+from xmc import convert, limits, listing, pb
 from xmc.pb import api
 from xmc.pb import longrunning as lro
+from xmc.api import access, waits
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
 from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
@@ -37,16 +39,21 @@ from xmc.listing import FilterField
 
 # --- Resource names -------------------------------------------------------------------
 
-_EXPERIMENT = re.compile(r"^experiments/(\d{1,19})$")
-_WORK_UNIT = re.compile(r"^experiments/(\d{1,19})/workUnits/(\d{1,19})$")
-_ARTIFACT = re.compile(r"^artifacts/(\d{1,19})$")
-_OPERATION = re.compile(r"^experiments/(\d{1,19})(?:/workUnits/(\d{1,19}))?/operations/(\d{1,19})$")
+# ASCII digits only ("[0-9]", not "\d", which matches every Unicode digit such
+# as "٣") and fullmatch (a "$" would also accept a trailing newline).
+_ID = r"([0-9]{1,19})"
+_EXPERIMENT = re.compile(rf"experiments/{_ID}")
+_WORK_UNIT = re.compile(rf"experiments/{_ID}/workUnits/{_ID}")
+_ARTIFACT = re.compile(rf"artifacts/{_ID}")
+_OPERATION = re.compile(rf"experiments/{_ID}(?:/workUnits/{_ID})?/operations/{_ID}")
 
 
 def _match(pattern: re.Pattern[str], value: str, field: str, shape: str) -> re.Match[str]:
-    match = pattern.match(value or "")
+    match = pattern.fullmatch(value or "")
     if match is None:
-        raise InvalidArgument(f"{field} must look like {shape!r} (got {value!r})", field=field)
+        raise InvalidArgument(f"{field} must look like {shape!r} (got {value[:200]!r})", field=field)
+    if any(int(group) > limits.MAX_ID for group in match.groups() if group is not None):
+        raise InvalidArgument(f"{field}: an id is larger than {limits.MAX_ID}", field=field)
     return match
 
 
@@ -61,7 +68,7 @@ def parse_work_unit(name: str, field: str = "name") -> tuple[int, int]:
 
 def parse_parent(parent: str, field: str = "parent") -> tuple[int, int | None]:
     """``experiments/{xid}`` or ``experiments/{xid}/workUnits/{wid}``."""
-    if _WORK_UNIT.match(parent or ""):
+    if _WORK_UNIT.fullmatch(parent or ""):
         return parse_work_unit(parent, field)
     return parse_experiment(parent, field), None
 
@@ -73,15 +80,27 @@ def parse_artifact(name: str, field: str = "name") -> int:
 # --- Access -------------------------------------------------------------------------------
 
 
-def _experiment(xid: int, caller: Caller, needed: Role) -> Experiment:
-    exp = experiment_services.get_experiment(xid)
-    acl.require(caller.identity, exp.acls, needed, resource=exp.name)
+# Permission first (AIP-211): every lookup below answers through xmc.api.access,
+# so a caller who could not read a resource learns nothing about its existence.
+
+
+def _experiment_acls(xid: int) -> dict[str, Any] | None:
+    return Experiment.objects.filter(id=xid).values_list("acls", flat=True).first()
+
+
+def _experiment(xid: int, caller: Caller, needed: Role, field: str = "name") -> Experiment:
+    exp = Experiment.objects.filter(id=xid).first()
+    access.require(caller.identity, exp.acls if exp else None, needed, resource=f"experiments/{xid}", field=field)
+    assert exp is not None
     return exp
 
 
 def _work_unit(xid: int, wid: int, caller: Caller, needed: Role) -> WorkUnit:
-    wu = wu_services.get_work_unit(xid, wid)
-    acl.require(caller.identity, wu.experiment.acls, needed, resource=wu.name)
+    wu = WorkUnit.objects.select_related("experiment").filter(experiment_id=xid, wid=wid).first()
+    name = f"experiments/{xid}/workUnits/{wid}"
+    if wu is None:
+        raise access.missing_child(caller.identity, _experiment_acls(xid), needed, resource=name)
+    access.require(caller.identity, wu.experiment.acls, needed, resource=name)
     return wu
 
 
@@ -330,9 +349,12 @@ ARTIFACT_FIELDS = {
 ARTIFACT_ORDER = {"create_time": "create_time", "update_time": "update_time", "name": "id"}
 
 
-def _artifact(aid: int, caller: Caller, needed: Role) -> Artifact:
-    artifact = artifact_services.get_artifact(aid)
-    acl.require(caller.identity, artifact.experiment.acls, needed, resource=artifact.name)
+def _artifact(aid: int, caller: Caller, needed: Role, field: str = "name") -> Artifact:
+    artifact = Artifact.objects.select_related("work_unit", "experiment").filter(id=aid).first()
+    # A missing artifact names no experiment: None (denied, NOT_FOUND for staff).
+    access.require(caller.identity, artifact.experiment.acls if artifact else None, needed,
+                   resource=f"artifacts/{aid}", field=field)
+    assert artifact is not None
     return artifact
 
 
@@ -427,8 +449,9 @@ def _operation_row(name: str, caller: Caller, needed: Role) -> Operation:
     xid, wid, op_id = int(match.group(1)), match.group(2), int(match.group(3))
     op = Operation.objects.select_related("work_unit", "experiment").filter(id=op_id, experiment_id=xid).first()
     if op is None or (wid is not None and (op.work_unit is None or op.work_unit.wid != int(wid))):
-        raise NotFound(f"{name} not found", field="name")
-    acl.require(caller.identity, op.experiment.acls, needed, resource=name)
+        raise access.missing_child(caller.identity, op.experiment.acls if op else _experiment_acls(xid), needed,
+                                   resource=name)
+    access.require(caller.identity, op.experiment.acls, needed, resource=name)
     return op
 
 
@@ -460,18 +483,22 @@ def list_operations(request: lro.ListOperationsRequest, caller: Caller) -> lro.L
                                       next_page_token=page.next_page_token)
 
 
-#: WaitOperation never holds a server thread longer than this.
+#: WaitOperation never holds a server thread longer than this (``XMC_WAIT_MAX_S`` may lower it).
 MAX_WAIT_S = 30.0
 
 
 @rpc(OPERATIONS, "WaitOperation", lro.WaitOperationRequest, lro.Operation)
 def wait_operation(request: lro.WaitOperationRequest, caller: Caller) -> lro.Operation:
     op = _operation_row(request.name, caller, Role.READER)
-    timeout = request.timeout.ToTimedelta().total_seconds() if request.HasField("timeout") else MAX_WAIT_S
-    deadline = time.monotonic() + max(0.0, min(timeout, MAX_WAIT_S))
-    while not op.done and time.monotonic() < deadline:
-        time.sleep(0.2)
-        op.refresh_from_db(fields=["done", "end_time", "error", "response"])
+    cap = min(MAX_WAIT_S, float(settings.XMC_WAIT_MAX_S))
+    # Seconds and nanos read directly: ``ToTimedelta`` overflows on huge values.
+    timeout = (request.timeout.seconds + request.timeout.nanos / 1e9) if request.HasField("timeout") else cap
+    deadline = time.monotonic() + max(0.0, min(timeout, cap))
+    # No free slot (xmc.api.waits): answer now with the operation as it is.
+    with waits.slot(caller.email) as granted:
+        while granted and not op.done and time.monotonic() < deadline:
+            time.sleep(0.2)
+            op.refresh_from_db(fields=["done", "end_time", "error", "response"])
     return _operation(op)
 
 

@@ -7,13 +7,19 @@ same code: parse names, check ACLs, validate, call a service, convert.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from django.db import DataError
 from google.protobuf.message import Message
 
+from xmc import limits
 from xmc.auth.identity import Identity
+from xmc.errors import InvalidArgument
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,27 @@ def rpc(service: str, method: str, request: type[Message], response: type[Messag
 
 
 def invoke(service: str, method: str, request: Message, caller: Caller) -> Message:
-    """Run one RPC. Raises ``xmc.errors.ServiceError`` subclasses on failure."""
+    """Run one RPC. Raises ``xmc.errors.ServiceError`` subclasses on failure.
+
+    Before the handler: any string of the request holding U+0000 is refused
+    (Postgres cannot store it), and the audit-only asserted email is cut to a
+    storable length. After it, as a backstop only (every known case is
+    validated earlier, naming its field): a value the database refuses
+    (``DataError``: too long, out of range, ...), input nested past the
+    interpreter's recursion limit, or a number too large to convert is the
+    caller's fault, so INVALID_ARGUMENT, never INTERNAL. The durable
+    transaction of the service rolled back, so nothing was written.
+    """
     import xmc.api.handlers  # noqa: F401 - registers the handlers
 
-    return RPCS[(service, method)].handler(request, caller)
+    limits.reject_nul(request)
+    if len(caller.asserted_email) > limits.EMAIL or "\x00" in caller.asserted_email:
+        caller = replace(caller, asserted_email=caller.asserted_email.replace("\x00", "")[: limits.EMAIL])
+    try:
+        return RPCS[(service, method)].handler(request, caller)
+    except DataError as exc:
+        logger.warning("api.data_error method=%s/%s error=%s", service, method, exc)
+        raise InvalidArgument(f"a value of the request is out of range or too long for the database: {exc}") from None
+    except (RecursionError, OverflowError) as exc:
+        logger.warning("api.bad_input method=%s/%s error=%r", service, method, exc)
+        raise InvalidArgument(f"the request holds a value out of range or nested too deeply ({type(exc).__name__})") from None

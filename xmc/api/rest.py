@@ -338,6 +338,8 @@ def _parse_json_body(body: bytes) -> dict[str, Any]:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidArgument(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument("the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidArgument(f"the request body must be a JSON object, got {type(data).__name__}")
     return data

@@ -16,11 +16,16 @@ decide anything.
 from __future__ import annotations
 
 import contextlib
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import connection
+
+from xmc import limits
 
 # The one UNAUTHENTICATED error of the project; re-exported for the adapters.
 from xmc.errors import Unauthenticated as Unauthenticated
@@ -30,7 +35,7 @@ BEARER_SCHEME = "bearer"
 
 @dataclass(frozen=True)
 class Identity:
-    """A verified caller. ``email`` is lower-cased; staff and groups come from Django."""
+    """A verified caller. ``email`` is normalized (`normalize_email`); staff and groups come from Django."""
 
     email: str
     is_staff: bool = False
@@ -43,36 +48,64 @@ class Identity:
 
 
 def normalize_email(email: str) -> str:
-    """The one spelling of an email we compare and store: stripped, lower-cased."""
-    return email.strip().lower()
+    """The one spelling of an email we compare and store: stripped, NFKC-normalized, case-folded.
+
+    NFKC folds compatibility look-alikes (full-width letters, ligatures) and
+    ``casefold`` is Unicode's caseless matching (``ſ`` becomes ``s``), so two
+    emails a human would read as one are one string here, and the database
+    compares that string exactly (never with ``UPPER()``/``iexact``, whose
+    folding differs from Python's).
+    """
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", email.strip()).casefold())
 
 
-def identity_for_email(email: str) -> Identity:
+def validated_email(email: str) -> str:
+    """`normalize_email`, refusing anything that is not a valid address (ValueError)."""
+    normalized = normalize_email(email)
+    if len(normalized) > limits.EMAIL:
+        raise ValueError(f"not an email address (longer than {limits.EMAIL} characters): {normalized[:64]!r}...")
+    try:
+        validate_email(normalized)
+    except ValidationError:
+        raise ValueError(f"not an email address: {normalized!r}") from None
+    return normalized
+
+
+# One row always (the VALUES row), LEFT JOINed with the token generation, the
+# user with exactly this email (unique: migration xmc.0003) and its groups.
+_IDENTITY_SQL = """
+SELECT g.generation, u.id, u.is_active, u.is_staff, grp.name
+FROM (SELECT %s::text AS email) AS q
+LEFT JOIN xmc_tokengeneration g ON g.email = q.email
+LEFT JOIN auth_user u ON u.email = q.email
+LEFT JOIN auth_user_groups ug ON ug.user_id = u.id
+LEFT JOIN auth_group grp ON grp.id = ug.group_id
+"""
+
+
+def identity_for_email(email: str, *, token_generation: int | None = None) -> Identity:
     """Build the `Identity` for a verified email, with one database query.
 
-    The Django user is matched case-insensitively. Several users may share an
-    email (Django does not enforce uniqueness); the active one with the lowest
-    primary key wins, deterministically. No active user means "not staff, no
-    groups" -- a token for a service account needs no Django user -- but if the
-    only matching users are deactivated the caller is refused: deactivating a
-    user is how an operator revokes their tokens.
+    The Django user is matched on the stored normalized email, exactly (one
+    user per email: a unique index). No user means "not staff, no groups" --
+    a token for a service account needs no Django user, and the token of a
+    deleted user keeps only what ACLs grant its email -- but a deactivated
+    user is refused. ``token_generation`` (from the token) below the email's
+    current generation means the token was revoked (`xmc.auth.services.do_revoke_tokens`).
     """
     email = normalize_email(email)
-    user_model = get_user_model()
-    # One LEFT OUTER JOIN over users and their group names instead of a user
-    # query plus a groups query: this runs on every RPC.
-    rows = list(
-        user_model.objects.filter(email__iexact=email)
-        .order_by("-is_active", "pk")
-        .values_list("pk", "is_active", "is_staff", "groups__name")
-    )
-    if not rows:
+    with connection.cursor() as cursor:
+        cursor.execute(_IDENTITY_SQL, [email])
+        rows = cursor.fetchall()
+    generation = rows[0][0] or 0
+    if token_generation is not None and token_generation < generation:
+        raise Unauthenticated(f"the token for {email} was revoked; sign in again (xmanager login)")
+    if rows[0][1] is None:
         return Identity(email=email)
-    first_pk, is_active, is_staff, _ = rows[0]
-    if not is_active:
+    if not rows[0][2]:
         raise Unauthenticated(f"the account {email} is deactivated")
-    groups = frozenset(name for pk, _, _, name in rows if pk == first_pk and name)
-    return Identity(email=email, is_staff=bool(is_staff), groups=groups)
+    groups = frozenset(name for *_, name in rows if name)
+    return Identity(email=email, is_staff=bool(rows[0][3]), groups=groups)
 
 
 def bearer_token_from_header(authorization_header_value: str | None) -> str:
@@ -119,7 +152,7 @@ def authenticate_bearer(
         raise Unauthenticated(f"invalid bearer token: {exc}") from exc
     if admit is not None:
         admit(claims.email)
-    return identity_for_email(claims.email)
+    return identity_for_email(claims.email, token_generation=claims.generation)
 
 
 # --- The caller of the current gRPC handler ---------------------------------

@@ -13,6 +13,7 @@ concurrent exchanges exactly one sees a row count of 1 and gets a token.
 from __future__ import annotations
 
 import base64
+import logging
 import hashlib
 import hmac
 import re
@@ -22,11 +23,14 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from xmc.auth.identity import Unauthenticated, identity_for_email, normalize_email
 from xmc.auth.tokens import issue_token
-from xmc.models import CliAuthorizationCode
+from xmc.models import CliAuthorizationCode, TokenGeneration
+
+logger = logging.getLogger(__name__)
 
 # RFC 7636: a verifier is 43..128 unreserved characters; an S256 challenge is
 # the unpadded base64url of a SHA-256, always 43 characters.
@@ -122,3 +126,26 @@ def do_redeem_authorization_code(*, code: str, code_verifier: str, now: datetime
         raise InvalidGrant("authorization code already used; run `xmanager login` again")
     ttl = int(settings.XMC_TOKEN_TTL_S)
     return TokenGrant(access_token=issue_token(row.email, ttl_s=ttl), email=row.email, expires_in=ttl)
+
+
+def do_revoke_tokens(email: str, *, reason: str = "revoked", now: datetime | None = None) -> int:
+    """Raise ``email``'s token generation: every token issued before is refused from now on.
+
+    Called by ``manage.py revoke_tokens`` and, through `xmc.auth.signals`, when
+    a Django user is deleted, deactivated or changes email. Runs inside the
+    caller's transaction when there is one (the admin's delete), so the
+    revocation commits with the change that caused it. Returns the new
+    generation.
+    """
+    email = normalize_email(email)
+    now = now or timezone.now()
+    with transaction.atomic():
+        row, created = TokenGeneration.objects.select_for_update().get_or_create(
+            email=email, defaults={"generation": 1, "changed_at": now, "reason": reason[:64]}
+        )
+        if not created:
+            TokenGeneration.objects.filter(pk=row.pk).update(generation=F("generation") + 1, changed_at=now,
+                                                             reason=reason[:64])
+            row.refresh_from_db(fields=["generation"])
+    logger.info("auth.tokens.revoked", extra={"email": email, "generation": row.generation, "reason": reason})
+    return int(row.generation)

@@ -5,9 +5,14 @@ Called by the login flow's token endpoint (`xmc.auth.services`), by
 by every API request.
 
 The claims are ``email``, ``sub`` (the same email), ``iss``
-(``settings.XMC_JWT_ISSUER``), ``iat`` and ``exp``. ``email`` is a plain claim
+(``settings.XMC_JWT_ISSUER``), ``iat``, ``exp``, ``jti`` (a random id, for
+audit logs) and ``gen``, the email's token generation when the token was
+signed: deleting or deactivating the user, or ``manage.py revoke_tokens
+EMAIL``, raises the generation (`xmc.auth.services.do_revoke_tokens`) and
+every token carrying a lower one is refused (a token without ``gen`` counts
+as generation 0). ``email`` is a plain claim
 because the real ``xmanager`` client reads the caller's email from the
-*unverified* token to fill ``x-goog-user-email`` (client contract section 1.3);
+*unverified* token to fill ``x-goog-user-email`` (the real xmanager client's behaviour, tests/real_client);
 only this module's `verify_token` decides whether a token is genuine.
 
 The signing key is not ``SECRET_KEY`` itself but an HMAC of a purpose string
@@ -20,12 +25,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+import uuid
 from dataclasses import dataclass
 
 import jwt
 from django.conf import settings
 
-from xmc.auth.identity import Identity, Unauthenticated, identity_for_email, normalize_email
+from xmc.auth.identity import Identity, Unauthenticated, identity_for_email, normalize_email, validated_email
 
 ALGORITHM = "HS256"
 _KEY_PURPOSE = b"xmc.auth.tokens.jwt-signing-key.v1"
@@ -47,6 +53,8 @@ class TokenClaims:
     issuer: str
     issued_at: int
     expires_at: int
+    generation: int = 0
+    jti: str = ""
 
 
 def signing_key() -> bytes:
@@ -54,14 +62,18 @@ def signing_key() -> bytes:
     return hmac.new(settings.SECRET_KEY.encode("utf-8"), _KEY_PURPOSE, hashlib.sha256).digest()
 
 
-def issue_token(email: str, ttl_s: int | None = None, *, now: float | None = None) -> str:
+def issue_token(email: str, ttl_s: int | None = None, *, now: float | None = None,
+                generation: int | None = None) -> str:
     """Sign a bearer token for ``email`` valid ``ttl_s`` seconds (default ``XMC_TOKEN_TTL_S``).
 
-    ``now`` (epoch seconds) exists for tests that need an already-expired token.
+    ``email`` must be a valid address; it is signed in its normalized form.
+    ``generation`` defaults to the email's current token generation (one
+    query). ``now`` (epoch seconds) exists for tests that need an
+    already-expired token.
     """
-    email = normalize_email(email)
-    if "@" not in email or email.startswith("@") or email.endswith("@"):
-        raise ValueError(f"not an email address: {email!r}")
+    email = validated_email(email)
+    if generation is None:
+        generation = current_generation(email)
     ttl = settings.XMC_TOKEN_TTL_S if ttl_s is None else int(ttl_s)
     if ttl <= 0:
         raise ValueError(f"token lifetime must be positive, got {ttl}")
@@ -72,6 +84,8 @@ def issue_token(email: str, ttl_s: int | None = None, *, now: float | None = Non
         "iss": settings.XMC_JWT_ISSUER,
         "iat": issued_at,
         "exp": issued_at + ttl,
+        "jti": uuid.uuid4().hex,
+        "gen": int(generation),
     }
     return jwt.encode(payload, signing_key(), algorithm=ALGORITHM)
 
@@ -111,21 +125,37 @@ def decode_token(token: str) -> TokenClaims:
     email = payload["email"]
     if not isinstance(email, str) or "@" not in email:
         raise InvalidToken("the email claim is not an email address")
+    # This server signs normalized emails only: any other spelling is not ours.
+    if normalize_email(email) != email:
+        raise InvalidToken("the email claim is not in normalized form")
+    generation = payload.get("gen", 0)
+    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+        raise InvalidToken("the gen claim is not a generation")
     return TokenClaims(
-        email=normalize_email(email),
+        email=email,
         issuer=payload["iss"],
         issued_at=int(payload["iat"]),
         expires_at=int(payload["exp"]),
+        generation=generation,
+        jti=str(payload.get("jti", "")),
     )
 
 
 def verify_token(token: str) -> Identity:
     """`decode_token`, then resolve staff rights and groups (one query).
 
-    A token of a deactivated Django user is an `InvalidToken` too.
+    A token of a deactivated Django user, or a revoked one, is an `InvalidToken` too.
     """
     claims = decode_token(token)
     try:
-        return identity_for_email(claims.email)
+        return identity_for_email(claims.email, token_generation=claims.generation)
     except Unauthenticated as exc:
         raise InvalidToken(str(exc)) from exc
+
+
+def current_generation(email: str) -> int:
+    """The token generation of ``email`` (0 when it was never revoked)."""
+    from xmc.models import TokenGeneration
+
+    value = TokenGeneration.objects.filter(email=normalize_email(email)).values_list("generation", flat=True).first()
+    return int(value or 0)

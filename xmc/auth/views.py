@@ -1,4 +1,4 @@
-"""HTTP side of ``xmanager login`` (client contract section 1.6), mounted at ``/api/cli/``.
+"""HTTP side of ``xmanager login`` (the real xmanager client's behaviour, tests/real_client), mounted at ``/api/cli/``.
 
 What the real CLI does, and what each view answers:
 
@@ -49,6 +49,7 @@ from xmc.auth.services import (
     do_redeem_authorization_code,
     is_valid_s256_challenge,
 )
+from xmc.auth.throttle import ThrottledAuthenticationForm
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +175,8 @@ class CliSignInView(LoginView):
     """``/api/cli/signin``: Django's username/password form, back to ``next``."""
 
     template_name = "auth/signin.html"
+    # Failed attempts are throttled per account and per client address (xmc.auth.throttle).
+    authentication_form = ThrottledAuthenticationForm
     next_page = reverse_lazy("xmc-cli-success")  # type: ignore[assignment]  # lazy str, as Django documents
 
 

@@ -348,7 +348,11 @@ def parse_rfc3339(text: str) -> dt.datetime:
             raise ValueError(text)
         delta = dt.timedelta(hours=oh, minutes=om)
         tz = dt.timezone(-delta if m.group(9) == "-" else delta)
-    return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=tz)
+    # In UTC: Postgres refuses offsets beyond +-15:59, which RFC 3339 allows.
+    try:
+        return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError(text) from None
 
 
 def _pg_regex_escape(text: str) -> str:

@@ -1,7 +1,7 @@
 """JobSet controller (jobset.x-k8s.io/v1alpha2) and the JobSet webhooks, simulated.
 
 `JobSetController` follows the order of one reconcile of the real controller
-(reference jobset_kueue.md 3.1): list the child Jobs through the owner-UID
+(upstream kubernetes-sigs/jobset ``pkg/controllers/jobset_controller.go``): list the child Jobs through the owner-UID
 index, classify them (previous restart attempt / failed / succeeded /
 active), recompute `status.replicatedJobsStatus` from child Job status only,
 handle a finished JobSet (delete active children, `ttlSecondsAfterFinished`),

@@ -7,7 +7,7 @@ Three parts, all acting only through the store:
   LocalQueue `default` exists in the namespace, suspends a managed JobSet at
   CREATE, keeps the queue-name label immutable while the JobSet runs.
 * `KueueJobReconciler` (key: the JobSet) - the generic job reconciler of
-  reference jobset_kueue.md 4.6: one Workload per JobSet
+  upstream kubernetes-sigs/kueue ``pkg/controller/jobframework/reconciler.go``: one Workload per JobSet
   (`jobset-<name>-<hash>`, owned by it, finalizer
   `kueue.x-k8s.io/resource-in-use`), Finished on JobSet completion/failure,
   two-phase eviction (suspend the JobSet, then release quota once every

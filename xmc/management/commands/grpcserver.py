@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from xmc.api.grpc_server import build_server, serve_until_signalled
+from xmc.checks import require_deploy_checks
 
 
 class Command(BaseCommand):
@@ -41,6 +43,10 @@ class Command(BaseCommand):
             raise CommandError("--port must be 0..65535")
         if workers is not None and workers < 1:
             raise CommandError("--max-workers must be at least 1")
+        try:
+            require_deploy_checks()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
         try:
             server, bound = build_server(port, workers, host=options["host"], reuse_port=options["reuse_port"])
         except OSError as exc:

@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from xmc.auth.identity import normalize_email
 from xmc.auth.tokens import issue_token
 
 
@@ -40,14 +41,15 @@ class Command(BaseCommand):
             token = issue_token(email, ttl_s=ttl)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        self._note_on_user(email.strip())
+        email = normalize_email(email)
+        self._note_on_user(email)
         lifetime = settings.XMC_TOKEN_TTL_S if ttl is None else ttl
-        self.stderr.write(f"token for {email.strip().lower()}, valid {lifetime} s")
+        self.stderr.write(f"token for {email}, valid {lifetime} s")
         self.stdout.write(token)
 
     def _note_on_user(self, email: str) -> None:
         """Tell the operator on stderr what the token will be worth (advice only)."""
-        users = get_user_model().objects.filter(email__iexact=email)
+        users = get_user_model().objects.filter(email=email)
         try:
             has_user = users.exists()
             has_active_user = users.filter(is_active=True).exists()
@@ -55,6 +57,7 @@ class Command(BaseCommand):
             self.stderr.write(f"note: could not look up Django users ({type(exc).__name__}); the token is valid anyway")
             return
         if not has_user:
-            self.stderr.write(f"note: no Django user has the email {email}: the token grants no staff rights or groups")
+            self.stderr.write(f"note: no Django user has the email {email}: the token grants no staff rights or "
+                              "groups, only what experiment ACLs grant this email")
         elif not has_active_user:
             self.stderr.write(f"warning: the Django user with the email {email} is deactivated: the token will be refused")
