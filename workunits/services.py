@@ -546,10 +546,16 @@ def stop_work_units(
     is already stopping returns its pending stop operation; of a terminal one
     fails with FAILED_PRECONDITION. A batch validates every target first and
     skips the ones already stopping or terminal. ``wids=None`` means all.
+
+    The clock is read *after* the row locks are held, and the state is
+    stamped at least the stored ``state_update_time``: a writer that
+    committed while we waited (the pause handler, or a host whose clock runs
+    ahead) can never make the timestamp guard drop STOPPED while the STOP
+    operation and its DELETE task still go out.
     """
-    now = now or timezone.now()
     with transaction.atomic(durable=True):
         exp, locked, currents = _targets(xid, wids)
+        now = now or timezone.now()  # under the locks: after every write we waited for
         if not batch:
             (wu,) = locked.values()
             ex = currents[wu.id]
@@ -578,7 +584,8 @@ def stop_work_units(
             target = S.STOPPED if ex.state == S.SCHEDULING_PAUSED else S.STOPPING
             updates.append(ExecutionUpdate(
                 xid=xid, wid=wu.wid, eid=wu.current_eid, mask=(state.STATE,), state=target,
-                state_update_time_ns=_now_ns(now), writer=Writer.STATE_SERVER, operation_id=op.id,
+                state_update_time_ns=max(_now_ns(now), ex.state_update_time_ns),
+                writer=Writer.STATE_SERVER, operation_id=op.id,
             ))
         _apply_updates(updates, now)
         if parent is not None and not ops:
