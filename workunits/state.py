@@ -48,6 +48,9 @@ MASK_PATHS: frozenset[str] = frozenset(
 
 Message = Mapping[str, Any]  # a StructuredMessage as proto3 JSON
 
+#: Every state name (``WorkUnitState.values`` rebuilds a list on each access).
+STATE_NAMES: frozenset[str] = frozenset(S.values)
+
 
 @dataclass(frozen=True)
 class ExecutionUpdate:
@@ -133,7 +136,7 @@ def validate_update(update: ExecutionUpdate) -> None:
             f"xid, wid and eid must be positive (got {update.xid}/{update.wid}/{update.eid})", field="eid"
         )
     if STATE in update.mask:
-        if update.state not in S.values:
+        if update.state not in STATE_NAMES:
             raise InvalidArgument(
                 f"status.state {update.state!r} is not a work unit state", field="status.state"
             )

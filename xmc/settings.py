@@ -98,6 +98,8 @@ XMC_MLRUN_LOCATION = env.str("XMC_MLRUN_LOCATION", default="")
 
 # --- Reconciler --------------------------------------------------------------
 XMC_RECONCILER_FLUSH_INTERVAL_MS = env.int("XMC_RECONCILER_FLUSH_INTERVAL_MS", default=200)
+# Connections the reconciler's batcher writes through, a batch split by experiment (workunits.writers).
+XMC_RECONCILER_WRITE_CONNECTIONS = env.int("XMC_RECONCILER_WRITE_CONNECTIONS", default=2)
 XMC_STARTUP_IMAGE_PULL_GRACE_S = env.int("XMC_STARTUP_IMAGE_PULL_GRACE_S", default=120)
 XMC_MAX_STOPPED_WRITE_RETRY_AGE_S = env.int("XMC_MAX_STOPPED_WRITE_RETRY_AGE_S", default=600)
 

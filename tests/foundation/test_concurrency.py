@@ -99,6 +99,9 @@ def test_it_survives_conflicting_writers_without_deadlock_or_lost_update() -> No
     # and nothing else changed a state behind the history's back.
     reconciler_history = StatusHistory.objects.filter(writer="reconciler").exclude(from_state="")
     assert reconciler_history.count() == len(accepted)
+    # Every history row names an execution that exists (the code keeps what
+    # the dropped FOREIGN KEY constraint used to).
+    assert not StatusHistory.objects.exclude(execution_id__in=WorkUnitExecution.objects.values("id")).exists()
     # Executions in a terminal state never left it: their last history row is terminal.
     for ex in WorkUnitExecution.objects.all():
         rows = list(StatusHistory.objects.filter(execution=ex).order_by("id").values_list("to_state", flat=True))

@@ -210,3 +210,38 @@ def test_it_records_the_mlrun_url_in_execution_metadata() -> None:
     proto = convert.execution_to_proto(current(wu))
     assert proto.metadata.mlrun_url == "https://console.example/runs/r1"
     assert proto.metadata.resource_name == f"xmc-{exp.id}-{wu.wid}"
+
+
+def test_it_skips_a_fenced_update_without_a_time_instead_of_failing_the_batch() -> None:
+    exp = factories.experiment()
+    wu1, wu2 = factories.work_unit(exp), factories.work_unit(exp)
+    fenced = ExecutionUpdate(xid=exp.id, wid=wu2.wid, eid=wu2.current_eid + 1, mask=(state.STATE,),
+                             state="RUNNING", state_update_time_ns=None)
+    ghost = ExecutionUpdate(xid=exp.id, wid=99, eid=1, mask=("status.nonsense",))
+
+    transitions = services.update_work_unit_executions([fenced, ghost, to(wu1, "SCHEDULING")])
+
+    assert transitions == [Transition(exp.id, wu1.wid, 1, "INITIALIZING", "SCHEDULING")]
+    assert current(wu2).state == "INITIALIZING"
+
+
+def test_it_names_every_invalid_update_so_a_caller_can_drop_them_and_retry_the_rest() -> None:
+    exp = factories.experiment()
+    wu1, wu2, wu3 = (factories.work_unit(exp) for _ in range(3))
+    no_time = ExecutionUpdate(**{**to(wu2, "RUNNING").__dict__, "state_update_time_ns": None})
+    bad_state = to(wu3, "NOT_A_STATE")
+    batch = [to(wu1, "SCHEDULING"), no_time, bad_state]
+
+    with pytest.raises(services.InvalidUpdates) as exc:
+        services.update_work_unit_executions(batch)
+
+    assert isinstance(exc.value, InvalidArgument)
+    assert exc.value.keys == ((exp.id, wu2.wid, 1), (exp.id, wu3.wid, 1))
+    assert [u for u, _ in exc.value.invalid] == [no_time, bad_state]
+    assert exc.value.field == "status.state_update_time"
+    assert f"experiments/{exp.id}/workUnits/{wu3.wid}/executions/1" in exc.value.message
+    assert current(wu1).state == "INITIALIZING"  # nothing of the batch was written
+
+    bad = {id(u) for u, _ in exc.value.invalid}
+    services.update_work_unit_executions([u for u in batch if id(u) not in bad])
+    assert current(wu1).state == "SCHEDULING"
