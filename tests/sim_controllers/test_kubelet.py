@@ -142,7 +142,7 @@ def test_it_reports_a_terminated_container_before_confirming_a_deletion(sim: Sim
     seen: list[dict[str, Any]] = []
     sim.store.add_listener(lambda event, rt, obj: seen.append(obj) if rt.plural == "pods" and event == "MODIFIED"
                            and obj["metadata"].get("deletionTimestamp") else None)
-    sim.create_jobset("doomed", [rjob("main", script="pull=0s;run=forever")])
+    sim.create_jobset("doomed", [rjob("main", script="pull=0s;run=forever", backoff_limit=1)])
     sim.eventually(lambda: sim.counters("doomed")["main"]["ready"] == 1, what="running")
     pod_name = sim.list("pods")[0]["metadata"]["name"]
 
@@ -152,6 +152,7 @@ def test_it_reports_a_terminated_container_before_confirming_a_deletion(sim: Sim
     term = last["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (last["status"]["phase"], term["exitCode"], term["reason"]) == ("Failed", 143, "Error")
     assert "Killing" in sim.reasons("Pod", pod_name)
-    # The Job replaces the deleted pod; a deletion is not a failure.
+    # The Job replaces the deleted pod, and the deletion counts as a failed pod
+    # (kubernetes job_controller.go isPodFailed), within backoffLimit 1.
     sim.eventually(lambda: sim.counters("doomed")["main"]["ready"] == 1 and len(sim.list("pods")) == 1, what="replacement")
-    assert sim.get("jobs", "doomed-main-0")["status"]["failed"] == 0
+    assert sim.get("jobs", "doomed-main-0")["status"]["failed"] == 1

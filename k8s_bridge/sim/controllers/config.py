@@ -87,8 +87,10 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
     backoff = wfpr.get("requeuingStrategy") or {}
     limit = backoff.get("backoffLimitCount")
     cfg.kueue = KueueOptions(
-        wait_for_pods_ready=bool(wfpr.get("enable", False)),
-        pods_ready_timeout=_seconds(wfpr.get("timeout", 300)),
+        # Kueue >= 0.19 enables waitForPodsReady by default (kueue apis/config/v1beta2/defaults.go).
+        wait_for_pods_ready=bool(wfpr.get("enable", True)),
+        pods_ready_timeout=_seconds(wfpr.get("timeout", 1800)),
+        pods_ready_recovery_timeout=None if wfpr.get("recoveryTimeout") is None else _seconds(wfpr["recoveryTimeout"]),
         requeuing_backoff_base=_seconds(backoff.get("backoffBaseSeconds", 60)),
         requeuing_backoff_max=_seconds(backoff.get("backoffMaxSeconds", 3600)),
         requeuing_backoff_limit=None if limit is None else int(limit),

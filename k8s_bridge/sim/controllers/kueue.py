@@ -84,9 +84,12 @@ class KueueOptions:
     workload_priority_classes: dict[str, int] = field(default_factory=dict)
     default_priority_class: str | None = None  # a PriorityClass with globalDefault
     status_interval_wall: float = 0.2  # min wall seconds between queue status writes
-    # waitForPodsReady (Kueue Configuration; off by default, as in Kueue)
-    wait_for_pods_ready: bool = False
-    pods_ready_timeout: float = 300.0
+    # waitForPodsReady (Kueue Configuration).  On by default since Kueue 0.19:
+    # kueue apis/config/v1beta2/defaults.go (DefaultWaitForPodsReadyTimeout =
+    # 30 min; recoveryTimeout defaults to the timeout; backoff base 60 s, max 3600 s).
+    wait_for_pods_ready: bool = True
+    pods_ready_timeout: float = 1800.0
+    pods_ready_recovery_timeout: float | None = None  # None: same as pods_ready_timeout
     requeuing_backoff_base: float = 60.0
     requeuing_backoff_max: float = 3600.0
     requeuing_backoff_limit: int | None = None
@@ -102,6 +105,16 @@ def _reason(opts: KueueOptions, granular: str) -> str:
     if opts.granular_reasons:
         return granular
     return "Inadmissible" if granular in ("Misconfigured", "Suspended") else "Pending"
+
+
+def _count_eviction(status: dict[str, Any], reason: str, cause: str) -> None:
+    """`status.schedulingStats.evictions[{reason, underlyingCause, count}]` += 1 (kueue pkg/workload/evict)."""
+    stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+    entry = next((e for e in stats if e.get("reason") == reason and e.get("underlyingCause") == cause), None)
+    if entry is None:
+        stats.append({"reason": reason, "underlyingCause": cause, "count": 1})
+    else:
+        entry["count"] = int(entry.get("count") or 0) + 1
 
 
 def _is_active_jobset(js: Obj) -> bool:
@@ -343,7 +356,10 @@ class KueueJobReconciler(Controller):
                 return None
 
         requeue_after: float | None = None
-        if self.opts.wait_for_pods_ready and condition_true(wl, "Admitted") and not condition_true(wl, "Evicted"):
+        if self.opts.wait_for_pods_ready:
+            # kueue pkg/controller/jobframework/reconciler.go: with waitForPodsReady
+            # the PodsReady condition is kept on every Workload (WaitForStart while
+            # not admitted, also after an eviction), before the eviction handling.
             wrote, requeue_after = self._sync_pods_ready(js, wl, now)
             if wrote:
                 return None
@@ -366,66 +382,98 @@ class KueueJobReconciler(Controller):
         return requeue_after
 
     def _sync_pods_ready(self, js: Obj, wl: Obj, now: float) -> tuple[bool, float | None]:
-        """waitForPodsReady: the PodsReady condition and the timeout eviction.
+        """waitForPodsReady: the PodsReady condition, the timeout and recovery-timeout evictions.
 
-        Returns (wrote something, simulated seconds until the timeout).
+        Returns (wrote something, simulated seconds until the next timeout check).
+        The condition follows kueue pkg/controller/jobframework/reconciler.go
+        `generatePodsReadyCondition`; the timeouts follow kueue
+        pkg/controller/core/workload_controller.go `reconcileNotReadyTimeout` /
+        `admittedNotReadyWorkload` / `triggerDeactivation`, the back-off kueue
+        pkg/workload/workload.go `UpdateRequeueState`.
         """
         md = wl["metadata"]
         gen = md.get("generation")
-        total = sum(int(r.get("replicas", 1)) for r in (js.get("spec") or {}).get("replicatedJobs") or [])
-        counts = (js.get("status") or {}).get("replicatedJobsStatus") or []
-        ready = not (js.get("spec") or {}).get("suspend") and total > 0 and \
-            sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts) >= total
         cond = find_condition(wl, "PodsReady")
 
         def write(status: str, reason: str, message: str) -> tuple[bool, float | None]:
             new = status_copy(wl)
-            set_condition(new["status"].setdefault("conditions", []), "PodsReady", status, reason, message, now,
+            set_condition(new.setdefault("status", {}).setdefault("conditions", []), "PodsReady", status, reason, message, now,
                           observed_generation=gen)
             self.ctx.update_status(WORKLOADS, new)
             return True, None
 
+        if not condition_true(wl, "Admitted"):
+            if cond is None or (cond.get("status"), cond.get("reason")) != ("False", "WaitForStart"):
+                return write("False", "WaitForStart", "Not all pods are ready or succeeded")
+            return False, None
+        total = sum(int(r.get("replicas", 1)) for r in (js.get("spec") or {}).get("replicatedJobs") or [])
+        counts = (js.get("status") or {}).get("replicatedJobsStatus") or []
+        ready = not (js.get("spec") or {}).get("suspend") and total > 0 and \
+            sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts) >= total
         if ready:
             if cond is not None and cond.get("status") == "True":
                 return False, None
-            reason = "Recovered" if cond is not None and cond.get("reason") == "WaitForRecovery" else "Started"
+            reason = "Recovered" if cond is not None and cond.get("reason") in ("WaitForRecovery", "Recovered") else "Started"
             return write("True", reason, "All pods reached readiness and the workload is running")
-        if cond is not None and (cond.get("status") == "True" or cond.get("reason") == "WaitForRecovery"):
-            if cond.get("status") == "True":
-                return write("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
-            return False, None
-        if cond is None or cond.get("reason") != "WaitForStart":
+        if cond is not None and cond.get("status") == "True":
+            return write("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+        if cond is None or cond.get("reason") not in ("WaitForStart", "WaitForRecovery", "PodsReady"):
             return write("False", "WaitForStart", "Not all pods are ready or succeeded")
-        admitted = find_condition(wl, "Admitted") or {}
-        deadline = (parse_time(admitted.get("lastTransitionTime")) or now) + self.opts.pods_ready_timeout
+        if condition_true(wl, "Evicted") or (wl.get("spec") or {}).get("active", True) is False:
+            return False, None  # already being evicted or deactivated
+        if cond.get("reason") == "WaitForRecovery":
+            cause = "WaitForRecovery"
+            recovery = self.opts.pods_ready_recovery_timeout
+            timeout = self.opts.pods_ready_timeout if recovery is None else recovery
+            deadline = (parse_time(cond.get("lastTransitionTime")) or now) + timeout
+        else:
+            cause = "WaitForStart"
+            admitted = find_condition(wl, "Admitted") or {}
+            deadline = (parse_time(admitted.get("lastTransitionTime")) or now) + self.opts.pods_ready_timeout
         if now < deadline:
             return False, deadline - now
-        new = status_copy(wl)
-        st = new["status"]
-        conds = st.setdefault("conditions", [])
-        state = st.setdefault("requeueState", {})
+        state = (wl.get("status") or {}).get("requeueState") or {}
         count = int(state.get("count") or 0) + 1
         limit = self.opts.requeuing_backoff_limit
         if limit is not None and count > limit:
-            # Requeuing limit exceeded: Kueue deactivates the Workload.
-            self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
-            message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
-            fresh = self.cache.get(WORKLOADS.plural, md.get("namespace") or "", md["name"]) or wl
-            new = status_copy(fresh)
-            new["status"].pop("requeueState", None)
-            set_condition(new["status"].setdefault("conditions", []), "Evicted", "True",
-                          "DeactivatedDueToRequeuingLimitExceeded", message, now, observed_generation=fresh["metadata"].get("generation"))
-            self.ctx.update_status(WORKLOADS, new)
-            self.ctx.event(fresh, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+            self._deactivate_requeuing_limit(wl, now)
             return True, None
+        new = status_copy(wl)
+        st = new["status"]
+        conds = st.setdefault("conditions", [])
         delay = min(self.opts.requeuing_backoff_max, self.opts.requeuing_backoff_base * 2.0 ** (count - 1))
-        state["count"] = count
-        state["requeueAt"] = format_time(now + delay)
+        st["requeueState"] = {**(st.get("requeueState") or {}), "count": count, "requeueAt": format_time(now + delay)}
         message = f"Exceeded the PodsReady timeout {md.get('namespace')}/{md['name']}"
         set_condition(conds, "Evicted", "True", "PodsReadyTimeout", message, now, observed_generation=gen)
+        _count_eviction(st, "PodsReadyTimeout", cause)
         out = self.ctx.update_status(WORKLOADS, new)
         self.ctx.event(out, WORKLOADS, "Normal", "EvictedDueToPodsReadyTimeout", message, COMPONENT_JOB)
         return True, None
+
+    def _deactivate_requeuing_limit(self, wl: Obj, now: float) -> None:
+        """Requeuing limit exceeded: DeactivationTarget, then `spec.active=false` and the eviction.
+
+        kueue pkg/controller/core/workload_controller.go `triggerDeactivation`
+        sets `DeactivationTarget=True/RequeuingLimitExceeded`; the next pass
+        deactivates the Workload and evicts it with
+        `DeactivatedDueToRequeuingLimitExceeded`, clearing `requeueState`.
+        """
+        md = wl["metadata"]
+        new = status_copy(wl)
+        set_condition(new["status"].setdefault("conditions", []), "DeactivationTarget", "True", "RequeuingLimitExceeded",
+                      "exceeding the maximum number of re-queuing retries", now, observed_generation=md.get("generation"))
+        wl = self.ctx.update_status(WORKLOADS, new)
+        wl = self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
+        message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+        new = status_copy(wl)
+        st = new["status"]
+        st.pop("requeueState", None)
+        st["conditions"] = [c for c in st.get("conditions") or [] if c.get("type") != "DeactivationTarget"]
+        set_condition(st["conditions"], "Evicted", "True", "DeactivatedDueToRequeuingLimitExceeded", message, now,
+                      observed_generation=wl["metadata"].get("generation"))
+        _count_eviction(st, "Deactivated", "RequeuingLimitExceeded")
+        self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
 
     def _construct_workload(self, js: Obj, queue: str) -> Obj:
         md = js["metadata"]

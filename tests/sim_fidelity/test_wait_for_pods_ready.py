@@ -1,0 +1,96 @@
+"""waitForPodsReady is on by default, as in Kueue 0.19 (kueue apis/config/v1beta2/defaults.go),
+and loops stuck pods exactly like a real cluster: evict with PodsReadyTimeout, suspend,
+requeue with back-off, re-admit; deactivate past backoffLimitCount."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tests.sim_fidelity.conftest import Cluster, rjob
+
+
+def _short(timeout: str = "30s", limit: int | None = None, recovery: str | None = None) -> dict[str, Any]:
+    wfpr: dict[str, Any] = {"enable": True, "timeout": timeout,
+                            "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 3600, "backoffLimitCount": limit}}
+    if recovery:
+        wfpr["recoveryTimeout"] = recovery
+    return {"waitForPodsReady": wfpr}
+
+
+def _conds(obj: Any) -> dict[str, Any]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def test_it_has_wait_for_pods_ready_on_by_default(cluster: Cluster) -> None:
+    cluster.create_jobset("eager", [rjob("main", replicas=2, script="pull=2s;run=forever")])
+    pending = cluster.eventually(lambda: (w := cluster.workload_of("eager")) and cluster.cond(w, "PodsReady") and w,
+                                 what="PodsReady condition on the workload")
+    first = _conds(pending)["PodsReady"]
+    assert (first["status"], first["reason"], first["message"]) == ("False", "WaitForStart", "Not all pods are ready or succeeded")
+    ready = cluster.eventually(lambda: (c := cluster.cond(cluster.workload_of("eager"), "PodsReady")) and c["status"] == "True" and c,
+                               what="PodsReady=True")
+    assert (ready["reason"], ready["message"]) == ("Started", "All pods reached readiness and the workload is running")
+
+
+def test_it_can_turn_wait_for_pods_ready_off(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(kueue={"waitForPodsReady": {"enable": False}})
+    cluster.create_jobset("calm", [rjob("main", script="pull=1s;run=forever")])
+    cluster.eventually(lambda: cluster.cond(cluster.workload_of("calm"), "Admitted")["status"] == "True", what="admitted")
+    cluster.eventually(lambda: cluster.jobset("calm")["status"]["replicatedJobsStatus"][0]["ready"] == 1, what="running")
+    assert cluster.cond(cluster.workload_of("calm"), "PodsReady") is None
+
+
+def test_it_loops_an_image_pull_backoff_through_eviction_backoff_and_readmission(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(kueue=_short("30s", limit=2))
+    cluster.create_jobset("stuck", [rjob("main", script="pull=fail:ImagePullBackOff")])
+    evicted = cluster.eventually(lambda: (w := cluster.workload_of("stuck")) and (w["status"].get("requeueState") or {}).get("count") == 1
+                                 and not w["status"].get("admission") and w, what="first PodsReadyTimeout eviction released")
+    name = evicted["metadata"]["name"]
+    c = _conds(evicted)
+    assert (c["Evicted"]["status"], c["Evicted"]["reason"], c["Evicted"]["message"]) == (
+        "True", "PodsReadyTimeout", f"Exceeded the PodsReady timeout default/{name}")
+    assert (c["Requeued"]["status"], c["Requeued"]["reason"]) == ("False", "PodsReadyTimeout")
+    assert (c["QuotaReserved"]["status"], c["Admitted"]["status"], c["Admitted"]["reason"]) == ("False", "False", "NoReservation")
+    assert evicted["status"]["requeueState"]["requeueAt"]
+    assert {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1} in evicted["status"]["schedulingStats"]["evictions"]
+    assert cluster.jobset("stuck")["spec"]["suspend"] is True
+    # After eviction the workload waits for start again.
+    cluster.eventually(lambda: cluster.cond(cluster.workload_of("stuck"), "PodsReady")["reason"] == "WaitForStart", what="WaitForStart")
+
+    # The 10 s back-off ends: Requeued=True/BackoffFinished, admitted again, suspended again.
+    again = cluster.eventually(lambda: (w := cluster.workload_of("stuck")) and (w["status"].get("requeueState") or {}).get("count") == 2
+                               and w, timeout=30, what="second timeout")
+    assert any(e.reason == "EvictedDueToPodsReadyTimeout" for e in cluster.events("Workload", name))
+    assert {"Started", "Stopped"} <= {e.reason for e in cluster.events("JobSet", "stuck")}
+    assert again["spec"].get("active", True) is True
+
+    # Past backoffLimitCount (2) the workload is deactivated.
+    last = cluster.eventually(lambda: (w := cluster.workload_of("stuck")) and w["spec"].get("active") is False
+                              and not w["status"].get("admission") and w, timeout=40, what="deactivated")
+    c = _conds(last)
+    assert (c["Evicted"]["reason"], c["Evicted"]["message"]) == (
+        "DeactivatedDueToRequeuingLimitExceeded", "The workload is deactivated due to exceeding the maximum number of re-queuing retries")
+    assert (c["Requeued"]["status"], c["Requeued"]["reason"]) == ("False", "DeactivatedDueToRequeuingLimitExceeded")
+    assert "DeactivationTarget" not in c and "requeueState" not in last["status"]
+    assert cluster.jobset("stuck")["spec"]["suspend"] is True
+
+
+def test_it_evicts_unschedulable_pods_on_timeout(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(kueue=_short("20s"))
+    cluster.create_jobset("nowhere", [rjob("main", script="schedule=fail")])
+    wl = cluster.eventually(lambda: (w := cluster.workload_of("nowhere")) and cluster.cond(w, "Evicted")
+                            and cluster.cond(w, "Evicted")["reason"] == "PodsReadyTimeout" and w, what="evicted")
+    assert wl["status"]["requeueState"]["count"] == 1
+    cluster.eventually(lambda: cluster.jobset("nowhere")["spec"]["suspend"] is True, what="suspended")
+
+
+def test_it_evicts_a_crash_loop_after_the_recovery_timeout(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(kueue=_short("60s", recovery="15s"))
+    # Runs 5 s (ready), exits 1, CrashLoopBackOff 10 s, 20 s, ... (restartPolicy OnFailure).
+    cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=5s;exit=1", restart_policy="OnFailure", backoff_limit=50)])
+    cluster.eventually(lambda: cluster.cond(cluster.workload_of("flaky"), "PodsReady")["reason"] == "WaitForRecovery",
+                       what="WaitForRecovery after the first crash")
+    wl = cluster.eventually(lambda: (w := cluster.workload_of("flaky")) and (e := cluster.cond(w, "Evicted"))
+                            and e["status"] == "True" and w, timeout=30, what="recovery timeout eviction")
+    assert cluster.cond(wl, "Evicted")["reason"] == "PodsReadyTimeout"
+    assert {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1} in wl["status"]["schedulingStats"]["evictions"]
