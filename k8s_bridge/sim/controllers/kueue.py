@@ -110,11 +110,17 @@ def _reason(opts: KueueOptions, granular: str) -> str:
 def _count_eviction(status: dict[str, Any], reason: str, cause: str) -> None:
     """`status.schedulingStats.evictions[{reason, underlyingCause, count}]` += 1 (kueue pkg/workload/evict)."""
     stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
-    entry = next((e for e in stats if e.get("reason") == reason and e.get("underlyingCause") == cause), None)
+    entry = next((e for e in stats if e.get("reason") == reason and (e.get("underlyingCause") or "") == cause), None)
     if entry is None:
-        stats.append({"reason": reason, "underlyingCause": cause, "count": 1})
+        stats.append({"reason": reason, **({"underlyingCause": cause} if cause else {}), "count": 1})
     else:
         entry["count"] = int(entry.get("count") or 0) + 1
+
+
+def _resource_requests(wl: Obj) -> list[dict[str, Any]]:
+    """`status.resourceRequests`: per podSet, the total requests of all its pods."""
+    return [{"name": name, "resources": {r: format_quantity(q, r) for r, q in sorted(reqs.items())}}
+            for name, _count, reqs in podset_requests(wl)]
 
 
 def _is_active_jobset(js: Obj) -> bool:
@@ -266,9 +272,28 @@ class KueueJobReconciler(Controller):
                 js = self.cache.get(JOBSETS.plural, ns, ref.get("name") or "")
         if js is not None and js["metadata"].get("uid") != owner:
             js = None
-        if js is None or is_deleting(js) or (is_deleting(wl) and condition_true(wl, "Finished")):
+        if js is None or is_deleting(js):
+            self._finish_owner_not_found(wl)
+            self._remove_finalizer(wl)
+        elif is_deleting(wl) and condition_true(wl, "Finished"):
             self._remove_finalizer(wl)
         return None
+
+    def _finish_owner_not_found(self, wl: Obj) -> Obj:
+        """The JobSet is gone while the Workload holds the finalizer: `Finished=True/OwnerNotFound`
+        (kueue pkg/controller/jobframework/reconciler.go, the job-not-found path), which frees the quota."""
+        if condition_true(wl, "Finished") or FINALIZER not in ((wl.get("metadata") or {}).get("finalizers") or []):
+            return wl
+        new = status_copy(wl)
+        set_condition(new.setdefault("status", {}).setdefault("conditions", []), "Finished", "True", "OwnerNotFound",
+                      "The workload's owner no longer exists", self.clock.now(),
+                      observed_generation=wl["metadata"].get("generation"))
+        try:
+            return self.ctx.update_status(WORKLOADS, new)
+        except Exception as exc:
+            if api_code(exc) == 404:
+                return wl
+            raise
 
     def _reconcile_jobset(self, ns: str, name: str) -> float | None:
         js = self.cache.get(JOBSETS.plural, ns, name)
@@ -278,7 +303,7 @@ class KueueJobReconciler(Controller):
         wls = [w for w in self.cache.owned(WORKLOADS.plural, uid) if controller_owner_uid(w) == uid]
         if is_deleting(js):
             for owned in wls:
-                self._remove_finalizer(owned)
+                self._remove_finalizer(self._finish_owner_not_found(owned))
             return None
         labels = js["metadata"].get("labels") or {}
         queue = labels.get(QUEUE_LABEL)
@@ -320,6 +345,13 @@ class KueueJobReconciler(Controller):
                 if not suspended:
                     self._stop_job(js, None, "Not admitted by cluster queue")
                 return None
+            missing = self._missing_priority_class(js)
+            if missing is not None:
+                # kueue pkg/controller/jobframework/reconciler.go `prepareWorkload` ->
+                # `ExtractPriority` fails on an unknown class: no Workload, the JobSet
+                # stays suspended and the reconcile is retried.
+                self.ctx.event(js, JOBSETS, "Warning", missing[0], missing[1], COMPONENT_JOB)
+                return 10.0
             wl = self.ctx.create(WORKLOADS, self._construct_workload(js, queue or ""))
             self.ctx.event(js, JOBSETS, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wl['metadata']['name']}", COMPONENT_JOB)
             return None
@@ -333,6 +365,24 @@ class KueueJobReconciler(Controller):
                           observed_generation=wl["metadata"].get("generation"))
             self.ctx.update_status(WORKLOADS, new)
             self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivated", "The workload is deactivated", COMPONENT_JOB)
+            return None
+        if not active_spec and not _quota_reserved(wl) and not condition_true(wl, "Evicted"):
+            # kueue pkg/controller/core/workload_controller.go: an inactive Workload is
+            # evicted with reason Deactivated even when it holds no quota; the
+            # QuotaReserved reason becomes kueue.WorkloadDeactivated ("Deactivated").
+            new = status_copy(wl)
+            st = new.setdefault("status", {})
+            conds = st.setdefault("conditions", [])
+            gen = wl["metadata"].get("generation")
+            message = "The workload is deactivated"
+            set_condition(conds, "Evicted", "True", "Deactivated", message, now, observed_generation=gen)
+            set_condition(conds, "Requeued", "False", "Deactivated", message, now, observed_generation=gen)
+            set_condition(conds, "QuotaReserved", "False", "Deactivated" if self.opts.granular_reasons else "Inadmissible",
+                          message, now, observed_generation=gen)
+            st.pop("requeueState", None)
+            _count_eviction(st, "Deactivated", "")
+            self.ctx.update_status(WORKLOADS, new)
+            self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivated", message, COMPONENT_JOB)
             return None
         if active_spec and not _quota_reserved(wl):
             ev = find_condition(wl, "Evicted")
@@ -474,6 +524,22 @@ class KueueJobReconciler(Controller):
         _count_eviction(st, "Deactivated", "RequeuingLimitExceeded")
         self.ctx.update_status(WORKLOADS, new)
         self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+
+    def _missing_priority_class(self, js: Obj) -> tuple[str, str] | None:
+        """(event reason, message) when the JobSet names a priority class that does not exist."""
+        wpc = ((js.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
+        if wpc:
+            if wpc not in self.opts.workload_priority_classes:
+                return ("WorkloadPriorityClassNotFound",
+                        f'workloadpriorityclasses.kueue.x-k8s.io "{wpc}" not found')
+            return None
+        for rjob in (js.get("spec") or {}).get("replicatedJobs") or []:
+            pc = ((((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("priorityClassName")
+            if pc:
+                if pc not in self.opts.priority_classes:
+                    return ("PriorityClassNotFound", f'priorityclasses.scheduling.k8s.io "{pc}" not found')
+                return None
+        return None
 
     def _construct_workload(self, js: Obj, queue: str) -> Obj:
         md = js["metadata"]
@@ -1058,12 +1124,20 @@ class KueueScheduler:
 
     def _set_pending(self, wl: Obj, reason: str, message: str, now: float) -> None:
         cur = find_condition(wl, "QuotaReserved")
+        requests = _resource_requests(wl)
         if cur is not None and cur.get("status") == "False" and cur.get("reason") == reason and \
-                re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message):
+                re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message) and \
+                find_condition(wl, "Admitted") is not None and (wl.get("status") or {}).get("resourceRequests") == requests:
             return  # same verdict; don't rewrite for changed numbers only
         new = status_copy(wl)
-        conds = new.setdefault("status", {}).setdefault("conditions", [])
-        set_condition(conds, "QuotaReserved", "False", reason, message, now, observed_generation=wl["metadata"].get("generation"))
+        st = new.setdefault("status", {})
+        conds = st.setdefault("conditions", [])
+        gen = wl["metadata"].get("generation")
+        set_condition(conds, "QuotaReserved", "False", reason, message, now, observed_generation=gen)
+        # kueue pkg/scheduler/scheduler.go `requeueAndUpdate` (UnsetQuotaReservationWithCondition,
+        # PropagateResourceRequests): Admitted=False/NoReservation and status.resourceRequests.
+        set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, observed_generation=gen)
+        st["resourceRequests"] = requests
         try:
             out = self.ctx.update_status(WORKLOADS, new)
         except Exception as exc:
@@ -1071,7 +1145,7 @@ class KueueScheduler:
                 self._wake.set()
                 return
             raise
-        self.ctx.event(out, WORKLOADS, "Normal", "Pending", message, COMPONENT_ADMISSION)
+        self.ctx.event(out, WORKLOADS, "Warning", "Pending", message, COMPONENT_ADMISSION)
 
     def _write_queue_status(self, cqs: dict[str, _CQView]) -> None:
         now = self.clock.now()
