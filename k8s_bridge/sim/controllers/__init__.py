@@ -96,6 +96,10 @@ class Controllers:
             default_jobset(obj)
             errors = validate_jobset_create(obj)
         elif op == "UPDATE" and old is not None:
+            # The JobSet mutating webhook runs on UPDATE too (jobset pkg/webhooks/jobset_webhook.go,
+            # verbs create;update), so a patched object is defaulted before the immutability
+            # check: re-applying the same manifest (which lacks the defaults) is a no-op.
+            default_jobset(obj)
             errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(obj, old)
         if errors:
             from k8s_bridge.sim.store import invalid
