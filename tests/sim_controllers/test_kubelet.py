@@ -29,8 +29,9 @@ def test_it_reports_an_image_pull_failure_as_errimagepull_then_backoff(sim: Sim)
     assert (ready["status"], ready["reason"]) == ("False", "ContainersNotReady")
     name = pod["metadata"]["name"]
     sim.eventually(lambda: {"Pulling", "Failed", "BackOff"} <= sim.reasons("Pod", name), what="pull events")
-    failed_msgs = {e["message"] for e in sim.events("Pod", name) if e["reason"] == "Failed"}
-    assert "Error: ErrImagePull" in failed_msgs and "Error: ImagePullBackOff" in failed_msgs
+    # The events of one timeline step are written one by one: wait for both messages.
+    sim.eventually(lambda: {"Error: ErrImagePull", "Error: ImagePullBackOff"}
+                   <= {e["message"] for e in sim.events("Pod", name) if e["reason"] == "Failed"}, what="Failed events")
     with pytest.raises(LogUnavailable, match="is waiting to start: trying and failing to pull image"):
         sim.ctrls.pod_log("default", name)
     # The retry loop keeps aggregating events rather than creating new ones.

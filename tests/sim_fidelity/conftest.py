@@ -51,10 +51,10 @@ class Cluster:
     def jobset(self, name: str, namespace: str = "default") -> Any:
         return self.custom.get_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], name)
 
-    def workloads(self, namespace: str = "default", version: str = "v1beta1") -> list[Any]:
+    def workloads(self, namespace: str = "default", version: str = "v1beta2") -> list[Any]:
         return list(self.custom.list_namespaced_custom_object(KUEUE, version, namespace, "workloads")["items"])
 
-    def workload_of(self, jobset_name: str, namespace: str = "default", version: str = "v1beta1") -> Any:
+    def workload_of(self, jobset_name: str, namespace: str = "default", version: str = "v1beta2") -> Any:
         try:
             uid = self.jobset(jobset_name, namespace)["metadata"]["uid"]
         except client.ApiException as exc:

@@ -59,7 +59,7 @@ def test_it_finishes_the_workload_with_owner_not_found_when_the_jobset_is_delete
     finished = [c for w in seen if w["metadata"]["name"] == name for c in (w.get("status") or {}).get("conditions") or []
                 if c["type"] == "Finished" and c["status"] == "True"]
     assert finished and (finished[-1]["reason"], finished[-1]["message"]) == ("OwnerNotFound", "The workload's owner no longer exists")
-    cq = cluster.eventually(lambda: (q := cluster.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "clusterqueues", "cluster-queue"))
+    cq = cluster.eventually(lambda: (q := cluster.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", "cluster-queue"))
                             and q["status"].get("reservingWorkloads") == 0 and q, what="quota freed")
     assert cq["status"]["admittedWorkloads"] == 0
 

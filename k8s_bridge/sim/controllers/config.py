@@ -67,6 +67,8 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
                                               "metadata": md, "spec": spec}))
     for item in data.get("clusterQueues") or []:
         md, spec = _split(item)
+        if "cohort" in spec:  # the v1beta1 name (config files predate v1beta2)
+            spec["cohortName"] = spec.pop("cohort")
         spec.setdefault("namespaceSelector", {})
         spec.setdefault("queueingStrategy", "BestEffortFIFO")
         spec.setdefault("stopPolicy", "None")

@@ -557,15 +557,17 @@ class KueueJobReconciler(Controller):
                              "template": tmpl})
         wspec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets, "active": True, "priority": 0}
         wpc = (md.get("labels") or {}).get(PRIORITY_LABEL)
+        # v1beta2 (the storage version): spec.priorityClassRef; v1beta1 readers see
+        # priorityClassName + priorityClassSource (k8s_bridge.sim.versions).
         if wpc:
-            wspec.update(priorityClassName=wpc, priorityClassSource=WPC_SOURCE,
+            wspec.update(priorityClassRef={"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc},
                          priority=int(self.opts.workload_priority_classes.get(wpc, 0)))
         elif pc_name:
-            wspec.update(priorityClassName=pc_name, priorityClassSource=PC_SOURCE,
+            wspec.update(priorityClassRef={"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc_name},
                          priority=int(self.opts.priority_classes.get(pc_name, 0)))
         elif self.opts.default_priority_class:
             pc = self.opts.default_priority_class
-            wspec.update(priorityClassName=pc, priorityClassSource=PC_SOURCE,
+            wspec.update(priorityClassRef={"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc},
                          priority=int(self.opts.priority_classes.get(pc, 0)))
         wl_md: dict[str, Any] = {
             "name": workload_name(md["name"], md["uid"]),
@@ -652,7 +654,7 @@ class KueueJobReconciler(Controller):
         st.pop("admission", None)
         admitted_at = parse_time((find_condition(wl, "Admitted") or {}).get("lastTransitionTime"))
         if admitted_at is not None and condition_true(wl, "Admitted"):
-            st["accumulatedPastExexcutionTimeSeconds"] = int(st.get("accumulatedPastExexcutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
+            st["accumulatedPastExecutionTimeSeconds"] = int(st.get("accumulatedPastExecutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
         self.ctx.update_status(WORKLOADS, new)
 
 
@@ -1176,7 +1178,8 @@ class KueueScheduler:
             st["admittedWorkloads"] = entry["admitted"]
             usage = _usage_list(entry["usage"], cqs[cq_name] if exists else None, with_borrowed=False)
             st["flavorsReservation"] = usage
-            st["flavorUsage"] = usage
+            st["flavorsUsage"] = usage  # v1beta2 name; v1beta1 readers see flavorUsage
+            st.pop("flavorUsage", None)
             conds = st.setdefault("conditions", [])
             if exists:
                 set_condition(conds, "Active", "True", "Ready", "Can submit new workloads to localQueue", now,
