@@ -22,10 +22,11 @@ def _conds(obj: Any) -> dict[str, Any]:
 
 
 def test_it_has_wait_for_pods_ready_on_by_default(cluster: Cluster) -> None:
+    seen: list[Any] = []
+    cluster.handle.store.add_listener(lambda event, rt, obj: seen.extend(
+        c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "PodsReady") if rt.plural == "workloads" else None)
     cluster.create_jobset("eager", [rjob("main", replicas=2, script="pull=2s;run=forever")])
-    pending = cluster.eventually(lambda: (w := cluster.workload_of("eager")) and cluster.cond(w, "PodsReady") and w,
-                                 what="PodsReady condition on the workload")
-    first = _conds(pending)["PodsReady"]
+    first = cluster.eventually(lambda: seen and seen[0], what="PodsReady condition on the workload")
     assert (first["status"], first["reason"], first["message"]) == ("False", "WaitForStart", "Not all pods are ready or succeeded")
     ready = cluster.eventually(lambda: (c := cluster.cond(cluster.workload_of("eager"), "PodsReady")) and c["status"] == "True" and c,
                                what="PodsReady=True")

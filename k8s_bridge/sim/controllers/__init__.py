@@ -94,7 +94,7 @@ class Controllers:
             kueue_jobset_mutate(obj, self.config.kueue,
                                 lambda ns, name: self.cache.get(LOCALQUEUES.plural, ns, name) is not None)
             default_jobset(obj)
-            errors = validate_jobset_create(obj)
+            errors = validate_jobset_create(obj, restart_job_gate=self.config.jobset_feature_gates.get("RestartJob", False))
         elif op == "UPDATE" and old is not None:
             # The JobSet mutating webhook runs on UPDATE too (jobset pkg/webhooks/jobset_webhook.go,
             # verbs create;update), so a patched object is defaulted before the immutability

@@ -37,6 +37,7 @@ class SimConfig:
     objects: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # (ResourceType, manifest)
     kueue: KueueOptions = field(default_factory=KueueOptions)
     nodes: list[str] = field(default_factory=lambda: ["sim-node-1"])
+    jobset_feature_gates: dict[str, bool] = field(default_factory=dict)  # `jobset: {featureGates: {RestartJob: true}}`
 
 
 def _split(item: dict[str, Any], namespaced: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -102,6 +103,7 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
         workload_priority_classes={str(n): int(v) for n, v in (data.get("workloadPriorityClasses") or {}).items()},
         default_priority_class=k.get("defaultPriorityClass"),
     )
+    cfg.jobset_feature_gates = {str(k): bool(v) for k, v in ((data.get("jobset") or {}).get("featureGates") or {}).items()}
     nodes = (data.get("kubelet") or {}).get("nodes", 1)
     cfg.nodes = list(nodes) if isinstance(nodes, list) else [f"sim-node-{i + 1}" for i in range(max(1, int(nodes)))]
     return cfg

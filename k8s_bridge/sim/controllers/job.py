@@ -176,10 +176,12 @@ class JobController(Controller):
         phase Failed, or deleted (deletionTimestamp) and not Succeeded -- unless
         this controller deleted it itself for a suspend or scale-down, which
         removes the tracking finalizer first (`deleteJobPods`) so it is never counted."""
+        if (pod["metadata"].get("uid") or "") in self._uncounted_deletes:
+            return False  # its Failed phase (SIGTERM, exit 143) after the deletion is not counted either
         phase = pod_phase(pod)
         if phase == "Failed":
             return True
-        return is_deleting(pod) and phase != "Succeeded" and (pod["metadata"].get("uid") or "") not in self._uncounted_deletes
+        return is_deleting(pod) and phase != "Succeeded"
 
     def resync_keys(self) -> Iterable[Hashable]:
         return self.cache.keys(JOBS.plural)
