@@ -566,6 +566,12 @@ class Store:
         self._dispatch(events)
         return clone(out)
 
+    def keep_terminating(self, namespace: str | None, name: str) -> None:
+        """A pod whose node is gone: no kubelet will confirm its graceful deletion, so the
+        reaper must not either; it stays Terminating until deleted with grace period 0."""
+        with self._lock:
+            self._graceful.pop(self._key(by_plural("pods"), namespace, name), None)
+
     def reap_graceful_deletions(self) -> int:
         """Remove pods whose graceful-deletion deadline has passed; returns how many."""
         now = self._clock()
