@@ -226,6 +226,39 @@ class KueueJobReconciler(Controller):
         self.opts = opts
         self.cache.add_handler(JOBSETS.plural, self._on_jobset)
         self.cache.add_handler(WORKLOADS.plural, self._on_workload)
+        self.cache.add_handler(CLUSTERQUEUES.plural, self._on_queue)
+        self.cache.add_handler(LOCALQUEUES.plural, self._on_queue)
+
+    def _on_queue(self, event: str, obj: Obj, old: Obj | None) -> None:
+        """A queue's stopPolicy changed: look at every Workload again (drain or restart)."""
+        if old is not None and (old.get("spec") or {}).get("stopPolicy") == (obj.get("spec") or {}).get("stopPolicy"):
+            return
+        for wl in self.cache.list(WORKLOADS.plural):
+            owner = controller_owner_name(wl, "JobSet")
+            if owner is not None:
+                self.queue.add(("js", wl["metadata"].get("namespace") or "", owner))
+
+    def _queue_stop(self, wl: Obj) -> tuple[str, str] | None:
+        """(eviction reason, message) when the Workload's LocalQueue or ClusterQueue is
+        `stopPolicy: HoldAndDrain` (kueue pkg/controller/core/workload_controller.go)."""
+        ns = wl["metadata"].get("namespace") or ""
+        lq = self.cache.get(LOCALQUEUES.plural, ns, (wl.get("spec") or {}).get("queueName") or "")
+        cq_name = (((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                   or ((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+        cq = self.cache.get(CLUSTERQUEUES.plural, "", cq_name)
+        if ((cq or {}).get("spec") or {}).get("stopPolicy") == "HoldAndDrain":
+            return "ClusterQueueStopped", "The ClusterQueue is stopped"
+        if ((lq or {}).get("spec") or {}).get("stopPolicy") == "HoldAndDrain":
+            return "LocalQueueStopped", "The LocalQueue is stopped"
+        return None
+
+    def _queue_stopped_at_all(self, wl: Obj, reason: str) -> bool:
+        ns = wl["metadata"].get("namespace") or ""
+        lq = self.cache.get(LOCALQUEUES.plural, ns, (wl.get("spec") or {}).get("queueName") or "")
+        if reason == "LocalQueueStopped":
+            return ((lq or {}).get("spec") or {}).get("stopPolicy", "None") not in ("None", None)
+        cq = self.cache.get(CLUSTERQUEUES.plural, "", ((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+        return ((cq or {}).get("spec") or {}).get("stopPolicy", "None") not in ("None", None)
 
     def _on_jobset(self, event: str, obj: Obj, old: Obj | None) -> None:
         md = obj["metadata"]
@@ -395,6 +428,15 @@ class KueueJobReconciler(Controller):
                               observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
+            if ev and ev.get("status") == "True" and ev.get("reason") in ("ClusterQueueStopped", "LocalQueueStopped") \
+                    and rq and rq.get("status") == "False" and not self._queue_stopped_at_all(wl, ev["reason"]):
+                # The queue was restarted (stopPolicy None): back in the queue.
+                kind = "ClusterQueue" if ev["reason"] == "ClusterQueueStopped" else "LocalQueue"
+                new = status_copy(wl)
+                set_condition(new["status"]["conditions"], "Requeued", "True", f"{kind}Restarted",
+                              f"The {kind} was restarted after being stopped", now, observed_generation=wl["metadata"].get("generation"))
+                self.ctx.update_status(WORKLOADS, new)
+                return None
             if ev and ev.get("status") == "True" and ev.get("reason") == "PodsReadyTimeout" and rq and rq.get("status") == "False":
                 at = parse_time((((wl.get("status") or {}).get("requeueState")) or {}).get("requeueAt"))
                 if at is not None and now < at:
@@ -414,6 +456,17 @@ class KueueJobReconciler(Controller):
             if wrote:
                 return None
 
+        if _quota_reserved(wl) and not condition_true(wl, "Evicted"):
+            stop = self._queue_stop(wl)
+            if stop is not None:
+                new = status_copy(wl)
+                st = new["status"]
+                set_condition(st.setdefault("conditions", []), "Evicted", "True", stop[0], stop[1], now,
+                              observed_generation=wl["metadata"].get("generation"))
+                _count_eviction(st, stop[0], "")
+                out = self.ctx.update_status(WORKLOADS, new)
+                self.ctx.event(out, WORKLOADS, "Normal", f"EvictedDueTo{stop[0]}", stop[1], COMPONENT_JOB)
+                return None
         evicted = find_condition(wl, "Evicted")
         if evicted and evicted.get("status") == "True" and _quota_reserved(wl):
             if not suspended:
@@ -818,6 +871,9 @@ class KueueScheduler:
             lq = lqs.get((ns, lq_name))
             if lq is None:
                 misconfigured.append((wl, "Misconfigured", f"LocalQueue {lq_name} doesn't exist"))
+                continue
+            if ((lq.get("spec") or {}).get("stopPolicy") or "None") != "None":
+                misconfigured.append((wl, "Suspended", f"LocalQueue {lq_name} is inactive"))
                 continue
             cq_name = (lq.get("spec") or {}).get("clusterQueue") or ""
             view = cqs.get(cq_name)
