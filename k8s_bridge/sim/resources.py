@@ -153,6 +153,10 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
             categories=("kueue",), other_versions=("v1beta1",),
         ),
         ResourceType(
+            "kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False,
+            crd=True, categories=("kueue",), other_versions=("v1beta1",),
+        ),
+        ResourceType(
             "coordination.k8s.io", "v1", "leases", "Lease", subresources=(),
             has_generation=False,
         ),

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from k8s_bridge.sim.controllers.kueue import KueueOptions
+from k8s_bridge.sim.resources import by_plural
 from k8s_bridge.sim.controllers.script import parse_duration
 from k8s_bridge.sim.controllers.runtime import (
     CLUSTERQUEUES,
@@ -66,6 +67,11 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
         md, spec = _split(item)
         cfg.objects.append((RESOURCEFLAVORS, {"apiVersion": RESOURCEFLAVORS.api_version, "kind": "ResourceFlavor",
                                               "metadata": md, "spec": spec}))
+    for item in data.get("admissionChecks") or []:
+        md, spec = _split(item)
+        spec.setdefault("controllerName", "sim.xmc.dev/manual")
+        cfg.objects.append((by_plural("admissionchecks"), {"apiVersion": by_plural("admissionchecks").api_version,
+                                                          "kind": "AdmissionCheck", "metadata": md, "spec": spec}))
     for item in data.get("clusterQueues") or []:
         md, spec = _split(item)
         if "cohort" in spec:  # the v1beta1 name (config files predate v1beta2)

@@ -123,6 +123,16 @@ def _resource_requests(wl: Obj) -> list[dict[str, Any]]:
             for name, _count, reqs in podset_requests(wl)]
 
 
+def _cq_admission_checks(cq: Obj) -> list[str]:
+    """AdmissionCheck names of a ClusterQueue: `spec.admissionChecks` or `admissionChecksStrategy`."""
+    spec = cq.get("spec") or {}
+    names = [str(n) for n in spec.get("admissionChecks") or []]
+    for rule in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
+        if rule.get("name") and rule["name"] not in names:
+            names.append(str(rule["name"]))
+    return sorted(names)
+
+
 def _is_active_jobset(js: Obj) -> bool:
     return any(int(r.get("active") or 0) > 0 for r in (js.get("status") or {}).get("replicatedJobsStatus") or [])
 
@@ -456,6 +466,19 @@ class KueueJobReconciler(Controller):
             if wrote:
                 return None
 
+        checks = (wl.get("status") or {}).get("admissionChecks") or []
+        if _quota_reserved(wl) and checks and not condition_true(wl, "Admitted") and not condition_true(wl, "Evicted") \
+                and all(c.get("state") == "Ready" for c in checks):
+            # Every AdmissionCheck is Ready: Admitted (kueue pkg/workload/admissionchecks.go SyncAdmittedCondition).
+            new = status_copy(wl)
+            set_condition(new["status"]["conditions"], "Admitted", "True", "Admitted", "The workload is admitted", now,
+                          observed_generation=wl["metadata"].get("generation"))
+            out = self.ctx.update_status(WORKLOADS, new)
+            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+            self.ctx.event(out, WORKLOADS, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}, wait time since reservation was "
+                           f"{int(max(0, now - (parse_time((find_condition(wl, 'QuotaReserved') or {}).get('lastTransitionTime')) or now)))}s",
+                           COMPONENT_JOB)
+            return None
         if _quota_reserved(wl) and not condition_true(wl, "Evicted"):
             stop = self._queue_stop(wl)
             if stop is not None:
@@ -705,6 +728,10 @@ class KueueJobReconciler(Controller):
         set_condition(conds, "QuotaReserved", "False", _reason(self.opts, "PendingEvaluation"), message, now, observed_generation=gen)
         set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, observed_generation=gen)
         st.pop("admission", None)
+        for check in st.get("admissionChecks") or []:
+            if check.get("state") != "Pending":
+                check.update(state="Pending", message=f"Reset to Pending after eviction. Previously: {check.get('state')}",
+                             lastTransitionTime=format_time(now))
         admitted_at = parse_time((find_condition(wl, "Admitted") or {}).get("lastTransitionTime"))
         if admitted_at is not None and condition_true(wl, "Admitted"):
             st["accumulatedPastExecutionTimeSeconds"] = int(st.get("accumulatedPastExecutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
@@ -1146,7 +1173,20 @@ class KueueScheduler:
         st["admission"] = {"clusterQueue": view.name,
                            "podSetAssignments": [{k: v for k, v in a.items() if not k.startswith("_")} for a in assignment]}
         set_condition(conds, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {view.name}", now, observed_generation=gen)
-        set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
+        checks = _cq_admission_checks(view.obj)
+        if checks:
+            # kueue pkg/workload/admissionchecks.go `SyncAdmittedCondition`: quota reserved but
+            # checks pending -> Admitted=False/UnsatisfiedAdmissionChecks; the JobSet stays suspended.
+            old_states = {c.get("name"): c for c in st.get("admissionChecks") or []}
+            st["admissionChecks"] = [old_states.get(n) or {"name": n, "state": "Pending", "message": "",
+                                                            "lastTransitionTime": format_time(now)} for n in checks]
+            if not all(c.get("state") == "Ready" for c in st["admissionChecks"]):
+                set_condition(conds, "Admitted", "False", "UnsatisfiedAdmissionChecks" if self.opts.granular_reasons else "UnsatisfiedChecks",
+                              "The workload has not all admission checks", now, observed_generation=gen)
+            else:
+                set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
+        else:
+            set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
         for t in ("Evicted", "Preempted"):
             c = find_condition(conds, t)
             if c and c.get("status") == "True":
@@ -1158,8 +1198,9 @@ class KueueScheduler:
         out = self.ctx.update_status(WORKLOADS, new)
         self.ctx.event(out, WORKLOADS, "Normal", "QuotaReserved",
                        f"Quota reserved in ClusterQueue {view.name}, wait time since queued was {int(max(0, now - created))}s", COMPONENT_ADMISSION)
-        self.ctx.event(out, WORKLOADS, "Normal", "Admitted",
-                       f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
+        if condition_true(out, "Admitted"):
+            self.ctx.event(out, WORKLOADS, "Normal", "Admitted",
+                           f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
 
     def _evict(self, victim: Obj, preemptor: Obj, cq: str, now: float) -> None:
         owner: dict[str, Any] = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
