@@ -95,13 +95,18 @@ def test_it_parses_the_script_grammar() -> None:
 
 def test_it_computes_a_crash_loop_timeline_with_growing_backoff() -> None:
     tl = Timeline(parse_script("pull=1s;crash=every:5s"), "OnFailure", 1000.0, "img", "main", "p_ns(uid)")
+    # The first restart is immediate and counted when the new container starts.
     first_exit = tl.view(1006.0)
-    assert first_exit.segment.state["waiting"]["reason"] == "CrashLoopBackOff"
+    assert "running" in first_exit.segment.state
     assert first_exit.segment.restart_count == 1
     assert first_exit.segment.last_state["terminated"]["exitCode"] == 1
-    assert first_exit.next_change == 1016.0  # 10 s back-off
-    second = tl.view(1021.5)
-    assert second.next_change == 1041.0  # then 20 s
+    second_exit = tl.view(1011.0)
+    assert second_exit.segment.state["waiting"]["reason"] == "CrashLoopBackOff"
+    assert second_exit.segment.restart_count == 1
+    assert second_exit.next_change == 1021.0  # then the 10 s back-off
+    assert tl.view(1021.0).segment.restart_count == 2
+    third = tl.view(1026.5)
+    assert third.next_change == 1046.0  # then 20 s
     assert tl.view(2000.0).segment.phase == "Running"
 
 

@@ -120,7 +120,7 @@ class Kubelet(Controller):
         if "running" in seg.state or "terminated" in seg.state:
             current = seg.restart_count
         elif waiting == "CrashLoopBackOff":
-            current = seg.restart_count - 1
+            current = seg.restart_count  # restartCount rises only when the next container starts
         else:
             current = -1
         if previous:

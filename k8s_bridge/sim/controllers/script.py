@@ -402,12 +402,20 @@ class Timeline:
                 phase = "Succeeded" if code == 0 else "Failed"
                 yield Segment(end, phase, terminated, last_state, attempt, False, False, None, [], exit_log, final=True)
                 return
-            wait = backoff(attempt)
             last_state = terminated
-            attempt += 1
+            if attempt == 0:
+                # The kubelet restarts a container the first time at once; the back-off
+                # (10 s doubling, cap 5 min) starts with the second exit.  restartCount
+                # rises when the new container starts (kubernetes pkg/kubelet/kuberuntime).
+                yield Segment(end, "Running", terminated, {}, attempt, False, False, None, [], exit_log)
+                attempt += 1
+                start = end
+                continue
+            wait = backoff(attempt - 1)
             crash = {"waiting": {"reason": "CrashLoopBackOff",
                                  "message": f"back-off {wait:g}s restarting failed container={c} pod={self.pod_ref.split('(')[0]}"}}
             yield Segment(end, "Running", crash, last_state, attempt, False, False, None,
                           [Happening(end, "Warning", "BackOff", f"Back-off restarting failed container {c} in pod {self.pod_ref}")],
                           exit_log)
+            attempt += 1
             start = end + wait
