@@ -100,7 +100,9 @@ class Controllers:
             # verbs create;update), so a patched object is defaulted before the immutability
             # check: re-applying the same manifest (which lacks the defaults) is a no-op.
             default_jobset(obj)
-            errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(obj, old)
+            ns = (obj.get("metadata") or {}).get("namespace") or ""
+            errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(
+                obj, old, self.cache.get(LOCALQUEUES.plural, ns, "default") is not None)
         if errors:
             from k8s_bridge.sim.store import invalid
 

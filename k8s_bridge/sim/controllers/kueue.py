@@ -214,12 +214,17 @@ def kueue_jobset_mutate(obj: Obj, opts: KueueOptions, lq_exists: Any) -> None:
         obj.setdefault("spec", {})["suspend"] = True
 
 
-def kueue_jobset_validate_update(new: Obj, old: Obj) -> list[str]:
+def kueue_jobset_validate_update(new: Obj, old: Obj, default_queue_exists: bool = False) -> list[str]:
+    """kueue pkg/controller/jobframework/validation.go: the queue name may change only while the
+    updated JobSet is suspended, and may not be removed in a namespace with a `default` LocalQueue."""
     old_q = ((old.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
     new_q = ((new.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-    if old_q != new_q and not (old.get("spec") or {}).get("suspend"):
-        return [f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"{new_q}\": field is immutable"]
-    return []
+    errors = []
+    if old_q and not new_q and default_queue_exists:
+        errors.append(f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"\": queue-name must not be empty in namespace with default queue")
+    if old_q != new_q and not (new.get("spec") or {}).get("suspend"):
+        errors.append(f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"{new_q}\": field is immutable")
+    return errors
 
 
 # --- job reconciler ------------------------------------------------------------------
@@ -804,8 +809,15 @@ def _admitted_usage(wl: Obj) -> dict[tuple[str, str], Fraction]:
 
 
 def _queue_key(wl: Obj) -> tuple[int, float, int, str]:
+    """Queue order: priority, then the queue-order timestamp (kueue pkg/workload `GetQueueOrderTimestamp`
+    with requeuingStrategy.timestamp Eviction, the default: the eviction time for a Workload evicted by
+    PodsReadyTimeout or an admission check, else the creation time), then creation order."""
     md = wl.get("metadata") or {}
-    return (-workload_priority(wl), parse_time(md.get("creationTimestamp")) or 0.0, _creation_rv(wl), md.get("uid") or "")
+    ts = parse_time(md.get("creationTimestamp")) or 0.0
+    ev = find_condition(wl, "Evicted")
+    if ev and ev.get("status") == "True" and ev.get("reason") in ("PodsReadyTimeout", "AdmissionCheck"):
+        ts = parse_time(ev.get("lastTransitionTime")) or ts
+    return (-workload_priority(wl), ts, _creation_rv(wl), md.get("uid") or "")
 
 
 class KueueScheduler:
@@ -1223,7 +1235,8 @@ class KueueScheduler:
 
     def _set_pending(self, wl: Obj, reason: str, message: str, now: float) -> None:
         cur = find_condition(wl, "QuotaReserved")
-        requests = _resource_requests(wl)
+        # podSets are immutable: compute the requests once, not on every scheduling cycle.
+        requests = (wl.get("status") or {}).get("resourceRequests") or _resource_requests(wl)
         if cur is not None and cur.get("status") == "False" and cur.get("reason") == reason and \
                 re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message) and \
                 find_condition(wl, "Admitted") is not None and (wl.get("status") or {}).get("resourceRequests") == requests:
