@@ -15,8 +15,8 @@ Callers:
 * `k8s_bridge.sim.server.run_simulator` wires both and persists
   `Store.snapshot` to the state file.
 
-Contracts worth knowing (mirroring a real API server, see
-/work/shared/reference/k8s_api_semantics.md):
+Contracts worth knowing (mirroring a real API server, kubernetes
+staging/src/k8s.io/apiserver):
 * Every returned object is a private deep copy; the stored objects are never
   mutated in place (a write builds a new dict), so watch history can share them.
 * `create` drops `status` for types with a status subresource (pods start as
