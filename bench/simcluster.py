@@ -241,7 +241,7 @@ def main() -> None:
 
     watchers = []
     for path, hook in (("/apis/jobset.x-k8s.io/v1alpha2/jobsets", on_jobset), ("/apis/batch/v1/jobs", None),
-                       ("/api/v1/pods", None), ("/apis/kueue.x-k8s.io/v1beta1/workloads", None)):
+                       ("/api/v1/pods", None), ("/apis/kueue.x-k8s.io/v1beta2/workloads", None)):
         list_rv = request(base, "GET", path)["metadata"]["resourceVersion"]
         w = Watcher(base, f"{path}?watch=true&allowWatchBookmarks=true&resourceVersion={list_rv}", hook)
         w.start()

@@ -54,6 +54,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from k8s_bridge.sim import tables
 from k8s_bridge.sim.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
 from k8s_bridge.sim.store import ApiError, Store, bad_request, format_time, not_found
+from k8s_bridge.sim.versions import from_version, to_version
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ VERSION_INFO = {
 }
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 VISIBILITY_VERSION = "v1beta1"
+# Kueue serves the visibility API in v1beta2 (preferred since v0.15) and v1beta1.
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _AGG_CT = "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
 _NOT_FOUND = ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -301,8 +304,8 @@ class Api:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             raise _NOT_FOUND
-        if group == VISIBILITY_GROUP and version == VISIBILITY_VERSION:
-            return self._visibility(req, rest)
+        if group == VISIBILITY_GROUP and version in VISIBILITY_VERSIONS:
+            return self._visibility(req, rest, version)
         if not rest:
             return self._discovery_resources(group, version)
         return self._resource(req, group, version, rest)
@@ -317,6 +320,15 @@ class Api:
         rt = by_group_version_plural(group, version, rest[0])
         if rt is None or len(rest) > 3:
             raise _NOT_FOUND
+        # Another served version than the storage one: convert in and out (k8s_bridge.sim.versions).
+        served: ResourceType = rt
+
+        def out_v(obj: Any) -> Any:
+            return to_version(served, obj, version)
+
+        def in_v(obj: Any) -> Any:
+            return from_version(served, obj, version)
+
         if namespace is not None and not rt.namespaced:
             raise _NOT_FOUND
         name = rest[1] if len(rest) > 1 else None
@@ -329,12 +341,12 @@ class Api:
         if name is None:
             if m == "GET":
                 if req.flag("watch"):
-                    return self._watch(req, rt, namespace)
-                return self._list(req, rt, namespace)
+                    return self._watch(req, rt, namespace, version)
+                return self._list(req, rt, namespace, version)
             if m == "POST":
-                return self._create(req, rt, namespace)
+                return self._create(req, rt, namespace, version)
             if m == "DELETE":
-                return self._delete_collection(req, rt, namespace)
+                return self._delete_collection(req, rt, namespace, version)
         elif sub == "log":
             if m == "GET":
                 return self._pod_log(req, namespace or "", name)
@@ -344,29 +356,31 @@ class Api:
                 if req.wants_table and sub is None:
                     return _json(tables.to_table(rt, [obj], self.store.clock(), obj["metadata"]["resourceVersion"],
                                                  include_object=req.query.get("includeObject", "Metadata")))
-                return _json(obj)
+                return _json(out_v(obj))
             if m == "PUT":
                 body = req.json_body()
                 if not isinstance(body, dict):
                     raise bad_request("the body of the request must be an object")
-                return _json(self.store.update(rt, namespace, name, body, subresource=sub,
-                                               dry_run=self._dry_run(req)))
+                return _json(out_v(self.store.update(rt, namespace, name, in_v(body), subresource=sub,
+                                                     dry_run=self._dry_run(req))))
             if m == "PATCH" and sub != "finalize":
                 ctype = req.headers.get("content-type", "")
                 if not ctype:
                     raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+                convert = (out_v, in_v) if version != rt.version else None
                 out = self.store.patch(rt, namespace, name, ctype, req.body, subresource=sub,
-                                       dry_run=self._dry_run(req))
-                return _json(out)
+                                       dry_run=self._dry_run(req), convert=convert)
+                return _json(out_v(out))
             if m == "DELETE" and sub is None:
-                return _json(self._delete(req, rt, namespace, name))
+                return _json(out_v(self._delete(req, rt, namespace, name)))
         return _error(ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource"))
 
     @staticmethod
     def _dry_run(req: Request) -> bool:
         return req.query.get("dryRun") == "All"
 
-    def _list(self, req: Request, rt: ResourceType, namespace: str | None) -> Response:
+    def _list(self, req: Request, rt: ResourceType, namespace: str | None, version: str | None = None) -> Response:
+        version = version or rt.version
         items, rv, cont, remaining = self.store.list_page(
             rt, namespace,
             label_selector=req.query.get("labelSelector"),
@@ -385,13 +399,18 @@ class Api:
             meta["continue"] = cont
         if remaining is not None:
             meta["remainingItemCount"] = remaining
-        return _json({"apiVersion": rt.api_version, "kind": rt.list_kind, "metadata": meta, "items": items})
+        if version != rt.version:
+            items = [to_version(rt, o, version) for o in items]
+        return _json({"apiVersion": f"{rt.group}/{version}" if rt.group else version, "kind": rt.list_kind,
+                      "metadata": meta, "items": items})
 
-    def _create(self, req: Request, rt: ResourceType, namespace: str | None) -> Response:
+    def _create(self, req: Request, rt: ResourceType, namespace: str | None, version: str | None = None) -> Response:
+        version = version or rt.version
         body = req.json_body()
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be an object")
-        return _json(self.store.create(rt, namespace, body, dry_run=self._dry_run(req)), 201)
+        out = self.store.create(rt, namespace, from_version(rt, body, version), dry_run=self._dry_run(req))
+        return _json(to_version(rt, out, version), 201)
 
     def _delete_options(self, req: Request) -> dict[str, Any]:
         opts: dict[str, Any] = {}
@@ -421,7 +440,9 @@ class Api:
             dry_run="All" in (opts.get("dryRun") or []),
         )
 
-    def _delete_collection(self, req: Request, rt: ResourceType, namespace: str | None) -> Response:
+    def _delete_collection(self, req: Request, rt: ResourceType, namespace: str | None,
+                           version: str | None = None) -> Response:
+        version = version or rt.version
         items, rv = self.store.list(rt, namespace, req.query.get("labelSelector"), req.query.get("fieldSelector"))
         deleted = []
         for obj in items:
@@ -431,13 +452,13 @@ class Api:
                 if err.code == 404:
                     continue
                 raise
-            deleted.append(out if out.get("kind") != "Status" else obj)
-        return _json({"apiVersion": rt.api_version, "kind": rt.list_kind,
+            deleted.append(to_version(rt, out if out.get("kind") != "Status" else obj, version))
+        return _json({"apiVersion": f"{rt.group}/{version}" if rt.group else version, "kind": rt.list_kind,
                       "metadata": {"resourceVersion": str(self.store.resource_version)}, "items": deleted})
 
     # -- watch -----------------------------------------------------------------------
 
-    def _watch(self, req: Request, rt: ResourceType, namespace: str | None) -> Response:
+    def _watch(self, req: Request, rt: ResourceType, namespace: str | None, version: str | None = None) -> Response:
         timeout = req.int_param("timeoutSeconds")
         events = self.store.iter_watch_events(
             rt, namespace,
@@ -448,11 +469,23 @@ class Api:
             timeout_s=float(timeout) if timeout else 1800.0,
             send_initial_events=req.flag("sendInitialEvents"),
         )
+        if version and version != rt.version:
+            events = self._converted_events(rt, version, events)
         if req.wants_table:
             stream = self._table_lines(rt, None, events, req.query.get("includeObject", "Metadata"))
         else:
             stream = self._json_lines(None, events)
         return Response(200, stream=stream)
+
+    @staticmethod
+    def _converted_events(rt: ResourceType, version: str, events: Iterator[Any]) -> Iterator[Any]:
+        """Watch items as `version` shows them (no shared cached line: the object differs)."""
+        for item in events:
+            if item is None:
+                yield None
+                continue
+            etype, obj, _ = item
+            yield etype, to_version(rt, obj, version), None
 
     @staticmethod
     def _json_lines(first: Any, events: Iterator[Any]) -> Iterator[bytes | None]:
@@ -588,9 +621,9 @@ class Api:
 
     # -- Kueue visibility --------------------------------------------------------------
 
-    def _visibility(self, req: Request, rest: list[str]) -> Response:
+    def _visibility(self, req: Request, rest: list[str], version: str = VISIBILITY_VERSION) -> Response:
         if not rest:
-            return self._discovery_resources(VISIBILITY_GROUP, VISIBILITY_VERSION)
+            return self._discovery_resources(VISIBILITY_GROUP, version)
         if req.method != "GET":
             return _error(ApiError(405, "MethodNotAllowed",
                                    "the server does not allow this method on the requested resource"))
@@ -610,7 +643,7 @@ class Api:
         limit = 1000 if limit is None else limit
         return _json({
             "kind": "PendingWorkloadsSummary",
-            "apiVersion": f"{VISIBILITY_GROUP}/{VISIBILITY_VERSION}",
+            "apiVersion": f"{VISIBILITY_GROUP}/{version}",
             "metadata": {"creationTimestamp": None},
             "items": items[offset:offset + limit],
         })
@@ -644,7 +677,11 @@ class Api:
                 versions = groups.setdefault(rt.group, [])
                 if rt.version not in versions:
                     versions.append(rt.version)
-        groups[VISIBILITY_GROUP] = [VISIBILITY_VERSION]
+        for rt in RESOURCE_TYPES.values():
+            for v in rt.other_versions:
+                if rt.group and v not in groups[rt.group]:
+                    groups[rt.group].append(v)
+        groups[VISIBILITY_GROUP] = list(VISIBILITY_VERSIONS)
         return list(groups.items())
 
     def _discovery_groups(self, req: Request) -> Response:
@@ -678,7 +715,7 @@ class Api:
 
     def _discovery_resources(self, group: str, version: str) -> Response:
         gv = f"{group}/{version}" if group else version
-        if group == VISIBILITY_GROUP and version == VISIBILITY_VERSION:
+        if group == VISIBILITY_GROUP and version in VISIBILITY_VERSIONS:
             resources = self._visibility_resources()
         else:
             rts = group_versions().get(gv)
@@ -731,7 +768,7 @@ class Api:
                 for rt in group_versions().get(f"{group}/{version}" if group else version, []):
                     entry: Obj = {
                         "resource": rt.plural,
-                        "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+                        "responseKind": {"group": rt.group, "version": version, "kind": rt.kind},
                         "scope": "Namespaced" if rt.namespaced else "Cluster",
                         "singularResource": rt.singular,
                         "verbs": list(_VERBS),
@@ -743,7 +780,7 @@ class Api:
                     if rt.subresources:
                         entry["subresources"] = [
                             {"subresource": sub,
-                             "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+                             "responseKind": {"group": rt.group, "version": version, "kind": rt.kind},
                              "verbs": {"status": ["get", "patch", "update"], "log": ["get"],
                                        "finalize": ["update"]}[sub]}
                             for sub in rt.subresources
@@ -777,11 +814,12 @@ class Api:
                 raise _NOT_FOUND
             paths: dict[str, Any] = {}
             for rt in rts:
-                base = f"/{'apis' if rt.group else 'api'}/{rt.api_version}"
+                version = gv.rsplit("/", 1)[-1]
+                base = f"/{'apis' if rt.group else 'api'}/{gv}"
                 item = (f"{base}/namespaces/{{namespace}}/{rt.plural}/{{name}}" if rt.namespaced
                         else f"{base}/{rt.plural}/{{name}}")
                 paths[item] = {"patch": {
-                    "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+                    "x-kubernetes-group-version-kind": {"group": rt.group, "version": version, "kind": rt.kind},
                     "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
                     "responses": {"200": {"description": "OK"}},
                 }}

@@ -132,6 +132,9 @@ def validate(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
         spec = obj.get("spec") or {}
         template = spec.get("template") or {}
         causes += _validate_pod_spec(template.get("spec"), "spec.template.spec")
+        # kubernetes pkg/apis/batch/validation/validation.go: Indexed Jobs need completions.
+        if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
+            causes.append(_cause("spec.completions", "Required value: when completion mode is Indexed", "FieldValueRequired"))
         policy = (template.get("spec") or {}).get("restartPolicy")
         if policy not in ("Never", "OnFailure"):
             causes.append(_cause(

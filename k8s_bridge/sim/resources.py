@@ -40,6 +40,13 @@ class ResourceType:
     has_generation: bool = True
     # Default propagation policy of DELETE when the client gives none.
     default_propagation: str = "Background"
+    # Versions served besides `version` (the storage version), converted by
+    # k8s_bridge.sim.versions; the storage version is listed first in discovery.
+    other_versions: tuple[str, ...] = ()
+
+    @property
+    def served_versions(self) -> tuple[str, ...]:
+        return (self.version, *self.other_versions)
 
     @property
     def api_version(self) -> str:
@@ -123,22 +130,31 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
             default_propagation="Orphan",
         ),
         ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", crd=True),
+        # Kueue: v1beta2 is the storage version (Kueue >= 0.16), v1beta1 is still
+        # served (deprecated) with conversion (k8s_bridge.sim.versions).  Short
+        # names as in kueue config/components/crd/bases (kwl, kueueworkload(s)),
+        # plus the older `wl`.
         ResourceType(
-            "kueue.x-k8s.io", "v1beta1", "workloads", "Workload", short_names=("wl",),
-            crd=True, categories=("kueue",),
+            "kueue.x-k8s.io", "v1beta2", "workloads", "Workload",
+            short_names=("kwl", "kueueworkload", "kueueworkloads", "wl"),
+            crd=True, categories=("kueue",), other_versions=("v1beta1",),
         ),
         ResourceType(
-            "kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", namespaced=False,
-            short_names=("cq",), crd=True, categories=("kueue",),
+            "kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False,
+            short_names=("cq",), crd=True, categories=("kueue",), other_versions=("v1beta1",),
         ),
         ResourceType(
-            "kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue",
-            short_names=("queue", "queues", "lq"), crd=True, categories=("kueue",),
+            "kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue",
+            short_names=("queue", "queues", "lq"), crd=True, categories=("kueue",), other_versions=("v1beta1",),
         ),
         ResourceType(
-            "kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", namespaced=False,
+            "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False,
             subresources=(), short_names=("flavor", "flavors", "rf"), crd=True,
-            categories=("kueue",),
+            categories=("kueue",), other_versions=("v1beta1",),
+        ),
+        ResourceType(
+            "kueue.x-k8s.io", "v1beta2", "admissionchecks", "AdmissionCheck", namespaced=False,
+            crd=True, categories=("kueue",), other_versions=("v1beta1",),
         ),
         ResourceType(
             "coordination.k8s.io", "v1", "leases", "Lease", subresources=(),
@@ -154,15 +170,23 @@ def by_plural(plural: str) -> ResourceType:
 
 
 def by_group_version_plural(group: str, version: str, plural: str) -> ResourceType | None:
+    """The (storage-version) resource type served at group/version/plural, or None."""
     rt = RESOURCE_TYPES.get(plural)
-    if rt is None or rt.group != group or rt.version != version:
+    if rt is None or rt.group != group or version not in rt.served_versions:
         return None
     return rt
 
 
 def group_versions() -> dict[str, list[ResourceType]]:
-    """Resource types grouped by apiVersion, in table order."""
+    """Resource types grouped by served apiVersion (storage versions first), in table order.
+
+    The lists hold the storage-version `ResourceType`; a caller describing
+    another served version uses the key's version.
+    """
     out: dict[str, list[ResourceType]] = {}
     for rt in RESOURCE_TYPES.values():
         out.setdefault(rt.api_version, []).append(rt)
+    for rt in RESOURCE_TYPES.values():
+        for v in rt.other_versions:
+            out.setdefault(f"{rt.group}/{v}" if rt.group else v, []).append(rt)
     return out

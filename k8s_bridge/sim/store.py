@@ -480,8 +480,13 @@ class Store:
         body: Any,
         subresource: str | None = None,
         dry_run: bool = False,
+        convert: tuple[Callable[[Any], Any], Callable[[Any], Any]] | None = None,
     ) -> Obj:
         """PATCH: patch_type "merge" | "json" | "strategic" | "apply" (or the full media types).
+
+        `convert` = (to the client's version, back to storage): the patch is
+        applied to the object as the client's API version shows it (the HTTP
+        layer passes k8s_bridge.sim.versions converters).
 
         "apply" (server-side apply) is approximated as create-if-absent, else
         merge patch.  A `metadata.resourceVersion` in the patched result that
@@ -506,23 +511,26 @@ class Store:
                 if key not in self._objects[rt.plural] and subresource is None:
                     if not isinstance(body, dict):
                         raise bad_request("apply patch must be an object")
-                    body = clone(body)
+                    body = convert[1](body) if convert else clone(body)
                     body.setdefault("metadata", {}).setdefault("name", name)
                     out = self._create_locked(rt, namespace, body, events, dry_run)
                     kind = ""
             if kind:
                 cur = self._get_locked(rt, namespace, name)
+                view = convert[0](cur) if convert else cur
                 try:
                     if kind == "json":
-                        patched = json_patch(cur, body)
+                        patched = json_patch(view, body)
                     elif kind == "strategic":
                         if not isinstance(body, dict):
                             raise bad_request("strategic merge patch must be a JSON object")
-                        patched = strategic_merge_patch(cur, body)
+                        patched = strategic_merge_patch(view, body)
                     else:
                         if not isinstance(body, dict):
                             raise bad_request("merge patch must be a JSON object")
-                        patched = merge_patch(cur, body)
+                        patched = merge_patch(view, body)
+                    if convert:
+                        patched = convert[1](patched)
                 except PatchError:
                     raise json_patch_failed() from None
                 except ValueError as exc:
@@ -557,6 +565,12 @@ class Store:
             )
         self._dispatch(events)
         return clone(out)
+
+    def keep_terminating(self, namespace: str | None, name: str) -> None:
+        """A pod whose node is gone: no kubelet will confirm its graceful deletion, so the
+        reaper must not either; it stays Terminating until deleted with grace period 0."""
+        with self._lock:
+            self._graceful.pop(self._key(by_plural("pods"), namespace, name), None)
 
     def reap_graceful_deletions(self) -> int:
         """Remove pods whose graceful-deletion deadline has passed; returns how many."""

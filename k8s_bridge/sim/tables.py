@@ -304,7 +304,7 @@ COLUMNS: dict[str, list[Column]] = {
     ],
     "clusterqueues": [
         _NAME_COL,
-        ("Cohort", "string", "", 0, _path("spec", "cohort")),
+        ("Cohort", "string", "", 0, _path("spec", "cohortName")),
         ("Strategy", "string", "", 1, _path("spec", "queueingStrategy")),
         ("Pending Workloads", "integer", "", 0, _path("status", "pendingWorkloads")),
         ("Admitted Workloads", "integer", "", 1, _path("status", "admittedWorkloads")),

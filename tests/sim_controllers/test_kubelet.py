@@ -29,8 +29,9 @@ def test_it_reports_an_image_pull_failure_as_errimagepull_then_backoff(sim: Sim)
     assert (ready["status"], ready["reason"]) == ("False", "ContainersNotReady")
     name = pod["metadata"]["name"]
     sim.eventually(lambda: {"Pulling", "Failed", "BackOff"} <= sim.reasons("Pod", name), what="pull events")
-    failed_msgs = {e["message"] for e in sim.events("Pod", name) if e["reason"] == "Failed"}
-    assert "Error: ErrImagePull" in failed_msgs and "Error: ImagePullBackOff" in failed_msgs
+    # The events of one timeline step are written one by one: wait for both messages.
+    sim.eventually(lambda: {"Error: ErrImagePull", "Error: ImagePullBackOff"}
+                   <= {e["message"] for e in sim.events("Pod", name) if e["reason"] == "Failed"}, what="Failed events")
     with pytest.raises(LogUnavailable, match="is waiting to start: trying and failing to pull image"):
         sim.ctrls.pod_log("default", name)
     # The retry loop keeps aggregating events rather than creating new ones.
@@ -94,13 +95,18 @@ def test_it_parses_the_script_grammar() -> None:
 
 def test_it_computes_a_crash_loop_timeline_with_growing_backoff() -> None:
     tl = Timeline(parse_script("pull=1s;crash=every:5s"), "OnFailure", 1000.0, "img", "main", "p_ns(uid)")
+    # The first restart is immediate and counted when the new container starts.
     first_exit = tl.view(1006.0)
-    assert first_exit.segment.state["waiting"]["reason"] == "CrashLoopBackOff"
+    assert "running" in first_exit.segment.state
     assert first_exit.segment.restart_count == 1
     assert first_exit.segment.last_state["terminated"]["exitCode"] == 1
-    assert first_exit.next_change == 1016.0  # 10 s back-off
-    second = tl.view(1021.5)
-    assert second.next_change == 1041.0  # then 20 s
+    second_exit = tl.view(1011.0)
+    assert second_exit.segment.state["waiting"]["reason"] == "CrashLoopBackOff"
+    assert second_exit.segment.restart_count == 1
+    assert second_exit.next_change == 1021.0  # then the 10 s back-off
+    assert tl.view(1021.0).segment.restart_count == 2
+    third = tl.view(1026.5)
+    assert third.next_change == 1046.0  # then 20 s
     assert tl.view(2000.0).segment.phase == "Running"
 
 
@@ -142,7 +148,7 @@ def test_it_reports_a_terminated_container_before_confirming_a_deletion(sim: Sim
     seen: list[dict[str, Any]] = []
     sim.store.add_listener(lambda event, rt, obj: seen.append(obj) if rt.plural == "pods" and event == "MODIFIED"
                            and obj["metadata"].get("deletionTimestamp") else None)
-    sim.create_jobset("doomed", [rjob("main", script="pull=0s;run=forever")])
+    sim.create_jobset("doomed", [rjob("main", script="pull=0s;run=forever", backoff_limit=1)])
     sim.eventually(lambda: sim.counters("doomed")["main"]["ready"] == 1, what="running")
     pod_name = sim.list("pods")[0]["metadata"]["name"]
 
@@ -152,6 +158,7 @@ def test_it_reports_a_terminated_container_before_confirming_a_deletion(sim: Sim
     term = last["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (last["status"]["phase"], term["exitCode"], term["reason"]) == ("Failed", 143, "Error")
     assert "Killing" in sim.reasons("Pod", pod_name)
-    # The Job replaces the deleted pod; a deletion is not a failure.
+    # The Job replaces the deleted pod, and the deletion counts as a failed pod
+    # (kubernetes job_controller.go isPodFailed), within backoffLimit 1.
     sim.eventually(lambda: sim.counters("doomed")["main"]["ready"] == 1 and len(sim.list("pods")) == 1, what="replacement")
-    assert sim.get("jobs", "doomed-main-0")["status"]["failed"] == 0
+    assert sim.get("jobs", "doomed-main-0")["status"]["failed"] == 1

@@ -94,9 +94,15 @@ class Controllers:
             kueue_jobset_mutate(obj, self.config.kueue,
                                 lambda ns, name: self.cache.get(LOCALQUEUES.plural, ns, name) is not None)
             default_jobset(obj)
-            errors = validate_jobset_create(obj)
+            errors = validate_jobset_create(obj, restart_job_gate=self.config.jobset_feature_gates.get("RestartJob", False))
         elif op == "UPDATE" and old is not None:
-            errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(obj, old)
+            # The JobSet mutating webhook runs on UPDATE too (jobset pkg/webhooks/jobset_webhook.go,
+            # verbs create;update), so a patched object is defaulted before the immutability
+            # check: re-applying the same manifest (which lacks the defaults) is a no-op.
+            default_jobset(obj)
+            ns = (obj.get("metadata") or {}).get("namespace") or ""
+            errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(
+                obj, old, self.cache.get(LOCALQUEUES.plural, ns, "default") is not None)
         if errors:
             from k8s_bridge.sim.store import invalid
 

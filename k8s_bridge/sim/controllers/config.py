@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from k8s_bridge.sim.controllers.kueue import KueueOptions
+from k8s_bridge.sim.resources import by_plural
 from k8s_bridge.sim.controllers.script import parse_duration
 from k8s_bridge.sim.controllers.runtime import (
     CLUSTERQUEUES,
@@ -37,6 +38,7 @@ class SimConfig:
     objects: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # (ResourceType, manifest)
     kueue: KueueOptions = field(default_factory=KueueOptions)
     nodes: list[str] = field(default_factory=lambda: ["sim-node-1"])
+    jobset_feature_gates: dict[str, bool] = field(default_factory=dict)  # `jobset: {featureGates: {RestartJob: true}}`
 
 
 def _split(item: dict[str, Any], namespaced: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -65,8 +67,15 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
         md, spec = _split(item)
         cfg.objects.append((RESOURCEFLAVORS, {"apiVersion": RESOURCEFLAVORS.api_version, "kind": "ResourceFlavor",
                                               "metadata": md, "spec": spec}))
+    for item in data.get("admissionChecks") or []:
+        md, spec = _split(item)
+        spec.setdefault("controllerName", "sim.xmc.dev/manual")
+        cfg.objects.append((by_plural("admissionchecks"), {"apiVersion": by_plural("admissionchecks").api_version,
+                                                          "kind": "AdmissionCheck", "metadata": md, "spec": spec}))
     for item in data.get("clusterQueues") or []:
         md, spec = _split(item)
+        if "cohort" in spec:  # the v1beta1 name (config files predate v1beta2)
+            spec["cohortName"] = spec.pop("cohort")
         spec.setdefault("namespaceSelector", {})
         spec.setdefault("queueingStrategy", "BestEffortFIFO")
         spec.setdefault("stopPolicy", "None")
@@ -87,8 +96,10 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
     backoff = wfpr.get("requeuingStrategy") or {}
     limit = backoff.get("backoffLimitCount")
     cfg.kueue = KueueOptions(
-        wait_for_pods_ready=bool(wfpr.get("enable", False)),
-        pods_ready_timeout=_seconds(wfpr.get("timeout", 300)),
+        # Kueue >= 0.19 enables waitForPodsReady by default (kueue apis/config/v1beta2/defaults.go).
+        wait_for_pods_ready=bool(wfpr.get("enable", True)),
+        pods_ready_timeout=_seconds(wfpr.get("timeout", 1800)),
+        pods_ready_recovery_timeout=None if wfpr.get("recoveryTimeout") is None else _seconds(wfpr["recoveryTimeout"]),
         requeuing_backoff_base=_seconds(backoff.get("backoffBaseSeconds", 60)),
         requeuing_backoff_max=_seconds(backoff.get("backoffMaxSeconds", 3600)),
         requeuing_backoff_limit=None if limit is None else int(limit),
@@ -98,6 +109,7 @@ def parse_config(data: dict[str, Any] | None) -> SimConfig:
         workload_priority_classes={str(n): int(v) for n, v in (data.get("workloadPriorityClasses") or {}).items()},
         default_priority_class=k.get("defaultPriorityClass"),
     )
+    cfg.jobset_feature_gates = {str(k): bool(v) for k, v in ((data.get("jobset") or {}).get("featureGates") or {}).items()}
     nodes = (data.get("kubelet") or {}).get("nodes", 1)
     cfg.nodes = list(nodes) if isinstance(nodes, list) else [f"sim-node-{i + 1}" for i in range(max(1, int(nodes)))]
     return cfg

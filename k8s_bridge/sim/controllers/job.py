@@ -15,6 +15,7 @@ status this writes.
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any, Hashable, Iterable, cast
 
 from k8s_bridge.sim.clock import format_time, parse_time
@@ -29,6 +30,7 @@ from k8s_bridge.sim.controllers.runtime import (
     clone,
     condition_true,
     controller_owner_uid,
+    find_condition,
     is_deleting,
     owner_reference,
     set_condition,
@@ -37,9 +39,10 @@ from k8s_bridge.sim.controllers.runtime import (
 COMPONENT = "job-controller"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-# Pod re-creation back-off after failures (the real controller: 10 s doubling, capped at 6 min).
+# Pod re-creation back-off after failures (kubernetes pkg/controller/job/job_controller.go:
+# DefaultJobPodFailureBackOff 10 s, doubling, MaxJobPodFailureBackOff 10 min).
 POD_BACKOFF_BASE = 10.0
-POD_BACKOFF_CAP = 360.0
+POD_BACKOFF_CAP = 600.0
 
 
 def random_suffix(n: int = 5) -> str:
@@ -128,19 +131,57 @@ class JobController(Controller):
 
     def __init__(self, ctx: ControllerContext) -> None:
         super().__init__(ctx)
+        self._lock = threading.Lock()
+        # Failure accounting (the real controller uses the pod finalizer
+        # batch.kubernetes.io/job-tracking and status.uncountedTerminatedPods):
+        # pods this controller deleted itself without counting them (suspend,
+        # scale-down), failed pods already in status.failed per Job UID, and
+        # pods that vanished before a reconcile could count them.
+        self._uncounted_deletes: set[str] = set()
+        self._counted: dict[str, set[str]] = {}
+        self._gone: dict[str, dict[str, float]] = {}
+        self._last_failure: dict[str, float] = {}
         self.cache.add_handler(JOBS.plural, self._on_job)
         self.cache.add_handler(PODS.plural, self._on_pod)
 
     def _on_job(self, event: str, obj: Obj, old: Obj | None) -> None:
+        md = obj["metadata"]
+        if event == "DELETED":
+            with self._lock:
+                uid = md.get("uid") or ""
+                self._counted.pop(uid, None)
+                self._gone.pop(uid, None)
+                self._last_failure.pop(uid, None)
         if self.is_own(event, obj):
             return
-        md = obj["metadata"]
         self.queue.add((md.get("namespace") or "", md["name"]))
 
     def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
         owner = controller_owner_name(obj, "Job")
-        if owner is not None:
-            self.queue.add((obj["metadata"].get("namespace") or "", owner))
+        if owner is None:
+            return
+        if event == "DELETED":
+            uid = obj["metadata"].get("uid") or ""
+            job_uid = controller_owner_uid(obj) or ""
+            with self._lock:
+                if uid in self._uncounted_deletes:
+                    self._uncounted_deletes.discard(uid)
+                elif pod_phase(obj) != "Succeeded" and uid not in self._counted.get(job_uid, ()):
+                    # Gone before a reconcile counted it: still a failure (isPodFailed).
+                    self._gone.setdefault(job_uid, {})[uid] = self.clock.now()
+        self.queue.add((obj["metadata"].get("namespace") or "", owner))
+
+    def _is_failed(self, pod: Obj) -> bool:
+        """kubernetes pkg/controller/job/job_controller.go `isPodFailed` (no podFailurePolicy):
+        phase Failed, or deleted (deletionTimestamp) and not Succeeded -- unless
+        this controller deleted it itself for a suspend or scale-down, which
+        removes the tracking finalizer first (`deleteJobPods`) so it is never counted."""
+        if (pod["metadata"].get("uid") or "") in self._uncounted_deletes:
+            return False  # its Failed phase (SIGTERM, exit 143) after the deletion is not counted either
+        phase = pod_phase(pod)
+        if phase == "Failed":
+            return True
+        return is_deleting(pod) and phase != "Succeeded"
 
     def resync_keys(self) -> Iterable[Hashable]:
         return self.cache.keys(JOBS.plural)
@@ -161,7 +202,6 @@ class JobController(Controller):
         active = [p for p in live if pod_phase(p) not in ("Succeeded", "Failed")]
         terminating = [p for p in pods if is_deleting(p) and pod_phase(p) not in ("Succeeded", "Failed")]
         succeeded_pods = [p for p in pods if pod_phase(p) == "Succeeded"]
-        failed_pods = [p for p in pods if pod_phase(p) == "Failed" and not is_deleting(p)]
 
         old_status = job.get("status") or {}
         status: dict[str, Any] = clone(old_status)
@@ -177,20 +217,57 @@ class JobController(Controller):
         else:
             done = set()
             succeeded = max(int(old_status.get("succeeded") or 0), len(succeeded_pods))
-        failed = max(int(old_status.get("failed") or 0), len(failed_pods))
+
+        # Failed pods, counted once each (see _is_failed); deleted pods count too.
+        old_failed = int(old_status.get("failed") or 0)
+        with self._lock:
+            failed_now = [p for p in pods if self._is_failed(p)]
+            counted = self._counted.get(uid)
+            if counted is None:
+                # First look at this Job (e.g. after a restart): what is there is already in status.failed.
+                seed = sorted(failed_now, key=lambda p: p["metadata"]["name"])[:old_failed]
+                counted = {p["metadata"]["uid"] for p in seed}
+                self._counted[uid] = counted
+            gone = dict(self._gone.get(uid) or {})
+        new_failures = [p for p in failed_now if p["metadata"]["uid"] not in counted]
+        new_gone = {u: t for u, t in gone.items() if u not in counted}
+        failed = old_failed + len(new_failures) + len(new_gone)
+        last_failure = self._last_failure.get(uid, 0.0)
+        for p in new_failures:
+            last_failure = max(last_failure, pod_finished_at(p) or parse_time((p["metadata"] or {}).get("deletionTimestamp")) or now)
+        for t in new_gone.values():
+            last_failure = max(last_failure, t)
+        if not new_failures and not new_gone and uid not in self._last_failure:
+            last_failure = max([last_failure] + [pod_finished_at(p) or 0.0 for p in failed_now])
+
         restart_policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") or "Never"
+        # kubernetes job_controller.go `pastBackoffLimitOnFailure`: container restarts of
+        # Pending/Running pods, `> 0` for backoffLimit 0, else `>= backoffLimit`.
         restarts = sum(restart_count(p) for p in active) if restart_policy == "OnFailure" else 0
+        past_on_failure = restart_policy == "OnFailure" and (restarts > 0 if backoff_limit == 0 else restarts >= backoff_limit)
 
         finished = condition_true(job, "Complete") or condition_true(job, "Failed")
+        target = find_condition(job, "FailureTarget")
+        met = find_condition(job, "SuccessCriteriaMet")
         suspended = bool(spec.get("suspend"))
         requeue: float | None = None
         to_delete: list[Obj] = []
+        uncounted_delete: list[Obj] = []
         to_create: list[int | None] = []
 
         if finished:
             to_delete = active
-        elif suspended:
+        elif target is not None and target.get("status") == "True" or met is not None and met.get("status") == "True":
+            # kubernetes job_controller.go: the interim FailureTarget / SuccessCriteriaMet
+            # condition first; Failed / Complete only once no pod is terminating
+            # (`enactJobFinished`, delayTerminalCondition).  Remaining pods count as failed.
+            interim = target if target is not None and target.get("status") == "True" else met
+            assert interim is not None
             to_delete = active
+            if not active and not terminating:
+                self._finish(job, conds, status, interim, now, events)
+        elif suspended:
+            uncounted_delete = active
             if set_condition(conds, "Suspended", "True", "JobSuspended", "Job suspended", now):
                 events.append(("Normal", "Suspended", "Job suspended"))
         else:
@@ -203,7 +280,7 @@ class JobController(Controller):
             start = parse_time(status["startTime"]) or now
             deadline = spec.get("activeDeadlineSeconds")
             failure: tuple[str, str] | None = None
-            if failed + restarts > backoff_limit:
+            if failed > backoff_limit or past_on_failure:
                 failure = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
             elif deadline is not None and now >= start + float(deadline):
                 failure = ("DeadlineExceeded", "Job was active longer than specified deadline")
@@ -212,28 +289,21 @@ class JobController(Controller):
             complete = False
             if failure is None:
                 if completions is not None:
-                    complete = succeeded >= completions
+                    complete = succeeded >= completions and not active
                 else:
                     complete = succeeded > 0 and not active
             if failure is not None:
                 set_condition(conds, "FailureTarget", "True", failure[0], failure[1], now, extra={"lastProbeTime": format_time(now)})
-                set_condition(conds, "Failed", "True", failure[0], failure[1], now, extra={"lastProbeTime": format_time(now)})
-                events.append(("Warning", failure[0], failure[1]))
                 to_delete = active
             elif complete:
                 set_condition(conds, "SuccessCriteriaMet", "True", "CompletionsReached", "Reached expected number of succeeded pods", now,
                               extra={"lastProbeTime": format_time(now)})
-                set_condition(conds, "Complete", "True", "CompletionsReached", "Reached expected number of succeeded pods", now,
-                              extra={"lastProbeTime": format_time(now)})
-                status["completionTime"] = format_time(now)
-                events.append(("Normal", "Completed", "Job completed"))
-                to_delete = active
             else:
-                wait = self._pod_backoff(failed_pods, failed, now)
+                wait = self._pod_backoff(last_failure, failed, now) if failed else 0.0
                 if wait > 0:
                     requeue = wait if requeue is None else min(requeue, wait)
                 else:
-                    to_create = self._missing(active + terminating, done, parallelism, completions, succeeded, indexed)
+                    to_create = self._missing(active, done, parallelism, completions, succeeded, indexed)
 
         status["active"] = len(active)
         status["ready"] = sum(1 for p in active if pod_is_ready(p))
@@ -246,9 +316,28 @@ class JobController(Controller):
 
         if status != old_status:
             job = self.update_own_status(JOBS, {**job, "status": status})
+        with self._lock:
+            counted.update(p["metadata"]["uid"] for p in new_failures)
+            counted.update(new_gone)
+            if uid in self._gone:
+                for u in new_gone:
+                    self._gone[uid].pop(u, None)
+            if last_failure:
+                self._last_failure[uid] = last_failure
+        # The interim condition is written first; the terminal one follows in a second write.
+        fresh_target = find_condition(job, "FailureTarget") or find_condition(job, "SuccessCriteriaMet")
+        if fresh_target is not None and fresh_target.get("status") == "True" and not finished \
+                and not condition_true(job, "Complete") and not condition_true(job, "Failed") and not active and not terminating:
+            status2 = clone(job.get("status") or {})
+            conds2 = status2.setdefault("conditions", [])
+            self._finish(job, conds2, status2, fresh_target, now, events)
+            job = self.update_own_status(JOBS, {**job, "status": status2})
         for etype, reason, msg in events:
             self.ctx.event(job, JOBS, etype, reason, msg, COMPONENT)
-        for pod in to_delete:
+        if uncounted_delete:
+            with self._lock:
+                self._uncounted_deletes.update(p["metadata"]["uid"] for p in uncounted_delete)
+        for pod in to_delete + uncounted_delete:
             if self.ctx.delete(PODS, ns, pod["metadata"]["name"], uid=pod["metadata"]["uid"]):
                 self.ctx.event(job, JOBS, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}", COMPONENT)
         for idx in to_create:
@@ -256,12 +345,29 @@ class JobController(Controller):
             self.ctx.event(job, JOBS, "Normal", "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}", COMPONENT)
         return requeue
 
-    def _pod_backoff(self, failed_pods: list[Obj], failed: int, now: float) -> float:
-        if not failed_pods:
+    @staticmethod
+    def _finish(job: Obj, conds: list[dict[str, Any]], status: dict[str, Any], interim: dict[str, Any], now: float,
+                events: list[tuple[str, str, str]]) -> None:
+        """The terminal condition that follows an interim one (same reason and message)."""
+        if condition_true(job, "Complete") or condition_true(job, "Failed"):
+            return
+        if any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conds):
+            return
+        reason, message = interim.get("reason") or "", interim.get("message") or ""
+        if interim.get("type") == "SuccessCriteriaMet":
+            set_condition(conds, "Complete", "True", reason, message, now, extra={"lastProbeTime": format_time(now)})
+            status["completionTime"] = format_time(now)
+            events.append(("Normal", "Completed", "Job completed"))
+        else:
+            set_condition(conds, "Failed", "True", reason, message, now, extra={"lastProbeTime": format_time(now)})
+            events.append(("Warning", reason, message))
+
+    @staticmethod
+    def _pod_backoff(last_failure: float, failed: int, now: float) -> float:
+        if not last_failure:
             return 0.0
-        last = max((pod_finished_at(p) or 0.0) for p in failed_pods)
         delay = min(POD_BACKOFF_CAP, POD_BACKOFF_BASE * 2.0 ** max(0, failed - 1))
-        return max(0.0, last + delay - now)
+        return max(0.0, last_failure + delay - now)
 
     @staticmethod
     def _missing(active: list[Obj], done: set[int], parallelism: int, completions: int | None,

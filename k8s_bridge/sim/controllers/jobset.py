@@ -115,8 +115,84 @@ def _strip_scheduling(rjobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
-def validate_jobset_create(obj: Obj) -> list[str]:
-    """Field errors of the JobSet validating webhook on CREATE (reference 1.2), "field: message"."""
+_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",
+                        "PodFailurePolicy")
+_FAILURE_ACTIONS = ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts", "RestartJob",
+                    "RestartJobAndIgnoreMaxRestarts")
+
+
+def _validate_failure_policy(spec: dict[str, Any], names: list[str], restart_job_gate: bool) -> list[str]:
+    """jobset pkg/webhooks/jobset_webhook.go `validateFailurePolicy` (and the RestartJob gate check)."""
+    errors: list[str] = []
+    fp = spec.get("failurePolicy") or {}
+    rules = fp.get("rules") or []
+    seen: set[str] = set()
+    restart_job = False
+    for i, rule in enumerate(rules):
+        path = f"spec.failurePolicy.rules[{i}]"
+        name = str(rule.get("name") or "")
+        if name in seen:
+            errors.append(f"{path}.name: Duplicate value: \"{name}\"")
+        seen.add(name)
+        if len(name) > 128 or not _RULE_NAME.match(name):
+            errors.append(f"{path}.name: Invalid value: \"{name}\": rule names must match {_RULE_NAME.pattern} (at most 128 characters)")
+        action = rule.get("action")
+        if action not in _FAILURE_ACTIONS:
+            errors.append(f"{path}.action: Unsupported value: \"{action}\": supported values: "
+                          + ", ".join(f'"{a}"' for a in _FAILURE_ACTIONS))
+        restart_job = restart_job or action in ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+        for target in rule.get("targetReplicatedJobs") or []:
+            if target not in names:
+                errors.append(f"{path}.targetReplicatedJobs: Invalid value: \"{target}\": must name a replicated job")
+        for reason in rule.get("onJobFailureReasons") or []:
+            if reason not in _JOB_FAILURE_REASONS:
+                errors.append(f"{path}.onJobFailureReasons: Unsupported value: \"{reason}\": supported values: "
+                              + ", ".join(f'"{r}"' for r in _JOB_FAILURE_REASONS))
+        for pattern in rule.get("onJobFailureMessagePatterns") or []:
+            try:
+                re.compile(str(pattern))
+            except re.error as exc:
+                errors.append(f"{path}.onJobFailureMessagePatterns: Invalid value: \"{pattern}\": {exc}")
+    if restart_job and not restart_job_gate:
+        errors.append("spec.failurePolicy.rules: Forbidden: RestartJob and RestartJobAndIgnoreMaxRestarts failure policy "
+                      "actions are not allowed when RestartJob feature gate is disabled")
+    elif restart_job and any(int(r.get("replicas", 1)) > 1024 for r in spec.get("replicatedJobs") or []):
+        errors.append("spec.failurePolicy.rules: Invalid value: JobSet cannot have a failure policy rule with RestartJob or "
+                      "RestartJobAndIgnoreMaxRestarts action and a replicated job with replicas > 1024")
+    return errors
+
+
+def _validate_coordinator(name: str, spec: dict[str, Any]) -> list[str]:
+    """jobset pkg/webhooks/jobset_webhook.go `validateCoordinator`."""
+    coord = spec.get("coordinator")
+    if not coord:
+        return []
+    rname = coord.get("replicatedJob")
+    rjob = next((r for r in spec.get("replicatedJobs") or [] if r.get("name") == rname), None)
+    if rjob is None:
+        return [f"spec.coordinator.replicatedJob: Invalid value: coordinator replicatedJob {rname} does not exist"]
+    jspec = (rjob.get("template") or {}).get("spec") or {}
+    if jspec.get("completionMode") != "Indexed" or jspec.get("completions") is None:
+        return ["spec.coordinator: Invalid value: job for coordinator pod must be indexed completion mode, and completions number must be set"]
+    job_index, pod_index = int(coord.get("jobIndex") or 0), int(coord.get("podIndex") or 0)
+    errors = []
+    if job_index >= int(rjob.get("replicas", 1)):
+        errors.append(f"spec.coordinator.jobIndex: Invalid value: coordinator job index {job_index} is invalid for replicatedJob {rname}")
+    elif pod_index >= int(jspec["completions"]):
+        errors.append(f"spec.coordinator.podIndex: Invalid value: coordinator pod index {pod_index} is invalid for "
+                      f"replicatedJob {rname} job index {job_index}")
+    subdomain = (spec.get("network") or {}).get("subdomain") or name
+    if len(f"{name}-{rname}-{job_index}-{pod_index}.{subdomain}") > 63:
+        errors.append("spec.coordinator: Invalid value: spec will lead to invalid label value")
+    return errors
+
+
+def validate_jobset_create(obj: Obj, restart_job_gate: bool = False) -> list[str]:
+    """Field errors of the JobSet validating webhook on CREATE (reference 1.2), "field: message".
+
+    `restart_job_gate`: the JobSet `RestartJob` feature gate (alpha, off by default).
+    """
     errors: list[str] = []
     name = str((obj.get("metadata") or {}).get("name") or "")
     spec = obj.get("spec") or {}
@@ -156,6 +232,8 @@ def validate_jobset_create(obj: Obj) -> list[str]:
     operator = (spec.get("successPolicy") or {}).get("operator", "All")
     if operator not in ("All", "Any"):
         errors.append(f"spec.successPolicy.operator: Unsupported value: \"{operator}\": supported values: \"All\", \"Any\"")
+    errors += _validate_failure_policy(spec, names, restart_job_gate)
+    errors += _validate_coordinator(name, spec)
     return errors
 
 

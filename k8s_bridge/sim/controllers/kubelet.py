@@ -120,7 +120,7 @@ class Kubelet(Controller):
         if "running" in seg.state or "terminated" in seg.state:
             current = seg.restart_count
         elif waiting == "CrashLoopBackOff":
-            current = seg.restart_count - 1
+            current = seg.restart_count  # restartCount rises only when the next container starts
         else:
             current = -1
         if previous:
@@ -145,6 +145,8 @@ class Kubelet(Controller):
         with self._lock:
             rt = self._runtimes.get(uid)
         if is_deleting(pod):
+            if _node_lost(pod):
+                return None  # nobody is left to stop the containers: stuck Terminating
             return self._stop_pod(pod, rt, now)
         spec = pod.get("spec") or {}
         if not spec.get("nodeName"):
@@ -154,14 +156,74 @@ class Kubelet(Controller):
             if phase in ("Succeeded", "Failed"):
                 return None  # finished before this kubelet started: leave it alone
             rt = self._start(pod, now)
+        if (pod.get("status") or {}).get("reason") == "Evicted":
+            return None
+        script = rt.timeline.script
+        disruption: float | None = None
+        for after in (script.evict_after, script.node_lost_after):
+            if after is not None:
+                disruption = rt.timeline.t0 + after if disruption is None else min(disruption, rt.timeline.t0 + after)
+        if disruption is not None and now >= disruption and phase not in ("Succeeded", "Failed"):
+            view = rt.timeline.view(disruption)
+            self._emit(pod, rt, view)
+            if script.node_lost_after is not None and disruption == rt.timeline.t0 + script.node_lost_after:
+                return self._lose_node(pod, rt, view, now)
+            return self._evict(pod, rt, view, now)
         view = rt.timeline.view(now)
         status = self._status(pod, rt, view)
         if status != pod.get("status"):
             pod = self.update_own_status(PODS, {**pod, "status": status})
         self._emit(pod, rt, view)
-        if view.next_change is None:
+        nxt = view.next_change
+        if disruption is not None and not view.segment.final:
+            nxt = disruption if nxt is None else min(nxt, disruption)
+        if nxt is None:
             return None
-        return max(0.0, view.next_change - self.clock.now()) + 1e-6
+        return max(0.0, nxt - self.clock.now()) + 1e-6
+
+    def _evict(self, pod: Obj, rt: PodRuntime, view: View, now: float) -> float | None:
+        """Kubelet node-pressure eviction (kubernetes pkg/kubelet/eviction): phase Failed, reason
+        Evicted, containers killed, `DisruptionTarget=True/TerminationByKubelet`."""
+        message = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 42Mi. "
+        status = self._status(pod, rt, view)
+        for cs in status["containerStatuses"]:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+            cs.update(ready=False, started=False, state={"terminated": {
+                "exitCode": 137, "reason": "Error", "startedAt": started, "finishedAt": format_time(now),
+                "containerID": cs.get("containerID", "")}})
+        status.update(phase="Failed", reason="Evicted", message=message)
+        self._down(status, now)
+        status["conditions"].append({"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                                     "lastTransitionTime": format_time(now), "reason": "TerminationByKubelet",
+                                     "message": message})
+        pod = self.update_own_status(PODS, {**pod, "status": status})
+        self.ctx.event(pod, PODS, "Warning", "Evicted", message, "kubelet", rt.node)
+        return None
+
+    def _lose_node(self, pod: Obj, rt: PodRuntime, view: View, now: float) -> float | None:
+        """The node stops answering: the taint-eviction controller marks the pod
+        `DisruptionTarget=True/DeletionByTaintManager` and deletes it; no kubelet confirms,
+        so it stays Terminating (kubernetes pkg/controller/tainteviction) until force-deleted."""
+        md = pod["metadata"]
+        status = self._status(pod, rt, view)
+        self._down(status, now, ready_only=True)
+        status["conditions"].append({"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                                     "lastTransitionTime": format_time(now), "reason": "DeletionByTaintManager",
+                                     "message": "Taint manager: deleting due to NoExecute taint"})
+        pod = self.update_own_status(PODS, {**pod, "status": status})
+        self.ctx.event(pod, PODS, "Normal", "TaintManagerEviction", f"Marking for deletion Pod {md.get('namespace')}/{md['name']}",
+                       "taint-eviction-controller")
+        self.ctx.delete(PODS, md.get("namespace") or "", md["name"], uid=md["uid"])
+        self.store.keep_terminating(md.get("namespace"), md["name"])
+        return None
+
+    @staticmethod
+    def _down(status: dict[str, Any], now: float, ready_only: bool = False) -> None:
+        for cond in status.get("conditions") or []:
+            if cond["type"] in ("Ready", "ContainersReady") or (not ready_only and cond["type"] == "PodReadyToStartContainers"):
+                if cond["status"] != "False":
+                    cond["lastTransitionTime"] = format_time(now)
+                cond["status"] = "False"
 
     def _effective_script(self, pod: Obj) -> tuple[Script, str | None]:
         md = pod.get("metadata") or {}
@@ -355,6 +417,11 @@ class Kubelet(Controller):
                               "started": sidecar and not terminal, "restartCount": 0, "state": state, "lastState": {}})
             status["initContainerStatuses"] = inits
         return status
+
+
+def _node_lost(pod: Obj) -> bool:
+    cond = find_condition(pod, "DisruptionTarget")
+    return bool(cond and cond.get("status") == "True" and cond.get("reason") == "DeletionByTaintManager")
 
 
 def _ip(n: int) -> str:

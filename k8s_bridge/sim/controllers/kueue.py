@@ -84,9 +84,12 @@ class KueueOptions:
     workload_priority_classes: dict[str, int] = field(default_factory=dict)
     default_priority_class: str | None = None  # a PriorityClass with globalDefault
     status_interval_wall: float = 0.2  # min wall seconds between queue status writes
-    # waitForPodsReady (Kueue Configuration; off by default, as in Kueue)
-    wait_for_pods_ready: bool = False
-    pods_ready_timeout: float = 300.0
+    # waitForPodsReady (Kueue Configuration).  On by default since Kueue 0.19:
+    # kueue apis/config/v1beta2/defaults.go (DefaultWaitForPodsReadyTimeout =
+    # 30 min; recoveryTimeout defaults to the timeout; backoff base 60 s, max 3600 s).
+    wait_for_pods_ready: bool = True
+    pods_ready_timeout: float = 1800.0
+    pods_ready_recovery_timeout: float | None = None  # None: same as pods_ready_timeout
     requeuing_backoff_base: float = 60.0
     requeuing_backoff_max: float = 3600.0
     requeuing_backoff_limit: int | None = None
@@ -102,6 +105,32 @@ def _reason(opts: KueueOptions, granular: str) -> str:
     if opts.granular_reasons:
         return granular
     return "Inadmissible" if granular in ("Misconfigured", "Suspended") else "Pending"
+
+
+def _count_eviction(status: dict[str, Any], reason: str, cause: str) -> None:
+    """`status.schedulingStats.evictions[{reason, underlyingCause, count}]` += 1 (kueue pkg/workload/evict)."""
+    stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+    entry = next((e for e in stats if e.get("reason") == reason and (e.get("underlyingCause") or "") == cause), None)
+    if entry is None:
+        stats.append({"reason": reason, **({"underlyingCause": cause} if cause else {}), "count": 1})
+    else:
+        entry["count"] = int(entry.get("count") or 0) + 1
+
+
+def _resource_requests(wl: Obj) -> list[dict[str, Any]]:
+    """`status.resourceRequests`: per podSet, the total requests of all its pods."""
+    return [{"name": name, "resources": {r: format_quantity(q, r) for r, q in sorted(reqs.items())}}
+            for name, _count, reqs in podset_requests(wl)]
+
+
+def _cq_admission_checks(cq: Obj) -> list[str]:
+    """AdmissionCheck names of a ClusterQueue: `spec.admissionChecks` or `admissionChecksStrategy`."""
+    spec = cq.get("spec") or {}
+    names = [str(n) for n in spec.get("admissionChecks") or []]
+    for rule in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
+        if rule.get("name") and rule["name"] not in names:
+            names.append(str(rule["name"]))
+    return sorted(names)
 
 
 def _is_active_jobset(js: Obj) -> bool:
@@ -185,12 +214,17 @@ def kueue_jobset_mutate(obj: Obj, opts: KueueOptions, lq_exists: Any) -> None:
         obj.setdefault("spec", {})["suspend"] = True
 
 
-def kueue_jobset_validate_update(new: Obj, old: Obj) -> list[str]:
+def kueue_jobset_validate_update(new: Obj, old: Obj, default_queue_exists: bool = False) -> list[str]:
+    """kueue pkg/controller/jobframework/validation.go: the queue name may change only while the
+    updated JobSet is suspended, and may not be removed in a namespace with a `default` LocalQueue."""
     old_q = ((old.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
     new_q = ((new.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-    if old_q != new_q and not (old.get("spec") or {}).get("suspend"):
-        return [f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"{new_q}\": field is immutable"]
-    return []
+    errors = []
+    if old_q and not new_q and default_queue_exists:
+        errors.append(f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"\": queue-name must not be empty in namespace with default queue")
+    if old_q != new_q and not (new.get("spec") or {}).get("suspend"):
+        errors.append(f"metadata.labels[{QUEUE_LABEL}]: Invalid value: \"{new_q}\": field is immutable")
+    return errors
 
 
 # --- job reconciler ------------------------------------------------------------------
@@ -207,6 +241,39 @@ class KueueJobReconciler(Controller):
         self.opts = opts
         self.cache.add_handler(JOBSETS.plural, self._on_jobset)
         self.cache.add_handler(WORKLOADS.plural, self._on_workload)
+        self.cache.add_handler(CLUSTERQUEUES.plural, self._on_queue)
+        self.cache.add_handler(LOCALQUEUES.plural, self._on_queue)
+
+    def _on_queue(self, event: str, obj: Obj, old: Obj | None) -> None:
+        """A queue's stopPolicy changed: look at every Workload again (drain or restart)."""
+        if old is not None and (old.get("spec") or {}).get("stopPolicy") == (obj.get("spec") or {}).get("stopPolicy"):
+            return
+        for wl in self.cache.list(WORKLOADS.plural):
+            owner = controller_owner_name(wl, "JobSet")
+            if owner is not None:
+                self.queue.add(("js", wl["metadata"].get("namespace") or "", owner))
+
+    def _queue_stop(self, wl: Obj) -> tuple[str, str] | None:
+        """(eviction reason, message) when the Workload's LocalQueue or ClusterQueue is
+        `stopPolicy: HoldAndDrain` (kueue pkg/controller/core/workload_controller.go)."""
+        ns = wl["metadata"].get("namespace") or ""
+        lq = self.cache.get(LOCALQUEUES.plural, ns, (wl.get("spec") or {}).get("queueName") or "")
+        cq_name = (((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                   or ((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+        cq = self.cache.get(CLUSTERQUEUES.plural, "", cq_name)
+        if ((cq or {}).get("spec") or {}).get("stopPolicy") == "HoldAndDrain":
+            return "ClusterQueueStopped", "The ClusterQueue is stopped"
+        if ((lq or {}).get("spec") or {}).get("stopPolicy") == "HoldAndDrain":
+            return "LocalQueueStopped", "The LocalQueue is stopped"
+        return None
+
+    def _queue_stopped_at_all(self, wl: Obj, reason: str) -> bool:
+        ns = wl["metadata"].get("namespace") or ""
+        lq = self.cache.get(LOCALQUEUES.plural, ns, (wl.get("spec") or {}).get("queueName") or "")
+        if reason == "LocalQueueStopped":
+            return ((lq or {}).get("spec") or {}).get("stopPolicy", "None") not in ("None", None)
+        cq = self.cache.get(CLUSTERQUEUES.plural, "", ((lq or {}).get("spec") or {}).get("clusterQueue") or "")
+        return ((cq or {}).get("spec") or {}).get("stopPolicy", "None") not in ("None", None)
 
     def _on_jobset(self, event: str, obj: Obj, old: Obj | None) -> None:
         md = obj["metadata"]
@@ -253,9 +320,28 @@ class KueueJobReconciler(Controller):
                 js = self.cache.get(JOBSETS.plural, ns, ref.get("name") or "")
         if js is not None and js["metadata"].get("uid") != owner:
             js = None
-        if js is None or is_deleting(js) or (is_deleting(wl) and condition_true(wl, "Finished")):
+        if js is None or is_deleting(js):
+            self._finish_owner_not_found(wl)
+            self._remove_finalizer(wl)
+        elif is_deleting(wl) and condition_true(wl, "Finished"):
             self._remove_finalizer(wl)
         return None
+
+    def _finish_owner_not_found(self, wl: Obj) -> Obj:
+        """The JobSet is gone while the Workload holds the finalizer: `Finished=True/OwnerNotFound`
+        (kueue pkg/controller/jobframework/reconciler.go, the job-not-found path), which frees the quota."""
+        if condition_true(wl, "Finished") or FINALIZER not in ((wl.get("metadata") or {}).get("finalizers") or []):
+            return wl
+        new = status_copy(wl)
+        set_condition(new.setdefault("status", {}).setdefault("conditions", []), "Finished", "True", "OwnerNotFound",
+                      "The workload's owner no longer exists", self.clock.now(),
+                      observed_generation=wl["metadata"].get("generation"))
+        try:
+            return self.ctx.update_status(WORKLOADS, new)
+        except Exception as exc:
+            if api_code(exc) == 404:
+                return wl
+            raise
 
     def _reconcile_jobset(self, ns: str, name: str) -> float | None:
         js = self.cache.get(JOBSETS.plural, ns, name)
@@ -265,7 +351,7 @@ class KueueJobReconciler(Controller):
         wls = [w for w in self.cache.owned(WORKLOADS.plural, uid) if controller_owner_uid(w) == uid]
         if is_deleting(js):
             for owned in wls:
-                self._remove_finalizer(owned)
+                self._remove_finalizer(self._finish_owner_not_found(owned))
             return None
         labels = js["metadata"].get("labels") or {}
         queue = labels.get(QUEUE_LABEL)
@@ -307,6 +393,13 @@ class KueueJobReconciler(Controller):
                 if not suspended:
                     self._stop_job(js, None, "Not admitted by cluster queue")
                 return None
+            missing = self._missing_priority_class(js)
+            if missing is not None:
+                # kueue pkg/controller/jobframework/reconciler.go `prepareWorkload` ->
+                # `ExtractPriority` fails on an unknown class: no Workload, the JobSet
+                # stays suspended and the reconcile is retried.
+                self.ctx.event(js, JOBSETS, "Warning", missing[0], missing[1], COMPONENT_JOB)
+                return 10.0
             wl = self.ctx.create(WORKLOADS, self._construct_workload(js, queue or ""))
             self.ctx.event(js, JOBSETS, "Normal", "CreatedWorkload", f"Created Workload: {ns}/{wl['metadata']['name']}", COMPONENT_JOB)
             return None
@@ -321,6 +414,24 @@ class KueueJobReconciler(Controller):
             self.ctx.update_status(WORKLOADS, new)
             self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivated", "The workload is deactivated", COMPONENT_JOB)
             return None
+        if not active_spec and not _quota_reserved(wl) and not condition_true(wl, "Evicted"):
+            # kueue pkg/controller/core/workload_controller.go: an inactive Workload is
+            # evicted with reason Deactivated even when it holds no quota; the
+            # QuotaReserved reason becomes kueue.WorkloadDeactivated ("Deactivated").
+            new = status_copy(wl)
+            st = new.setdefault("status", {})
+            conds = st.setdefault("conditions", [])
+            gen = wl["metadata"].get("generation")
+            message = "The workload is deactivated"
+            set_condition(conds, "Evicted", "True", "Deactivated", message, now, observed_generation=gen)
+            set_condition(conds, "Requeued", "False", "Deactivated", message, now, observed_generation=gen)
+            set_condition(conds, "QuotaReserved", "False", "Deactivated" if self.opts.granular_reasons else "Inadmissible",
+                          message, now, observed_generation=gen)
+            st.pop("requeueState", None)
+            _count_eviction(st, "Deactivated", "")
+            self.ctx.update_status(WORKLOADS, new)
+            self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivated", message, COMPONENT_JOB)
+            return None
         if active_spec and not _quota_reserved(wl):
             ev = find_condition(wl, "Evicted")
             rq = find_condition(wl, "Requeued")
@@ -330,6 +441,15 @@ class KueueJobReconciler(Controller):
                 conds = new["status"]["conditions"]
                 set_condition(conds, "Requeued", "True", "Reactivated", "The workload was reactivated", now,
                               observed_generation=wl["metadata"].get("generation"))
+                self.ctx.update_status(WORKLOADS, new)
+                return None
+            if ev and ev.get("status") == "True" and ev.get("reason") in ("ClusterQueueStopped", "LocalQueueStopped") \
+                    and rq and rq.get("status") == "False" and not self._queue_stopped_at_all(wl, ev["reason"]):
+                # The queue was restarted (stopPolicy None): back in the queue.
+                kind = "ClusterQueue" if ev["reason"] == "ClusterQueueStopped" else "LocalQueue"
+                new = status_copy(wl)
+                set_condition(new["status"]["conditions"], "Requeued", "True", f"{kind}Restarted",
+                              f"The {kind} was restarted after being stopped", now, observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
             if ev and ev.get("status") == "True" and ev.get("reason") == "PodsReadyTimeout" and rq and rq.get("status") == "False":
@@ -343,11 +463,38 @@ class KueueJobReconciler(Controller):
                 return None
 
         requeue_after: float | None = None
-        if self.opts.wait_for_pods_ready and condition_true(wl, "Admitted") and not condition_true(wl, "Evicted"):
+        if self.opts.wait_for_pods_ready:
+            # kueue pkg/controller/jobframework/reconciler.go: with waitForPodsReady
+            # the PodsReady condition is kept on every Workload (WaitForStart while
+            # not admitted, also after an eviction), before the eviction handling.
             wrote, requeue_after = self._sync_pods_ready(js, wl, now)
             if wrote:
                 return None
 
+        checks = (wl.get("status") or {}).get("admissionChecks") or []
+        if _quota_reserved(wl) and checks and not condition_true(wl, "Admitted") and not condition_true(wl, "Evicted") \
+                and all(c.get("state") == "Ready" for c in checks):
+            # Every AdmissionCheck is Ready: Admitted (kueue pkg/workload/admissionchecks.go SyncAdmittedCondition).
+            new = status_copy(wl)
+            set_condition(new["status"]["conditions"], "Admitted", "True", "Admitted", "The workload is admitted", now,
+                          observed_generation=wl["metadata"].get("generation"))
+            out = self.ctx.update_status(WORKLOADS, new)
+            cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+            self.ctx.event(out, WORKLOADS, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}, wait time since reservation was "
+                           f"{int(max(0, now - (parse_time((find_condition(wl, 'QuotaReserved') or {}).get('lastTransitionTime')) or now)))}s",
+                           COMPONENT_JOB)
+            return None
+        if _quota_reserved(wl) and not condition_true(wl, "Evicted"):
+            stop = self._queue_stop(wl)
+            if stop is not None:
+                new = status_copy(wl)
+                st = new["status"]
+                set_condition(st.setdefault("conditions", []), "Evicted", "True", stop[0], stop[1], now,
+                              observed_generation=wl["metadata"].get("generation"))
+                _count_eviction(st, stop[0], "")
+                out = self.ctx.update_status(WORKLOADS, new)
+                self.ctx.event(out, WORKLOADS, "Normal", f"EvictedDueTo{stop[0]}", stop[1], COMPONENT_JOB)
+                return None
         evicted = find_condition(wl, "Evicted")
         if evicted and evicted.get("status") == "True" and _quota_reserved(wl):
             if not suspended:
@@ -366,66 +513,114 @@ class KueueJobReconciler(Controller):
         return requeue_after
 
     def _sync_pods_ready(self, js: Obj, wl: Obj, now: float) -> tuple[bool, float | None]:
-        """waitForPodsReady: the PodsReady condition and the timeout eviction.
+        """waitForPodsReady: the PodsReady condition, the timeout and recovery-timeout evictions.
 
-        Returns (wrote something, simulated seconds until the timeout).
+        Returns (wrote something, simulated seconds until the next timeout check).
+        The condition follows kueue pkg/controller/jobframework/reconciler.go
+        `generatePodsReadyCondition`; the timeouts follow kueue
+        pkg/controller/core/workload_controller.go `reconcileNotReadyTimeout` /
+        `admittedNotReadyWorkload` / `triggerDeactivation`, the back-off kueue
+        pkg/workload/workload.go `UpdateRequeueState`.
         """
         md = wl["metadata"]
         gen = md.get("generation")
-        total = sum(int(r.get("replicas", 1)) for r in (js.get("spec") or {}).get("replicatedJobs") or [])
-        counts = (js.get("status") or {}).get("replicatedJobsStatus") or []
-        ready = not (js.get("spec") or {}).get("suspend") and total > 0 and \
-            sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts) >= total
         cond = find_condition(wl, "PodsReady")
 
         def write(status: str, reason: str, message: str) -> tuple[bool, float | None]:
             new = status_copy(wl)
-            set_condition(new["status"].setdefault("conditions", []), "PodsReady", status, reason, message, now,
+            set_condition(new.setdefault("status", {}).setdefault("conditions", []), "PodsReady", status, reason, message, now,
                           observed_generation=gen)
             self.ctx.update_status(WORKLOADS, new)
             return True, None
 
+        if not condition_true(wl, "Admitted"):
+            if cond is None or (cond.get("status"), cond.get("reason")) != ("False", "WaitForStart"):
+                return write("False", "WaitForStart", "Not all pods are ready or succeeded")
+            return False, None
+        total = sum(int(r.get("replicas", 1)) for r in (js.get("spec") or {}).get("replicatedJobs") or [])
+        counts = (js.get("status") or {}).get("replicatedJobsStatus") or []
+        ready = not (js.get("spec") or {}).get("suspend") and total > 0 and \
+            sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts) >= total
         if ready:
             if cond is not None and cond.get("status") == "True":
                 return False, None
-            reason = "Recovered" if cond is not None and cond.get("reason") == "WaitForRecovery" else "Started"
+            reason = "Recovered" if cond is not None and cond.get("reason") in ("WaitForRecovery", "Recovered") else "Started"
             return write("True", reason, "All pods reached readiness and the workload is running")
-        if cond is not None and (cond.get("status") == "True" or cond.get("reason") == "WaitForRecovery"):
-            if cond.get("status") == "True":
-                return write("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
-            return False, None
-        if cond is None or cond.get("reason") != "WaitForStart":
+        if cond is not None and cond.get("status") == "True":
+            return write("False", "WaitForRecovery", "At least one pod has failed, waiting for recovery")
+        if cond is None or cond.get("reason") not in ("WaitForStart", "WaitForRecovery", "PodsReady"):
             return write("False", "WaitForStart", "Not all pods are ready or succeeded")
-        admitted = find_condition(wl, "Admitted") or {}
-        deadline = (parse_time(admitted.get("lastTransitionTime")) or now) + self.opts.pods_ready_timeout
+        if condition_true(wl, "Evicted") or (wl.get("spec") or {}).get("active", True) is False:
+            return False, None  # already being evicted or deactivated
+        if cond.get("reason") == "WaitForRecovery":
+            cause = "WaitForRecovery"
+            recovery = self.opts.pods_ready_recovery_timeout
+            timeout = self.opts.pods_ready_timeout if recovery is None else recovery
+            deadline = (parse_time(cond.get("lastTransitionTime")) or now) + timeout
+        else:
+            cause = "WaitForStart"
+            admitted = find_condition(wl, "Admitted") or {}
+            deadline = (parse_time(admitted.get("lastTransitionTime")) or now) + self.opts.pods_ready_timeout
         if now < deadline:
             return False, deadline - now
-        new = status_copy(wl)
-        st = new["status"]
-        conds = st.setdefault("conditions", [])
-        state = st.setdefault("requeueState", {})
+        state = (wl.get("status") or {}).get("requeueState") or {}
         count = int(state.get("count") or 0) + 1
         limit = self.opts.requeuing_backoff_limit
         if limit is not None and count > limit:
-            # Requeuing limit exceeded: Kueue deactivates the Workload.
-            self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
-            message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
-            fresh = self.cache.get(WORKLOADS.plural, md.get("namespace") or "", md["name"]) or wl
-            new = status_copy(fresh)
-            new["status"].pop("requeueState", None)
-            set_condition(new["status"].setdefault("conditions", []), "Evicted", "True",
-                          "DeactivatedDueToRequeuingLimitExceeded", message, now, observed_generation=fresh["metadata"].get("generation"))
-            self.ctx.update_status(WORKLOADS, new)
-            self.ctx.event(fresh, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+            self._deactivate_requeuing_limit(wl, now)
             return True, None
+        new = status_copy(wl)
+        st = new["status"]
+        conds = st.setdefault("conditions", [])
         delay = min(self.opts.requeuing_backoff_max, self.opts.requeuing_backoff_base * 2.0 ** (count - 1))
-        state["count"] = count
-        state["requeueAt"] = format_time(now + delay)
+        st["requeueState"] = {**(st.get("requeueState") or {}), "count": count, "requeueAt": format_time(now + delay)}
         message = f"Exceeded the PodsReady timeout {md.get('namespace')}/{md['name']}"
         set_condition(conds, "Evicted", "True", "PodsReadyTimeout", message, now, observed_generation=gen)
+        _count_eviction(st, "PodsReadyTimeout", cause)
         out = self.ctx.update_status(WORKLOADS, new)
         self.ctx.event(out, WORKLOADS, "Normal", "EvictedDueToPodsReadyTimeout", message, COMPONENT_JOB)
         return True, None
+
+    def _deactivate_requeuing_limit(self, wl: Obj, now: float) -> None:
+        """Requeuing limit exceeded: DeactivationTarget, then `spec.active=false` and the eviction.
+
+        kueue pkg/controller/core/workload_controller.go `triggerDeactivation`
+        sets `DeactivationTarget=True/RequeuingLimitExceeded`; the next pass
+        deactivates the Workload and evicts it with
+        `DeactivatedDueToRequeuingLimitExceeded`, clearing `requeueState`.
+        """
+        md = wl["metadata"]
+        new = status_copy(wl)
+        set_condition(new["status"].setdefault("conditions", []), "DeactivationTarget", "True", "RequeuingLimitExceeded",
+                      "exceeding the maximum number of re-queuing retries", now, observed_generation=md.get("generation"))
+        wl = self.ctx.update_status(WORKLOADS, new)
+        wl = self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
+        message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+        new = status_copy(wl)
+        st = new["status"]
+        st.pop("requeueState", None)
+        st["conditions"] = [c for c in st.get("conditions") or [] if c.get("type") != "DeactivationTarget"]
+        set_condition(st["conditions"], "Evicted", "True", "DeactivatedDueToRequeuingLimitExceeded", message, now,
+                      observed_generation=wl["metadata"].get("generation"))
+        _count_eviction(st, "Deactivated", "RequeuingLimitExceeded")
+        self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+
+    def _missing_priority_class(self, js: Obj) -> tuple[str, str] | None:
+        """(event reason, message) when the JobSet names a priority class that does not exist."""
+        wpc = ((js.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
+        if wpc:
+            if wpc not in self.opts.workload_priority_classes:
+                return ("WorkloadPriorityClassNotFound",
+                        f'workloadpriorityclasses.kueue.x-k8s.io "{wpc}" not found')
+            return None
+        for rjob in (js.get("spec") or {}).get("replicatedJobs") or []:
+            pc = ((((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get("priorityClassName")
+            if pc:
+                if pc not in self.opts.priority_classes:
+                    return ("PriorityClassNotFound", f'priorityclasses.scheduling.k8s.io "{pc}" not found')
+                return None
+        return None
 
     def _construct_workload(self, js: Obj, queue: str) -> Obj:
         md = js["metadata"]
@@ -443,15 +638,17 @@ class KueueJobReconciler(Controller):
                              "template": tmpl})
         wspec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets, "active": True, "priority": 0}
         wpc = (md.get("labels") or {}).get(PRIORITY_LABEL)
+        # v1beta2 (the storage version): spec.priorityClassRef; v1beta1 readers see
+        # priorityClassName + priorityClassSource (k8s_bridge.sim.versions).
         if wpc:
-            wspec.update(priorityClassName=wpc, priorityClassSource=WPC_SOURCE,
+            wspec.update(priorityClassRef={"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc},
                          priority=int(self.opts.workload_priority_classes.get(wpc, 0)))
         elif pc_name:
-            wspec.update(priorityClassName=pc_name, priorityClassSource=PC_SOURCE,
+            wspec.update(priorityClassRef={"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc_name},
                          priority=int(self.opts.priority_classes.get(pc_name, 0)))
         elif self.opts.default_priority_class:
             pc = self.opts.default_priority_class
-            wspec.update(priorityClassName=pc, priorityClassSource=PC_SOURCE,
+            wspec.update(priorityClassRef={"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc},
                          priority=int(self.opts.priority_classes.get(pc, 0)))
         wl_md: dict[str, Any] = {
             "name": workload_name(md["name"], md["uid"]),
@@ -536,9 +733,13 @@ class KueueJobReconciler(Controller):
         set_condition(conds, "QuotaReserved", "False", _reason(self.opts, "PendingEvaluation"), message, now, observed_generation=gen)
         set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, observed_generation=gen)
         st.pop("admission", None)
+        for check in st.get("admissionChecks") or []:
+            if check.get("state") != "Pending":
+                check.update(state="Pending", message=f"Reset to Pending after eviction. Previously: {check.get('state')}",
+                             lastTransitionTime=format_time(now))
         admitted_at = parse_time((find_condition(wl, "Admitted") or {}).get("lastTransitionTime"))
         if admitted_at is not None and condition_true(wl, "Admitted"):
-            st["accumulatedPastExexcutionTimeSeconds"] = int(st.get("accumulatedPastExexcutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
+            st["accumulatedPastExecutionTimeSeconds"] = int(st.get("accumulatedPastExecutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
         self.ctx.update_status(WORKLOADS, new)
 
 
@@ -608,8 +809,15 @@ def _admitted_usage(wl: Obj) -> dict[tuple[str, str], Fraction]:
 
 
 def _queue_key(wl: Obj) -> tuple[int, float, int, str]:
+    """Queue order: priority, then the queue-order timestamp (kueue pkg/workload `GetQueueOrderTimestamp`
+    with requeuingStrategy.timestamp Eviction, the default: the eviction time for a Workload evicted by
+    PodsReadyTimeout or an admission check, else the creation time), then creation order."""
     md = wl.get("metadata") or {}
-    return (-workload_priority(wl), parse_time(md.get("creationTimestamp")) or 0.0, _creation_rv(wl), md.get("uid") or "")
+    ts = parse_time(md.get("creationTimestamp")) or 0.0
+    ev = find_condition(wl, "Evicted")
+    if ev and ev.get("status") == "True" and ev.get("reason") in ("PodsReadyTimeout", "AdmissionCheck"):
+        ts = parse_time(ev.get("lastTransitionTime")) or ts
+    return (-workload_priority(wl), ts, _creation_rv(wl), md.get("uid") or "")
 
 
 class KueueScheduler:
@@ -702,6 +910,9 @@ class KueueScheduler:
             lq = lqs.get((ns, lq_name))
             if lq is None:
                 misconfigured.append((wl, "Misconfigured", f"LocalQueue {lq_name} doesn't exist"))
+                continue
+            if ((lq.get("spec") or {}).get("stopPolicy") or "None") != "None":
+                misconfigured.append((wl, "Suspended", f"LocalQueue {lq_name} is inactive"))
                 continue
             cq_name = (lq.get("spec") or {}).get("clusterQueue") or ""
             view = cqs.get(cq_name)
@@ -974,7 +1185,20 @@ class KueueScheduler:
         st["admission"] = {"clusterQueue": view.name,
                            "podSetAssignments": [{k: v for k, v in a.items() if not k.startswith("_")} for a in assignment]}
         set_condition(conds, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {view.name}", now, observed_generation=gen)
-        set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
+        checks = _cq_admission_checks(view.obj)
+        if checks:
+            # kueue pkg/workload/admissionchecks.go `SyncAdmittedCondition`: quota reserved but
+            # checks pending -> Admitted=False/UnsatisfiedAdmissionChecks; the JobSet stays suspended.
+            old_states = {c.get("name"): c for c in st.get("admissionChecks") or []}
+            st["admissionChecks"] = [old_states.get(n) or {"name": n, "state": "Pending", "message": "",
+                                                            "lastTransitionTime": format_time(now)} for n in checks]
+            if not all(c.get("state") == "Ready" for c in st["admissionChecks"]):
+                set_condition(conds, "Admitted", "False", "UnsatisfiedAdmissionChecks" if self.opts.granular_reasons else "UnsatisfiedChecks",
+                              "The workload has not all admission checks", now, observed_generation=gen)
+            else:
+                set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
+        else:
+            set_condition(conds, "Admitted", "True", "Admitted", "The workload is admitted", now, observed_generation=gen)
         for t in ("Evicted", "Preempted"):
             c = find_condition(conds, t)
             if c and c.get("status") == "True":
@@ -986,8 +1210,9 @@ class KueueScheduler:
         out = self.ctx.update_status(WORKLOADS, new)
         self.ctx.event(out, WORKLOADS, "Normal", "QuotaReserved",
                        f"Quota reserved in ClusterQueue {view.name}, wait time since queued was {int(max(0, now - created))}s", COMPONENT_ADMISSION)
-        self.ctx.event(out, WORKLOADS, "Normal", "Admitted",
-                       f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
+        if condition_true(out, "Admitted"):
+            self.ctx.event(out, WORKLOADS, "Normal", "Admitted",
+                           f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
 
     def _evict(self, victim: Obj, preemptor: Obj, cq: str, now: float) -> None:
         owner: dict[str, Any] = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
@@ -1010,12 +1235,21 @@ class KueueScheduler:
 
     def _set_pending(self, wl: Obj, reason: str, message: str, now: float) -> None:
         cur = find_condition(wl, "QuotaReserved")
+        # podSets are immutable: compute the requests once, not on every scheduling cycle.
+        requests = (wl.get("status") or {}).get("resourceRequests") or _resource_requests(wl)
         if cur is not None and cur.get("status") == "False" and cur.get("reason") == reason and \
-                re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message):
+                re.sub(r"\d+", "#", cur.get("message") or "") == re.sub(r"\d+", "#", message) and \
+                find_condition(wl, "Admitted") is not None and (wl.get("status") or {}).get("resourceRequests") == requests:
             return  # same verdict; don't rewrite for changed numbers only
         new = status_copy(wl)
-        conds = new.setdefault("status", {}).setdefault("conditions", [])
-        set_condition(conds, "QuotaReserved", "False", reason, message, now, observed_generation=wl["metadata"].get("generation"))
+        st = new.setdefault("status", {})
+        conds = st.setdefault("conditions", [])
+        gen = wl["metadata"].get("generation")
+        set_condition(conds, "QuotaReserved", "False", reason, message, now, observed_generation=gen)
+        # kueue pkg/scheduler/scheduler.go `requeueAndUpdate` (UnsetQuotaReservationWithCondition,
+        # PropagateResourceRequests): Admitted=False/NoReservation and status.resourceRequests.
+        set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, observed_generation=gen)
+        st["resourceRequests"] = requests
         try:
             out = self.ctx.update_status(WORKLOADS, new)
         except Exception as exc:
@@ -1023,7 +1257,7 @@ class KueueScheduler:
                 self._wake.set()
                 return
             raise
-        self.ctx.event(out, WORKLOADS, "Normal", "Pending", message, COMPONENT_ADMISSION)
+        self.ctx.event(out, WORKLOADS, "Warning", "Pending", message, COMPONENT_ADMISSION)
 
     def _write_queue_status(self, cqs: dict[str, _CQView]) -> None:
         now = self.clock.now()
@@ -1054,7 +1288,8 @@ class KueueScheduler:
             st["admittedWorkloads"] = entry["admitted"]
             usage = _usage_list(entry["usage"], cqs[cq_name] if exists else None, with_borrowed=False)
             st["flavorsReservation"] = usage
-            st["flavorUsage"] = usage
+            st["flavorsUsage"] = usage  # v1beta2 name; v1beta1 readers see flavorUsage
+            st.pop("flavorUsage", None)
             conds = st.setdefault("conditions", [])
             if exists:
                 set_condition(conds, "Active", "True", "Ready", "Can submit new workloads to localQueue", now,

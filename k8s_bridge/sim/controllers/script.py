@@ -24,6 +24,11 @@ Grammar (documented in docs/architecture/simulator_controllers.md)::
     crash    = "every:" duration [ ",times:" integer ]
     heal     = "restarts:" integer                     ; behave as pull=1s;exit=0 from that JobSet restart attempt on
     log      = "every:" duration                       ; progress line interval (default 5s)
+    oom                                                ; a bare flag: exit code 137 is reported as OOMKilled
+    create   = "fail:" ( "CreateContainerConfigError" | "CreateContainerError" )   ; container never created
+    start    = "fail"                                  ; RunContainerError: every start fails (exit 128, StartError)
+    evict    = "after:" duration                       ; kubelet node-pressure eviction (phase Failed, reason Evicted)
+    node     = "lost:" duration                        ; the node is lost: DisruptionTarget, deleted, stuck Terminating
 
 Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
 """
@@ -39,6 +44,7 @@ SCRIPT_ANNOTATION = "sim.xmc.dev/script"
 DEFAULT_SCRIPT = "pull=1s;run=10s;exit=0"
 
 PULL_FAIL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+CREATE_FAIL_REASONS = ("CreateContainerConfigError", "CreateContainerError")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -67,11 +73,17 @@ class Script:
     crash_times: int | None = None  # None = every attempt crashes
     heal_restarts: int | None = None
     log_every: float = 5.0
+    oom: bool = False
+    create_fail: str | None = None
+    start_fail: bool = False
+    evict_after: float | None = None
+    node_lost_after: float | None = None
 
     def healed(self) -> Script:
         """The behaviour once the JobSet restart attempt reached `heal_restarts`."""
         return replace(self, pull_fail=None, exit_code=0, crash_every=None, crash_times=None,
-                       schedule_fail=False, heal_restarts=None)
+                       schedule_fail=False, heal_restarts=None, create_fail=None, start_fail=False,
+                       evict_after=None, node_lost_after=None)
 
 
 def parse_duration(text: str) -> float:
@@ -90,6 +102,9 @@ def parse_script(text: str | None) -> Script:
     for raw in text.split(";"):
         step = raw.strip()
         if not step:
+            continue
+        if step == "oom":
+            values["oom"] = True
             continue
         if "=" not in step:
             raise ScriptError(f"step {step!r} is not key=value")
@@ -139,6 +154,25 @@ def parse_script(text: str | None) -> Script:
             if not value.startswith("restarts:"):
                 raise ScriptError("heal must be restarts:<n>")
             values["heal_restarts"] = int(value[len("restarts:"):])
+        elif key == "oom":
+            values["oom"] = value in ("true", "1", "yes")
+        elif key == "create":
+            reason = value.split(":", 1)[1].strip() if value.startswith("fail:") else ""
+            if reason not in CREATE_FAIL_REASONS:
+                raise ScriptError(f"create must be fail:<reason> with a reason in {CREATE_FAIL_REASONS}")
+            values["create_fail"] = reason
+        elif key == "start":
+            if value != "fail":
+                raise ScriptError("start must be fail")
+            values["start_fail"] = True
+        elif key == "evict":
+            if not value.startswith("after:"):
+                raise ScriptError("evict must be after:<duration>")
+            values["evict_after"] = parse_duration(value[len("after:"):])
+        elif key == "node":
+            if not value.startswith("lost:"):
+                raise ScriptError("node must be lost:<duration>")
+            values["node_lost_after"] = parse_duration(value[len("lost:"):])
         elif key == "log":
             if not value.startswith("every:"):
                 raise ScriptError("log must be every:<duration>")
@@ -297,8 +331,48 @@ class Timeline:
         # Pulled; attempts follow.
         start = t + s.pull
         pull_msg = f'Successfully pulled image "{img}" in {s.pull:g}s ({s.pull:g}s including waiting). Image size: 4265484 bytes.'
+        if s.create_fail:
+            # The kubelet cannot create the container (kubelet pkg/kubelet/kuberuntime: a missing
+            # Secret/ConfigMap key gives CreateContainerConfigError); it retries with back-off.
+            msg = {"CreateContainerConfigError": 'secret "sim-missing-secret" not found',
+                   "CreateContainerError": f'failed to generate container "{c}" spec: failed to apply OCI options: no such file or directory'}[s.create_fail]
+            n = 0
+            t = start
+            while True:
+                happenings = [Happening(t, "Normal", "Pulled", pull_msg if n == 0 else f'Container image "{img}" already present on machine'),
+                              Happening(t, "Warning", "Failed", f"Error: {msg}")]
+                yield Segment(t, "Pending", {"waiting": {"reason": s.create_fail, "message": msg}}, {}, 0, False, False, None, happenings)
+                t += backoff(n)
+                n += 1
         attempt = 0
         last_state: dict[str, Any] = {}
+        if s.start_fail:
+            # RunContainerError: the container is created but its start fails (exit 128,
+            # StartError); the restart policy applies as to a crash.
+            msg = (f'failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: '
+                   f'unable to start container process: exec: "sim-missing-binary": executable file not found in $PATH: unknown')
+            while True:
+                terminated = {"terminated": {"exitCode": 128, "reason": "StartError", "message": msg, "startedAt": _t(0),
+                                             "finishedAt": _t(start), "containerID": f"containerd://sim-{attempt}"}}
+                happenings = [Happening(start, "Normal", "Pulled", pull_msg if attempt == 0 else f'Container image "{img}" already present on machine'),
+                              Happening(start, "Normal", "Created", f"Created container: {c}"),
+                              Happening(start, "Warning", "Failed", f"Error: {msg}")]
+                if self.restart_policy == "Never":
+                    yield Segment(start, "Failed", terminated, last_state, attempt, False, False, None, happenings, final=True)
+                    return
+                yield Segment(start, "Pending" if attempt == 0 else "Running",
+                              {"waiting": {"reason": "RunContainerError", "message": msg}}, terminated, attempt + 1,
+                              False, False, None, happenings)
+                wait = backoff(attempt)
+                last_state = terminated
+                attempt += 1
+                shown = start + ERR_IMAGE_PULL_SHOWN
+                yield Segment(shown, "Pending" if attempt == 1 else "Running",
+                              {"waiting": {"reason": "CrashLoopBackOff",
+                                           "message": f"back-off {wait:g}s restarting failed container={c} pod={self.pod_ref.split('(')[0]}"}},
+                              last_state, attempt, False, False, None,
+                              [Happening(shown, "Warning", "BackOff", f"Back-off restarting failed container {c} in pod {self.pod_ref}")])
+                start = shown + wait
         while True:
             crashing = s.crash_every is not None and (s.crash_times is None or attempt < s.crash_times)
             duration = s.crash_every if crashing else s.run
@@ -318,7 +392,8 @@ class Timeline:
                     yield Segment(ready_at, "Running", running, last_state, attempt, True, True, start)
             if end is None:
                 return
-            reason = "Completed" if code == 0 else "Error"
+            # OOMKilled for exit 137 when the script says the kernel's OOM killer did it.
+            reason = "Completed" if code == 0 else ("OOMKilled" if code == 137 and s.oom else "Error")
             terminated = {"terminated": {"exitCode": code, "reason": reason, "startedAt": _t(start), "finishedAt": _t(end),
                                          "containerID": f"containerd://sim-{attempt}"}}
             exit_log = self._progress(start, start, end, attempt) + [(end, attempt, f"[sim] {c}: exiting with code {code}")]
@@ -327,12 +402,20 @@ class Timeline:
                 phase = "Succeeded" if code == 0 else "Failed"
                 yield Segment(end, phase, terminated, last_state, attempt, False, False, None, [], exit_log, final=True)
                 return
-            wait = backoff(attempt)
             last_state = terminated
-            attempt += 1
+            if attempt == 0:
+                # The kubelet restarts a container the first time at once; the back-off
+                # (10 s doubling, cap 5 min) starts with the second exit.  restartCount
+                # rises when the new container starts (kubernetes pkg/kubelet/kuberuntime).
+                yield Segment(end, "Running", terminated, {}, attempt, False, False, None, [], exit_log)
+                attempt += 1
+                start = end
+                continue
+            wait = backoff(attempt - 1)
             crash = {"waiting": {"reason": "CrashLoopBackOff",
                                  "message": f"back-off {wait:g}s restarting failed container={c} pod={self.pod_ref.split('(')[0]}"}}
             yield Segment(end, "Running", crash, last_state, attempt, False, False, None,
                           [Happening(end, "Warning", "BackOff", f"Back-off restarting failed container {c} in pod {self.pod_ref}")],
                           exit_log)
+            attempt += 1
             start = end + wait
