@@ -7,8 +7,9 @@ Thin adapters: each takes one argument, the base64 text of a signed
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.utils import timezone
@@ -17,6 +18,11 @@ from k8s_bridge.actuator import runner
 from workunits import outbox, services
 from xmc.celery import Queue, app
 from xmc.protos import task_pb2
+
+def _task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``app.task`` with a type (Celery ships none)."""
+    return cast("Callable[[Callable[..., Any]], Any]", app.task(**options))
+
 
 _OPTIONS: dict[str, Any] = {
     "bind": True,
@@ -28,27 +34,27 @@ _OPTIONS: dict[str, Any] = {
 }
 
 
-@app.task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.CREATE], **_OPTIONS)
+@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.CREATE], **_OPTIONS)
 def create(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.CREATE)
 
 
-@app.task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.DELETE], **_OPTIONS)
+@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.DELETE], **_OPTIONS)
 def delete(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.DELETE)
 
 
-@app.task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.RESTART], **_OPTIONS)
+@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.RESTART], **_OPTIONS)
 def restart(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.RESTART)
 
 
-@app.task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
+@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
 def update(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.UPDATE)
 
 
-@app.task(name="xmc.actuator.sweep_outbox", queue=Queue.ACTUATOR.value, ignore_result=True)
+@_task(name="xmc.actuator.sweep_outbox", queue=Queue.ACTUATOR.value, ignore_result=True)
 def sweep_outbox() -> int:
     """Re-send operations that are not done and never reached the broker."""
     cutoff = timezone.now() - timedelta(seconds=settings.XMC_OUTBOX_SWEEP_MIN_AGE_S)
@@ -58,7 +64,7 @@ def sweep_outbox() -> int:
     return len(ids)
 
 
-@app.task(name="xmc.actuator.purge_operations", queue=Queue.ACTUATOR.value, ignore_result=True)
+@_task(name="xmc.actuator.purge_operations", queue=Queue.ACTUATOR.value, ignore_result=True)
 def purge_operations() -> int:
     """Delete done operations ``XMC_OPERATION_RETENTION_DAYS`` after their end time."""
     cutoff = timezone.now() - timedelta(days=settings.XMC_OPERATION_RETENTION_DAYS)
