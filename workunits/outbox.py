@@ -46,7 +46,7 @@ def deliver(operation_ids: Sequence[int]) -> None:
         .exclude(task_type="").select_related("work_unit").order_by("id")
     )
     for op in rows:
-        if services.cancel_pending_operation(op.id):
+        if op.requested_cancellation and services.cancel_pending_operation(op.id):
             continue
         try:
             publish(build_task(op))

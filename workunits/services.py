@@ -603,12 +603,14 @@ CANCELLED_CODE = 1
 
 
 def mark_operation_dispatched(operation_id: int, *, now: datetime | None = None) -> bool:
-    """The broker took the operation's task: it has left the outbox (first time only)."""
+    """The broker took the operation's task: it has left the outbox (first time only).
+
+    One conditional UPDATE (its own transaction): the hot path of every request.
+    """
     now = now or timezone.now()
-    with transaction.atomic(durable=True):
-        return bool(Operation.objects.filter(id=operation_id, dispatched_time__isnull=True).update(
-            dispatched_time=now, dispatch_attempts=F("dispatch_attempts") + 1,
-        ))
+    return bool(Operation.objects.filter(id=operation_id, dispatched_time__isnull=True).update(
+        dispatched_time=now, dispatch_attempts=F("dispatch_attempts") + 1,
+    ))
 
 
 def record_dispatch_failure(operation_id: int) -> int:
@@ -628,21 +630,26 @@ def complete_operation(
     """Mark an operation done with its response or error, exactly once.
 
     Returns False (and writes nothing) when it was already done or is gone, so
-    a redelivered task can never finish an operation twice. A work-unit
-    operation's response defaults to its WorkUnit. When the last child of a
-    batch operation is done, the parent is done too: its response lists the
-    children's work units, or it carries the first child's error.
+    a redelivered task can never finish an operation twice: the write is one
+    ``UPDATE ... WHERE done = false``, and only the caller whose update hit
+    the row goes on. A work-unit operation's response defaults to its
+    WorkUnit. When the last child of a batch operation is done, the parent is
+    done too (in the same transaction): its response lists the children's
+    work units, or it carries the first child's error.
     """
     now = now or timezone.now()
+    op = Operation.objects.select_related("work_unit").filter(id=operation_id).first()
+    if op is None or op.done:
+        return False
+    if error is None and response is None and op.work_unit is not None:
+        response = convert.packed_json(convert.work_unit_to_proto(op.work_unit))
+    fields = {"done": True, "end_time": now, "response": None if error else response, "error": error}
+    if op.parent_id is None:
+        return bool(Operation.objects.filter(id=operation_id, done=False).update(**fields))
     with transaction.atomic(durable=True):
-        op = Operation.objects.select_for_update(no_key=True).filter(id=operation_id).first()
-        if op is None or op.done:
+        if not Operation.objects.filter(id=operation_id, done=False).update(**fields):
             return False
-        if error is None and response is None and op.work_unit is not None:
-            response = convert.packed_json(convert.work_unit_to_proto(op.work_unit))
-        _finish(op, now, response=None if error else response, error=error)
-        if op.parent_id is not None:
-            _complete_parent(op.parent_id, now)
+        _complete_parent(op.parent_id, now)
         return True
 
 

@@ -21,7 +21,7 @@ from k8s_bridge.actuator.preconditions import Decision, ExecutionView
 from k8s_bridge.errors import ActuatorError
 from k8s_bridge.jobset_builder import ANNOTATION_NOTIFY_WHEN, Stamp, build_jobset, jobset_name
 from workunits import services
-from workunits.models import WorkUnit, WorkUnitExecution
+from workunits.models import WorkUnitExecution
 from xmc import pb
 from xmc.protos import task_pb2
 
@@ -39,13 +39,14 @@ class RetryLater(Exception):
 
 
 def read_execution(xid: int, wid: int, eid: int) -> ExecutionView | None:
-    wu = WorkUnit.objects.filter(experiment_id=xid, wid=wid).values("id", "current_eid").first()
-    if wu is None:
+    """The execution ``eid`` and its work unit's current eid (one query; None when gone)."""
+    row = (
+        WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=wid, eid=eid)
+        .values("state", "work_unit__current_eid").first()
+    )
+    if row is None:
         return None
-    state = WorkUnitExecution.objects.filter(work_unit_id=wu["id"], eid=eid).values_list("state", flat=True).first()
-    if state is None:
-        return None
-    return ExecutionView(current_eid=int(wu["current_eid"]), state=str(state))
+    return ExecutionView(current_eid=int(row["work_unit__current_eid"]), state=str(row["state"]))
 
 
 def read_jobset(xid: int, wid: int) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -38,7 +39,14 @@ _PAUSABLE = (task_pb2.Task.CREATE, task_pb2.Task.RESTART, task_pb2.Task.UPDATE)
 _CANCELLABLE = (task_pb2.Task.CREATE, task_pb2.Task.RESTART)
 
 
-def operation_id_of(task: task_pb2.Task) -> int | None:
+@dataclass(frozen=True)
+class OperationView:
+    id: int
+    done: bool
+    requested_cancellation: bool
+
+
+def operation_of(task: task_pb2.Task) -> OperationView | None:
     """The Operation row a (verified) task stands for, when it names one that matches it."""
     match = _OPERATION_NAME.match(task.operation_name)
     if match is None:
@@ -46,7 +54,10 @@ def operation_id_of(task: task_pb2.Task) -> int | None:
     xid, wid, op_id = int(match[1]), match[2], int(match[3])
     if xid != task.xid or (wid is not None and int(wid) != task.wid):
         return None
-    return op_id if Operation.objects.filter(id=op_id, experiment_id=xid).exists() else None
+    row = Operation.objects.filter(id=op_id, experiment_id=xid).values("done", "requested_cancellation").first()
+    if row is None:
+        return None
+    return OperationView(op_id, bool(row["done"]), bool(row["requested_cancellation"]))
 
 
 def _raw(payload: str) -> bytes:
@@ -74,11 +85,12 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
 
     if task.type in _PAUSABLE and pause.hold_if_paused(task):
         return
-    operation_id = operation_id_of(task)
-    if operation_id is not None:
-        if Operation.objects.filter(id=operation_id, done=True).exists():
+    op = operation_of(task)
+    operation_id = op.id if op is not None else None
+    if op is not None:
+        if op.done:
             return  # a redelivery of finished work
-        if task.type in _CANCELLABLE and services.cancel_pending_operation(operation_id):
+        if op.requested_cancellation and task.type in _CANCELLABLE and services.cancel_pending_operation(op.id):
             return
     try:
         HANDLERS[task.type](task, operation_id)
