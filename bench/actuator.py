@@ -6,13 +6,15 @@ In one run, against one in-process simulator (API only, no controllers):
 
 * baseline: N JobSet manifests created with direct
   ``create_namespaced_custom_object`` calls from 2 threads;
-* actuator: N work units created through ``workunits.services.create_work_unit``
+* drain: N work units committed while no worker runs, then the worker
+  starts: JobSets/s from its first JobSet to its last (the actuator's capacity);
+* live: N work units created through ``workunits.services.create_work_unit``
   (one experiment) while one ``celery -A xmc worker --concurrency 2`` runs;
   each commit hands its operation to the outbox, Redis, a worker, the
   simulator. Latency is commit (the on-commit hand-over) to the JobSet's
   ADDED event on a watch; throughput is N over first commit to last JobSet.
 
-Prints JobSets/s of both, the ratio, and latency p50/p99.
+Prints JobSets/s of each, the drain/baseline ratio, and latency p50/p99 of the live run.
 Targets: p99 <= 1 s, throughput >= 0.5x the baseline.
 Uses ``REDIS_URL`` (its db is flushed) and ``DATABASE_URL``'s server.
 """
@@ -91,6 +93,13 @@ def main() -> None:
         stop = threading.Event()
 
         def watch() -> None:
+            try:
+                _watch()
+            except Exception:  # the simulator stops under the stream at the end
+                if not stop.is_set():
+                    raise
+
+        def _watch() -> None:
             w = client.watch()
             rv = api.list_namespaced_custom_object(client.JOBSET_GROUP, client.JOBSET_VERSION, ns,
                                                    client.JOBSET_PLURAL)["metadata"]["resourceVersion"]
@@ -109,12 +118,30 @@ def main() -> None:
         env = dict(os.environ, DATABASE_URL=f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
                    KUBECONFIG=str(kubeconfig), CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
                    REDIS_URL=settings.CELERY_BROKER_URL, XMC_LOG_LEVEL="WARNING")
-        worker = subprocess.Popen(
+        worker_argv = (
             [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "actuator", "--concurrency", "2",
-             "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "worker.log", "wb"),
-            start_new_session=True)
+             "--loglevel", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"])
+
+        def start_worker() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(worker_argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                    stderr=open(Path(tmp) / "worker.log", "ab"), start_new_session=True)
+
+        def wait_for(names: list[str], what: str) -> None:
+            deadline = time.monotonic() + 600
+            while not all(name in seen for name in names):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{what}: only {sum(nm in seen for nm in names)}/{len(names)} JobSets appeared")
+                time.sleep(0.02)
+
+        # --- drain: N committed while no worker runs, then one worker (2 processes) starts ---
+        exp = factories.experiment()
+        backlog = [f"xmc-{exp.id}-{services.create_work_unit(exp.id, factories.work_unit_message()).work_unit.wid}"
+                   for _ in range(n)]
+        worker = start_worker()
         try:
+            wait_for(backlog, "drain")
+            first, last = min(seen[nm] for nm in backlog), max(seen[nm] for nm in backlog)
+            drain_rate = (n - 1) / (last - first)
             # Warm-up: the worker is consuming once one JobSet of ours appears.
             exp = factories.experiment()
             services.create_work_unit(exp.id, factories.work_unit_message())  # on_commit runs: autocommit
@@ -141,11 +168,7 @@ def main() -> None:
                 wids[op.id] = op.work_unit.wid
             outbox.deliver = real_deliver  # type: ignore[assignment]
             names = {op_id: f"xmc-{exp.id}-{wid}" for op_id, wid in wids.items()}
-            deadline = time.monotonic() + 600
-            while not all(name in seen for name in names.values()):
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"only {sum(nm in seen for nm in names.values())}/{n} JobSets appeared")
-                time.sleep(0.05)
+            wait_for(list(names.values()), "live")
         finally:
             stop.set()
             os.killpg(worker.pid, signal.SIGTERM)
@@ -156,8 +179,10 @@ def main() -> None:
         span = max(seen[nm] for nm in names.values()) - min(committed.values())
         rate = n / span
         print(f"direct create_namespaced_custom_object (2 threads): {baseline_rate:7.1f} JobSets/s")
-        print(f"through the actuator (2 worker processes):         {rate:7.1f} JobSets/s  "
-              f"= {rate / baseline_rate:.2f}x the baseline (target >= 0.5x)")
+        print(f"actuator draining a backlog of {n} (2 processes):  {drain_rate:7.1f} JobSets/s  "
+              f"= {drain_rate / baseline_rate:.2f}x the baseline (target >= 0.5x)")
+        print(f"end to end, creates through the services:         {rate:7.1f} JobSets/s  "
+              f"(bound by create_work_unit, one caller)")
         print(f"commit -> JobSet latency: p50 {statistics.median(latencies) * 1000:.0f} ms, "
               f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms (target p99 <= 1000 ms)")
 
