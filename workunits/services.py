@@ -769,8 +769,10 @@ def _finish(op: Operation, now: datetime, *, response: dict[str, Any] | None = N
 def request_operation_cancellation(operation_id: int, *, requester: Requester = SYSTEM) -> Operation:
     """CancelOperation: record the request; a done operation is left as it is.
 
-    Work already handed to the actuator is not interrupted (stop the work
-    unit for that); the flag is visible in the operation's metadata.
+    A pending Create or Restart whose task has not run yet is then skipped
+    and ends CANCELLED (the outbox and the actuator check the flag, see
+    ``cancel_pending_operation``); work the actuator already did is not undone
+    (stop the work unit for that). The flag is visible in the metadata.
     """
     with transaction.atomic(durable=True):
         op = Operation.objects.select_for_update(no_key=True).get(id=operation_id)
