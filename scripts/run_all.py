@@ -151,8 +151,10 @@ def main() -> int:
         procs.append(Process("reconciler", manage("reconcile")))
     if (ROOT / "xmc" / "celery.py").exists():
         procs.append(Process(
+            # -B: beat (the outbox sweep, the operation clean-up) inside the worker.
             "worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-B", "--loglevel=INFO",
-                       "-Q", "actuator,lifecycle,resumption", "--concurrency", "2"],
+                       "-s", str(RUN / "celerybeat-schedule"), "-Q", "actuator,lifecycle,resumption",
+                       "--concurrency", "2"],
         ))
 
     child_env = {**os.environ, **env}

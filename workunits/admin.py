@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
+from django.utils.html import format_html
 
 from workunits import services
 from workunits.choices import ExecutionState, WorkUnitState
@@ -180,10 +181,47 @@ class PausedTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("task_type", "resolution_status")
 
 
+@admin.action(description="Re-queue the operations of selected dead letters")
+def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+    done, failed = 0, []
+    for dead in queryset.order_by("id"):
+        try:
+            services.requeue_dead_letter(dead.id)
+            done += 1
+        except ServiceError as exc:
+            failed.append(f"dead letter {dead.id}: {exc.message}")
+    if done:
+        modeladmin.message_user(request, f"Re-queued {done} operation(s).", messages.SUCCESS)
+    for line in failed:
+        modeladmin.message_user(request, line, messages.ERROR)
+
+
+def decoded_task(payload: bytes) -> str:
+    """The stored Task as JSON (the packed WorkUnit unpacked), or why it does not parse."""
+    from google.protobuf import json_format
+
+    from xmc import pb  # noqa: F401 - registers cloud.xmanager.v1 types for the Any
+    from xmc.task_signing import InvalidTask, decode
+
+    try:
+        task = decode(bytes(payload))
+        return json_format.MessageToJson(task, indent=2, sort_keys=True)
+    except (InvalidTask, json_format.Error, TypeError) as exc:
+        return f"(undecodable: {exc}) {bytes(payload)[:200]!r}"
+
+
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("task_name", "task_type", "error_code", "attempts", "created_time", "requeued_time")
+    list_display = ("task_name", "task_type", "error_code", "operation", "attempts", "created_time", "requeued_time")
     list_filter = ("task_type", "error_code")
+    readonly_fields = ("task_name", "task_type", "operation", "error_code", "error_message", "attempts",
+                       "created_time", "requeued_time", "task")
+    exclude = ("payload",)
+    actions = [requeue_dead_letters]
+
+    @admin.display(description="task (decoded)")
+    def task(self, obj: DeadLetter) -> str:
+        return format_html("<pre>{}</pre>", decoded_task(obj.payload))
 
 
 @admin.register(SchedulingSwitch)

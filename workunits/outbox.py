@@ -4,9 +4,9 @@ Services call ``send_on_commit(operation_ids)`` inside their transaction; the
 ids are handed to ``deliver`` only after the transaction commits, so nothing
 uncommitted is ever sent. The Operation row is the outbox: an operation that
 is not done and has no ``dispatched_time`` has not reached the broker, and
-the periodic sweep (actuator issue) re-sends every row from
-``undispatched_operations``. Until the actuator exists, ``deliver`` only
-logs, and operations stay pending, which is the truth.
+the periodic sweep (``k8s_bridge.tasks.sweep_outbox``, run by beat) re-sends
+every row from ``undispatched_operations``: a request committed while the
+broker was down is still carried out.
 """
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
+from workunits.choices import TaskType
 from workunits.models import Operation
 from xmc import task_signing
 from xmc.celery import Queue, app
@@ -27,13 +29,64 @@ log = logging.getLogger(__name__)
 
 
 def deliver(operation_ids: Sequence[int]) -> None:
-    """Hand committed operations to the actuator queue.
+    """Hand committed operations to the actuator queue, one signed Task each.
 
-    The actuator issue replaces the body with the signed-task send; it must
-    set ``dispatched_time`` only after the broker accepted the task and call
-    ``workunits.services.record_enqueue_failure`` when it could not.
+    For each operation that is not done: a pending Create/Restart whose
+    cancellation was requested ends CANCELLED instead of being sent; every
+    other one is built into a Task from its row and published. Only once the
+    broker took it is ``dispatched_time`` set. A publish that fails is
+    counted on the row (the sweep tries again); at
+    ``XMC_OUTBOX_FAILURES_BEFORE_MESSAGE`` failures the execution gets the
+    enqueue-failure system message (``services.record_enqueue_failure``).
     """
-    log.debug("outbox.deliver.no_actuator", extra={"operation_ids": list(operation_ids)})
+    from workunits import services  # services imports this module
+
+    rows = (
+        Operation.objects.filter(id__in=list(operation_ids), done=False)
+        .exclude(task_type="").select_related("work_unit").order_by("id")
+    )
+    for op in rows:
+        if op.requested_cancellation and services.cancel_pending_operation(op.id):
+            continue
+        try:
+            publish(build_task(op))
+        except Exception as exc:
+            attempts = services.record_dispatch_failure(op.id)
+            log.warning("outbox.publish_failed",
+                        extra={"operation": op.id, "attempts": attempts, "error": str(exc)})
+            if attempts == settings.XMC_OUTBOX_FAILURES_BEFORE_MESSAGE:
+                services.record_enqueue_failure(op.id, f"{type(exc).__name__}: {exc}")
+            continue
+        services.mark_operation_dispatched(op.id)
+
+
+def build_task(op: Operation) -> task_pb2.Task:
+    """The unsigned Task an operation row stands for (``publish`` signs it)."""
+    from lifecycle.hooks import notify_when_for
+    from xmc import convert
+
+    wu = op.work_unit
+    if wu is None:
+        raise ValueError(f"operation {op.id} has no work unit: nothing to send")
+    task = task_pb2.Task(
+        type=task_pb2.Task.Type.Value(op.task_type),
+        xid=op.experiment_id,
+        wid=wu.wid,
+        eid=op.eid or 0,
+        target_eid=op.target_eid or 0,
+        operation_name=op.name,
+        operation_time_ns=convert.ns_from_datetime(op.create_time),
+        notify_when=notify_when_for(op.experiment_id, wu.wid),
+    )
+    if op.task_type in (TaskType.CREATE, TaskType.RESTART):
+        task.work_unit.Pack(convert.work_unit_to_proto(wu))
+    elif op.task_type == TaskType.UPDATE:
+        task.update_mask.paths.append(NOTIFY_WHEN_PATH)
+    return task
+
+
+#: The one update-mask path an Update task knows today.
+NOTIFY_WHEN_PATH = "metadata.annotations.notify-when"
 
 
 #: The actuator's Celery task for each Task type (one positional argument:
@@ -66,7 +119,15 @@ def publish(task: task_pb2.Task) -> None:
     rely on the Operation row (outbox) or the PausedTask row staying behind.
     """
     task_signing.sign(task)
-    app.send_task(ACTUATOR_TASK_NAMES[task.type], args=[encode_task(task)], queue=Queue.ACTUATOR.value)
+    app.send_task(
+        ACTUATOR_TASK_NAMES[task.type], args=[encode_task(task)], queue=Queue.ACTUATOR.value,
+        retry=True, retry_policy=PUBLISH_RETRY_POLICY,
+    )
+
+
+#: kombu's publish retry: a few quick tries, then the caller records the failure
+#: (a request must not hang on a dead broker; the sweep tries again later).
+PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.4, "interval_max": 1.0}
 
 
 def send_on_commit(operation_ids: Sequence[int]) -> None:

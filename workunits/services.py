@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Field, Q
 from django.utils import timezone
 
 from experiments import services as experiment_services
@@ -48,7 +48,7 @@ from workunits.choices import (
     WorkUnitType,
     Writer,
 )
-from workunits.models import Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
+from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.validation import validate_executable, validate_work_unit_request
 from xmc import convert, limits, pb
@@ -693,16 +693,20 @@ def update_work_unit(
 
 
 def record_enqueue_failure(operation_id: int, error: str, *, now: datetime | None = None) -> list[Transition]:
-    """The broker refused a task: say so on the execution (ERROR, no force).
+    """The broker kept refusing a task: say so on the execution (no force).
 
-    A masked ``status.system_message`` update, so an existing ERROR message
-    is kept (it explains more than "could not enqueue").
+    STATES.md: a FATAL message when a Create or (batch) Restart could not be
+    enqueued (nothing will ever start it unless the sweep gets through), an
+    ERROR message on the Stop paths. A masked ``status.system_message``
+    update, so the guard keeps a message of higher severity.
     """
     op = Operation.objects.select_related("work_unit").get(id=operation_id)
     if op.work_unit is None or op.eid is None:
         return []
+    Severity = pb.structured_message.StructuredMessage.Severity
+    severity = Severity.FATAL if op.task_type in (TaskType.CREATE, TaskType.RESTART) else Severity.ERROR
     message = convert.to_json(pb.structured_message.StructuredMessage(
-        severity=pb.structured_message.StructuredMessage.Severity.ERROR,
+        severity=severity,
         source=pb.structured_message.StructuredMessage.Source.XMANAGER_BACKEND,
         user_facing_text=f"Could not hand the {op.action_type.lower()} request to the actuator: {error}",
     ))
@@ -712,6 +716,162 @@ def record_enqueue_failure(operation_id: int, error: str, *, now: datetime | Non
             system_message=message, writer=Writer.STATE_SERVER, operation_id=op.id,
         )
     ], now=now)
+
+
+# --- Operation completion (the actuator's only writes) ---------------------------------
+
+
+#: google.rpc.Code.CANCELLED
+CANCELLED_CODE = 1
+
+
+def mark_operation_dispatched(operation_id: int, *, now: datetime | None = None) -> bool:
+    """The broker took the operation's task: it has left the outbox (first time only).
+
+    One conditional UPDATE (its own transaction): the hot path of every request.
+    """
+    now = now or timezone.now()
+    return bool(Operation.objects.filter(id=operation_id, dispatched_time__isnull=True).update(
+        dispatched_time=now, dispatch_attempts=F("dispatch_attempts") + 1,
+    ))
+
+
+def record_dispatch_failure(operation_id: int) -> int:
+    """One more failed hand-over to the broker; returns the attempts so far."""
+    with transaction.atomic(durable=True):
+        Operation.objects.filter(id=operation_id).update(dispatch_attempts=F("dispatch_attempts") + 1)
+        return int(Operation.objects.filter(id=operation_id).values_list("dispatch_attempts", flat=True).first() or 0)
+
+
+def complete_operation(
+    operation_id: int,
+    *,
+    response: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Mark an operation done with its response or error, exactly once.
+
+    Returns False (and writes nothing) when it was already done or is gone, so
+    a redelivered task can never finish an operation twice: the write is one
+    ``UPDATE ... WHERE done = false``, and only the caller whose update hit
+    the row goes on. A work-unit operation's response defaults to its
+    WorkUnit. When the last child of a batch operation is done, the parent is
+    done too (in the same transaction): its response lists the children's
+    work units, or it carries the first child's error.
+    """
+    now = now or timezone.now()
+    op = Operation.objects.select_related("work_unit").filter(id=operation_id).first()
+    if op is None or op.done:
+        return False
+    if error is None and response is None and op.work_unit is not None:
+        response = convert.packed_json(convert.work_unit_to_proto(op.work_unit))
+    fields = {"done": True, "end_time": now, "response": None if error else response, "error": error}
+    if op.parent_id is None:
+        return bool(Operation.objects.filter(id=operation_id, done=False).update(**fields))
+    with transaction.atomic(durable=True):
+        if not Operation.objects.filter(id=operation_id, done=False).update(**fields):
+            return False
+        _complete_parent(op.parent_id, now)
+        return True
+
+
+def _complete_parent(parent_id: int, now: datetime) -> None:
+    parent = Operation.objects.select_for_update(no_key=True).get(id=parent_id)
+    if parent.done:
+        return
+    children = list(Operation.objects.filter(parent_id=parent_id).select_related("work_unit").order_by("id"))
+    if any(not child.done for child in children):
+        return
+    failed = next((child for child in children if child.error), None)
+    if failed is not None:
+        _finish(parent, now, error=failed.error)
+    else:
+        exp = Experiment.objects.get(id=parent.experiment_id)
+        _finish(parent, now, response=_batch_response(exp, [c.work_unit for c in children if c.work_unit]))
+
+
+def cancel_pending_operation(operation_id: int, *, now: datetime | None = None) -> bool:
+    """CancelOperation made real: a Create/Restart whose task has not run ends CANCELLED.
+
+    Called by the outbox before sending and by the actuator before it acts;
+    True when the operation was cancelled here (the caller then skips it).
+    """
+    op = Operation.objects.filter(id=operation_id).values("requested_cancellation", "task_type", "done").first()
+    if op is None or op["done"] or not op["requested_cancellation"]:
+        return False
+    if op["task_type"] not in (TaskType.CREATE, TaskType.RESTART):
+        return False
+    return complete_operation(
+        operation_id, error={"code": CANCELLED_CODE, "message": "cancelled before the actuator ran it"}, now=now,
+    )
+
+
+def purge_done_operations(*, older_than: datetime) -> int:
+    """Delete done operations whose ``end_time`` is before ``older_than`` (the 90-day clean-up).
+
+    Batch parents go last: a child still referring to a parent keeps it (the
+    parent's deletion would cascade to children that are not old enough).
+    """
+    with transaction.atomic(durable=True):
+        old = Operation.objects.filter(done=True, end_time__lt=older_than)
+        deleted, _ = old.filter(parent__isnull=False).delete()
+        parents, _ = old.filter(parent__isnull=True).exclude(children__end_time__gte=older_than).exclude(
+            children__done=False).delete()
+        return int(deleted) + int(parents)
+
+
+def record_dead_letter(
+    *,
+    task_name: str,
+    task_type: str,
+    payload: bytes,
+    operation_id: int | None,
+    error_code: str,
+    error_message: str,
+    attempts: int,
+    now: datetime | None = None,
+) -> DeadLetter:
+    """Store a task that failed permanently or ran out of retries."""
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        if operation_id is not None and not Operation.objects.filter(id=operation_id).exists():
+            operation_id = None
+        return DeadLetter.objects.create(
+            task_name=task_name, task_type=task_type, payload=payload, operation_id=operation_id,
+            error_code=error_code, error_message=error_message[:10_000], attempts=attempts, created_time=now,
+        )
+
+
+def requeue_dead_letter(dead_letter_id: int, *, now: datetime | None = None) -> Operation:
+    """Send a dead-lettered task's operation again (the admin's re-queue action).
+
+    The task is rebuilt from the Operation row, never replayed from the stored
+    payload (which may be the tampered one): the operation is reopened
+    (``done``/``error``/``dispatched_time`` cleared) and handed to the outbox
+    after commit. A dead letter without an operation cannot be re-queued.
+    """
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        dead = DeadLetter.objects.select_for_update().get(id=dead_letter_id)
+        if dead.operation_id is None:
+            raise FailedPrecondition(
+                f"dead letter {dead_letter_id} has no operation to send again (an invalid task)", field="operation"
+            )
+        op = Operation.objects.select_for_update(no_key=True).get(id=dead.operation_id)
+        op.done = False
+        op.end_time = None
+        op.error = None
+        op.response = None
+        op.dispatched_time = None
+        op.save(update_fields=["done", "end_time", "error", "response", "dispatched_time"])
+        if op.parent_id is not None:
+            Operation.objects.filter(id=op.parent_id, done=True).update(done=False, end_time=None, error=None,
+                                                                       response=None)
+        dead.requeued_time = now
+        dead.save(update_fields=["requeued_time"])
+        outbox.send_on_commit([op.id])
+        return op
 
 
 def _batch_response(exp: Experiment, work_units: Sequence[WorkUnit]) -> dict[str, Any]:
@@ -732,8 +892,10 @@ def _finish(op: Operation, now: datetime, *, response: dict[str, Any] | None = N
 def request_operation_cancellation(operation_id: int, *, requester: Requester = SYSTEM) -> Operation:
     """CancelOperation: record the request; a done operation is left as it is.
 
-    Work already handed to the actuator is not interrupted (stop the work
-    unit for that); the flag is visible in the operation's metadata.
+    A pending Create or Restart whose task has not run yet is then skipped
+    and ends CANCELLED (the outbox and the actuator check the flag, see
+    ``cancel_pending_operation``); work the actuator already did is not undone
+    (stop the work unit for that). The flag is visible in the metadata.
     """
     with transaction.atomic(durable=True):
         op = Operation.objects.select_for_update(no_key=True).get(id=operation_id)

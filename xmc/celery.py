@@ -43,11 +43,9 @@ app.conf.update(
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
+    # Defaults; the actuator's tasks declare their own (XMC_ACTUATOR_SOFT_TIME_LIMIT_S).
     task_soft_time_limit=60,
     task_time_limit=90,
-    # A message not acknowledged within this window is redelivered by Redis;
-    # it must exceed the longest task (and any countdown/eta retry).
-    broker_transport_options={"visibility_timeout": 3600},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
@@ -60,3 +58,25 @@ def _refuse_an_insecure_secret(**kwargs: object) -> None:
     from xmc.checks import require_deploy_checks
 
     require_deploy_checks()
+
+
+#: Periodic sweeps run by ``celery -A xmc beat`` (task name -> interval setting).
+SWEEP_TASKS = {
+    "xmc.actuator.sweep_outbox": "XMC_OUTBOX_SWEEP_INTERVAL_S",
+    "xmc.actuator.purge_operations": None,  # hourly
+}
+
+
+@app.on_after_configure.connect
+def _beat_schedule(sender: Celery, **_: object) -> None:
+    """The beat schedule, read from settings once Django's settings are loaded."""
+    from django.conf import settings
+
+    sender.conf.beat_schedule = {
+        name: {
+            "task": name,
+            "schedule": float(getattr(settings, interval)) if interval else 3600.0,
+            "options": {"queue": Queue.ACTUATOR.value, "expires": 300},
+        }
+        for name, interval in SWEEP_TASKS.items()
+    }

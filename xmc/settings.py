@@ -90,6 +90,22 @@ XMC_WAIT_MAX_S = env.float("XMC_WAIT_MAX_S", default=10.0)
 XMC_K8S_NAMESPACE = env.str("XMC_K8S_NAMESPACE", default="default")
 KUBECONFIG = env.str("KUBECONFIG", default="")
 
+# --- Actuator (k8s_bridge.tasks, workunits.outbox) ----------------------------
+XMC_ACTUATOR_MAX_RETRIES = env.int("XMC_ACTUATOR_MAX_RETRIES", default=8)
+XMC_ACTUATOR_BACKOFF_BASE_S = env.float("XMC_ACTUATOR_BACKOFF_BASE_S", default=1.0)
+XMC_ACTUATOR_BACKOFF_MAX_S = env.float("XMC_ACTUATOR_BACKOFF_MAX_S", default=60.0)
+XMC_ACTUATOR_RESTART_WAIT_RETRIES = env.int("XMC_ACTUATOR_RESTART_WAIT_RETRIES", default=120)
+XMC_ACTUATOR_SOFT_TIME_LIMIT_S = env.int("XMC_ACTUATOR_SOFT_TIME_LIMIT_S", default=60)
+XMC_OUTBOX_SWEEP_INTERVAL_S = env.float("XMC_OUTBOX_SWEEP_INTERVAL_S", default=30.0)
+XMC_OUTBOX_SWEEP_MIN_AGE_S = env.float("XMC_OUTBOX_SWEEP_MIN_AGE_S", default=10.0)
+XMC_OUTBOX_FAILURES_BEFORE_MESSAGE = env.int("XMC_OUTBOX_FAILURES_BEFORE_MESSAGE", default=3)
+XMC_OPERATION_RETENTION_DAYS = env.int("XMC_OPERATION_RETENTION_DAYS", default=90)
+XMC_CELERY_VISIBILITY_TIMEOUT_S = env.int("XMC_CELERY_VISIBILITY_TIMEOUT_S", default=3600)
+# A message not acknowledged within this window is redelivered by Redis (a
+# worker that was SIGKILLed gives its tasks back after it); it must exceed the
+# longest task and any countdown of a retry.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": XMC_CELERY_VISIBILITY_TIMEOUT_S}
+
 # --- Artifact lifecycle (feature flag and MLRun) ------------------------------
 XMC_ARTIFACT_LIFECYCLE_ENABLED = env.bool("XMC_ARTIFACT_LIFECYCLE_ENABLED", default=False)
 XMC_MLRUN_ENDPOINT = env.str("XMC_MLRUN_ENDPOINT", default="")

@@ -1,0 +1,125 @@
+"""Run one actuator task: verify, hold if paused, skip if cancelled, handle, classify.
+
+The Celery tasks in ``k8s_bridge.tasks`` are one line each around
+:func:`run`. Order of business:
+
+1. decode and verify the signature (``xmc.task_signing``); an unsigned,
+   tampered, expired or unknown-key task, or one sent under the wrong task
+   name, is dead-lettered and never reaches the cluster;
+2. Create/Restart/Update: ``pause.hold_if_paused`` (the task is stored, done);
+3. the Operation row: already done -> return quietly (a redelivery);
+   a Create/Restart whose cancellation was requested ends CANCELLED;
+4. the handler; ``RetryLater`` and retryable errors come back through a
+   Celery retry with exponential backoff and jitter; a permanent error, or a
+   retryable one past ``XMC_ACTUATOR_MAX_RETRIES``, completes the operation
+   with the error and writes a DeadLetter row.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from k8s_bridge.actuator import pause
+from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
+from k8s_bridge.errors import backoff_seconds, classify
+from workunits import outbox, services
+from workunits.models import Operation
+from xmc import task_signing
+from xmc.protos import task_pb2
+
+log = logging.getLogger(__name__)
+
+_OPERATION_NAME = re.compile(r"^experiments/(\d+)(?:/workUnits/(\d+))?/operations/(\d+)$")
+_PAUSABLE = (task_pb2.Task.CREATE, task_pb2.Task.RESTART, task_pb2.Task.UPDATE)
+_CANCELLABLE = (task_pb2.Task.CREATE, task_pb2.Task.RESTART)
+
+
+@dataclass(frozen=True)
+class OperationView:
+    id: int
+    done: bool
+    requested_cancellation: bool
+
+
+def operation_of(task: task_pb2.Task) -> OperationView | None:
+    """The Operation row a (verified) task stands for, when it names one that matches it."""
+    match = _OPERATION_NAME.match(task.operation_name)
+    if match is None:
+        return None
+    xid, wid, op_id = int(match[1]), match[2], int(match[3])
+    if xid != task.xid or (wid is not None and int(wid) != task.wid):
+        return None
+    row = Operation.objects.filter(id=op_id, experiment_id=xid).values("done", "requested_cancellation").first()
+    if row is None:
+        return None
+    return OperationView(op_id, bool(row["done"]), bool(row["requested_cancellation"]))
+
+
+def _raw(payload: str) -> bytes:
+    try:
+        return base64.b64decode(payload.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return payload.encode("utf-8", "replace")
+
+
+def run(celery_task: Any, payload: str, expected: int) -> None:
+    name = outbox.ACTUATOR_TASK_NAMES[expected]
+    type_name = task_pb2.Task.Type.Name(expected)
+    attempts = int(getattr(celery_task.request, "retries", 0) or 0) + 1
+    try:
+        task = outbox.decode_task(payload)
+        task_signing.verify(task)
+        if task.type != expected:
+            raise task_signing.InvalidTask(f"a {task_pb2.Task.Type.Name(task.type)} task sent as {name}")
+    except task_signing.InvalidTask as exc:
+        log.warning("actuator.invalid_task", extra={"task": name, "error": str(exc)})
+        c = classify(exc)
+        services.record_dead_letter(task_name=name, task_type=type_name, payload=_raw(payload), operation_id=None,
+                                    error_code=c.code, error_message=c.message, attempts=attempts)
+        return
+
+    if task.type in _PAUSABLE and pause.hold_if_paused(task):
+        return
+    op = operation_of(task)
+    operation_id = op.id if op is not None else None
+    if op is not None:
+        if op.done:
+            return  # a redelivery of finished work
+        if op.requested_cancellation and task.type in _CANCELLABLE and services.cancel_pending_operation(op.id):
+            return
+    try:
+        HANDLERS[task.type](task, operation_id)
+    except RetryLater as wait:
+        retries = celery_task.request.retries or 0
+        if retries < settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES:
+            countdown = backoff_seconds(retries, base=0.5, cap=10.0)
+            log.info("actuator.wait", extra={"task": name, "reason": str(wait), "countdown": countdown})
+            raise celery_task.retry(countdown=countdown, max_retries=settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES)
+        _give_up(task, name, payload, operation_id, "DEADLINE_EXCEEDED", str(wait), attempts)
+    except Exception as exc:
+        c = classify(exc)
+        retries = celery_task.request.retries or 0
+        if not c.permanent and retries < settings.XMC_ACTUATOR_MAX_RETRIES:
+            countdown = backoff_seconds(retries, base=settings.XMC_ACTUATOR_BACKOFF_BASE_S,
+                                        cap=settings.XMC_ACTUATOR_BACKOFF_MAX_S)
+            log.warning("actuator.retry", extra={"task": name, "code": c.code, "error": c.message,
+                                                 "countdown": countdown})
+            raise celery_task.retry(exc=exc, countdown=countdown, max_retries=settings.XMC_ACTUATOR_MAX_RETRIES)
+        _give_up(task, name, payload, operation_id, c.code, c.message, attempts)
+
+
+def _give_up(task: task_pb2.Task, name: str, payload: str, operation_id: int | None, code: str, message: str,
+             attempts: int) -> None:
+    from k8s_bridge.errors import CODES
+
+    log.error("actuator.dead_letter", extra={"task": name, "code": code, "error": message})
+    if operation_id is not None:
+        services.complete_operation(operation_id, error={"code": CODES.get(code, 2), "message": message})
+    services.record_dead_letter(task_name=name, task_type=task_pb2.Task.Type.Name(task.type), payload=_raw(payload),
+                                operation_id=operation_id, error_code=code, error_message=message,
+                                attempts=attempts)

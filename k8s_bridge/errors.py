@@ -1,0 +1,119 @@
+"""The one place that decides whether an actuator failure is worth a retry.
+
+STATES.md ("Actuator preconditions"): NotFound, InvalidArgument,
+FailedPrecondition and PermissionDenied, and the API server's 422 Invalid,
+are permanent: the task is not retried, its operation is marked done with
+the error and the task goes to the dead-letter store. Every other failure
+(connection errors, 409 Conflict, 429, 5xx, timeouts) is retried with
+exponential backoff and jitter up to a limit, then dead-lettered.
+
+A bad signature (``xmc.task_signing.InvalidTask``) is permanent too: it never
+reaches the cluster. The API server's status codes follow
+https://github.com/kubernetes/apimachinery/blob/master/pkg/api/errors/errors.go
+(404 NotFound, 403 Forbidden, 422 Invalid, 400 BadRequest).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from k8s_bridge.client import ApiException
+from xmc import errors as service_errors
+from xmc.task_signing import InvalidTask
+
+#: google.rpc.Code numbers (google/rpc/code.proto) used in Operation.error.
+CODES: dict[str, int] = {
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+}
+
+PERMANENT_CODES: frozenset[str] = frozenset(
+    {"NOT_FOUND", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "PERMISSION_DENIED"}
+)
+
+#: HTTP status of the API server -> canonical code.
+_HTTP_CODES: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "PERMISSION_DENIED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    410: "ABORTED",
+    422: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+@dataclass(frozen=True)
+class Classified:
+    code: str
+    message: str
+    permanent: bool
+
+    def as_status(self) -> dict[str, object]:
+        """The google.rpc.Status stored in ``Operation.error``."""
+        return {"code": CODES.get(self.code, 2), "message": self.message}
+
+
+class ActuatorError(Exception):
+    """A failure a handler raises on purpose, with its canonical code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def classify(exc: BaseException) -> Classified:
+    """Map any exception from a handler to a code and the retry decision."""
+    if isinstance(exc, InvalidTask):
+        return Classified("INVALID_ARGUMENT", f"invalid task: {exc}", True)
+    if isinstance(exc, ActuatorError):
+        return Classified(exc.code, exc.message, exc.code in PERMANENT_CODES)
+    if isinstance(exc, service_errors.ServiceError):
+        return Classified(exc.code, exc.message, exc.code in PERMANENT_CODES)
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        code = _HTTP_CODES.get(status, "UNAVAILABLE" if status == 0 or status >= 500 else "UNKNOWN")
+        reason = exc.reason or ""
+        return Classified(code, f"Kubernetes API {status} {reason}: {_body_message(exc)}".strip(),
+                          code in PERMANENT_CODES)
+    return Classified("UNAVAILABLE", f"{type(exc).__name__}: {exc}", False)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    return classify(exc).permanent
+
+
+def _body_message(exc: ApiException) -> str:
+    import json
+
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return str(exc.body or "")[:500]
+    return str(body.get("message", ""))[:500] if isinstance(body, dict) else ""
+
+
+def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with "equal jitter": uniform in [c/2, c], c = min(cap, base * 2**attempt).
+
+    ``attempt`` counts from 0. The jitter (AWS Architecture Blog, "Exponential
+    Backoff And Jitter") spreads retries of many tasks that failed together;
+    the lower half keeps a minimum wait so a retry never comes back at once.
+    """
+    ceiling = min(cap, base * (2 ** max(0, attempt)))
+    return (rng or random).uniform(ceiling / 2, ceiling)
