@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from k8s_bridge.reconciler import metrics
 from workunits import state as guards
@@ -206,6 +206,12 @@ class UpdateBatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def _loop(self) -> None:
         while not self._stopping.is_set():
             delay = self.flush_interval_s
             if self.failures:

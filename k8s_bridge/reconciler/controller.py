@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from k8s_bridge import client
@@ -497,6 +497,12 @@ class Reconciler:
         return len(batch)
 
     def _worker(self) -> None:
+        try:
+            self._work()
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def _work(self) -> None:
         last_positions = time.monotonic()
         last_metadata = 0.0
         while not self._stop.is_set():
@@ -524,6 +530,7 @@ class Reconciler:
             except Exception:
                 close_old_connections()
                 log.exception("reconciler.resync_failed")
+        connection.close()
 
     def start(self, *, sync_timeout: float = 60.0) -> None:
         """Start informers, wait for their first lists, run one resync (with sweep), start the loops."""
