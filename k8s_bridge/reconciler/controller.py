@@ -127,6 +127,7 @@ class Reconciler:
         self._last_put: dict[Key, tuple[Any, ...]] = {}
         self._last_state: dict[Key, str] = {}
         self._waiting_seen: dict[str, str] = {}
+        self._deleted_pods: dict[Key, dict[str, Obj]] = {}
         self._metadata_written: dict[ExecutionKey, dict[str, Any]] = {}
         self._metadata_pending: dict[ExecutionKey, dict[str, Any]] = {}
         self._contexts: dict[tuple[int, int, int], hooks.JobSetContext] = {}
@@ -157,6 +158,7 @@ class Reconciler:
                     self._last_put.pop(key, None)
                     self._last_state.pop(key, None)
                     self._dirty.pop(key, None)
+                    self._deleted_pods.pop(key, None)
                 return
             self._mark(key)
         elif kind == "workloads":
@@ -177,12 +179,20 @@ class Reconciler:
             if not js_name:
                 return
             js_key = (ns, js_name)
+            phase = (obj.get("status") or {}).get("phase")
+            owner = self.jobsets[ns].get(js_key) if ns in self.jobsets else None
+            # Pods deleted by a suspension (preemption) or with their JobSet are not failures.
+            counted = owner is not None and not (owner.get("spec") or {}).get("suspend") and not (
+                owner.get("metadata") or {}).get("deletionTimestamp")
             with self._lock:
                 members = self._pods_by_jobset.setdefault(js_key, set())
                 if event_type == "DELETED":
                     members.discard(key_of(obj))
                 else:
                     members.add(key_of(obj))
+                if counted and (event_type == "DELETED" or md.get("deletionTimestamp")) and phase != "Succeeded":
+                    # The Job controller counts it as failed; remember it to explain a failure later.
+                    self._deleted_pods.setdefault(js_key, {})[str(md.get("name"))] = obj
             self._mark(js_key)
 
     # --- one JobSet -----------------------------------------------------------------------
@@ -202,6 +212,14 @@ class Reconciler:
         if informer is None:
             return []
         return [p for p in (informer.get(k) for k in members) if p is not None]
+
+    def _deleted_for(self, key: Key, jobset_uid: str) -> list[Obj]:
+        """Pods of this JobSet (this incarnation: same UID) deleted before they succeeded."""
+        with self._lock:
+            pods = list(self._deleted_pods.get(key, {}).values())
+        return [p for p in pods
+                if ((p.get("metadata") or {}).get("labels") or {}).get("jobset.sigs.k8s.io/jobset-uid", jobset_uid)
+                == jobset_uid]
 
     def _context(self, jobset: Obj, ek: ExecutionKey) -> hooks.JobSetContext:
         md = jobset.get("metadata") or {}
@@ -243,6 +261,7 @@ class Reconciler:
             jobset, workload, pods, now=self._now(), grace=timedelta(seconds=self.options.grace_s),
             position=position, preemptor_priority=preemptor_priority,
             waiting_on=waiting or self._waiting_seen.get(uid, ""), cluster_name=self.options.cluster_name,
+            deleted_pods=self._deleted_for(key, uid),
         )
         if observation is None:
             return None
@@ -338,7 +357,8 @@ class Reconciler:
         uid = str(md.get("uid", ""))
         state = mapping.to_work_unit_state(jobset)
         mask: tuple[str, ...] = (guards.STATE, guards.DETAILED_STATUS, guards.SCHEDULING_INFORMATION)
-        message = mapping.failure_explanation(self._pods_for(key)) if state == S.FAILED else None
+        message = (mapping.failure_explanation(self._pods_for(key), self._deleted_for(key, uid))
+                   if state == S.FAILED else None)
         if message is not None:
             mask += (guards.SYSTEM_MESSAGE,)
         update = guards.ExecutionUpdate(

@@ -213,15 +213,15 @@ def eviction_text(evicted: Mapping[str, Any], *, preemptor_priority: int | None,
     message = str(evicted.get("message") or "")
     if reason == "Preempted":
         who = f" with priority {preemptor_priority}" if preemptor_priority is not None else ""
-        return f"Preempted by a higher-priority workload{who}; waiting to be admitted again. ({message})"
+        return f"Evicted (Preempted) by a higher-priority workload{who}; waiting to be admitted again. ({message})"
     if reason == "PodsReadyTimeout":
         waited = f" Pods were waiting on: {waiting_on}." if waiting_on else ""
-        return (f"Evicted because its pods were not all ready within Kueue's waitForPodsReady timeout;"
-                f" requeued with backoff.{waited} ({message})")
+        return (f"Evicted (PodsReadyTimeout): its pods were not all ready within Kueue's waitForPodsReady"
+                f" timeout; requeued with backoff.{waited} ({message})")
     if reason.startswith("Deactivated"):
-        return f"The workload was deactivated ({reason}); it will not be admitted until reactivated. ({message})"
+        return f"Evicted ({reason}): the workload was deactivated; it will not be admitted until reactivated. ({message})"
     if reason in ("ClusterQueueStopped", "LocalQueueStopped"):
-        return f"Evicted because its queue was stopped ({reason}); waiting for the queue to resume. ({message})"
+        return f"Evicted ({reason}): its queue was stopped; waiting for the queue to resume. ({message})"
     return f"Evicted ({reason}); waiting to be admitted again. ({message})"
 
 
@@ -329,10 +329,19 @@ def startup_diagnostic(jobset: Obj, pods: Sequence[Obj], *, now: datetime, grace
     return _message("ERROR", KUBERNETES, f"Cannot start: {first.describe()}{more}")
 
 
-def failure_explanation(pods: Sequence[Obj]) -> dict[str, Any] | None:
-    """Explain OOM kills and pods lost with their node (for PARTIALLY_FAILED / FAILED)."""
+def failure_explanation(pods: Sequence[Obj], deleted: Sequence[Obj] = ()) -> dict[str, Any] | None:
+    """Explain OOM kills and pods lost with their node (for PARTIALLY_FAILED / FAILED).
+
+    ``deleted`` are pods that were deleted before they succeeded (the Job
+    controller counts them as failed, reference §5.19); they are gone from
+    the cluster by the time the JobSet fails, so the caller remembers them.
+    """
     oom: list[str] = []
     lost: list[str] = []
+    for pod in deleted:
+        node = (pod.get("spec") or {}).get("nodeName") or "its node"
+        why = (pod.get("status") or {}).get("reason") or "deleted"
+        lost.append(f"pod {(pod.get('metadata') or {}).get('name', '')} on {node} ({why})")
     for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name", ""))):
         md = pod.get("metadata") or {}
         status = pod.get("status") or {}
@@ -353,7 +362,8 @@ def failure_explanation(pods: Sequence[Obj]) -> dict[str, Any] | None:
     if oom:
         parts.append("Out of memory (OOMKilled): " + ", ".join(sorted(set(oom))[:3]))
     if lost:
-        parts.append("Pod lost with its node or deleted (counts as a failure): " + ", ".join(lost[:3]))
+        unique = list(dict.fromkeys(lost))
+        parts.append("Pod lost with its node or deleted (counts as a failure): " + ", ".join(unique[:3]))
     if not parts:
         return None
     return _message("ERROR", KUBERNETES, "; ".join(parts))
@@ -417,6 +427,7 @@ def observe(
     preemptor_priority: int | None = None,
     waiting_on: str = "",
     cluster_name: str = "",
+    deleted_pods: Sequence[Obj] = (),
 ) -> Observation | None:
     key = execution_key(jobset)
     if key is None:
@@ -428,7 +439,7 @@ def observe(
                                       waiting_on=waiting_on or waiting_summary(pods))
     message = None
     if state in (S.PARTIALLY_FAILED, S.FAILED):
-        message = failure_explanation(pods)
+        message = failure_explanation(pods, deleted_pods)
     elif state in (S.STARTING, S.RUNNING, S.SCHEDULING):
         message = startup_diagnostic(jobset, pods, now=now, grace=grace)
     return Observation(

@@ -100,3 +100,87 @@ def test_it_explains_a_preemption_and_runs_again(make_cluster, make_reconciler) 
     assert execution(low).scheduling_information is None
     states = history(low)
     assert states.count(S.RUNNING) >= 2 and S.SCHEDULING in states[states.index(S.RUNNING):]
+
+
+def test_it_marks_a_failing_job_failed_after_its_restarts(cluster: Cluster, reconciler) -> None:
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=1s;run=3s;exit=1", failure_policy={"maxRestarts": 1})
+    eventually(lambda: state_of(wu) == S.FAILED, timeout=90, what="FAILED")
+    states = history(wu)
+    assert states[-1] == S.FAILED
+    assert set(states) <= {S.INITIALIZING, S.SCHEDULING, S.STARTING, S.RUNNING, S.PARTIALLY_FAILED, S.FAILED}
+    ex = execution(wu)
+    assert ex.detailed_status["jobsetStatus"]["restarts"] == 1
+    assert any(c["type"] == "Failed" and c["status"] == "True" for c in ex.detailed_status["jobsetStatus"]["conditions"])
+    assert ex.complete_time is not None
+
+
+
+def test_it_reports_an_image_pull_failure_after_the_grace_period_then_the_eviction(make_cluster, make_reconciler) -> None:
+    cluster = make_cluster(kueue={"waitForPodsReady": {
+        "enable": True, "timeout": "60s",
+        "requeuingStrategy": {"backoffBaseSeconds": 600, "backoffMaxSeconds": 3600, "backoffLimitCount": None},
+    }})
+    make_reconciler(grace_s=20.0)
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=fail:ImagePullBackOff", image="gcr.io/proj/missing:v9")
+
+    def error_message():
+        message = execution(wu).system_message or {}
+        return message if message.get("severity") == "ERROR" else None
+
+    admitted_at = eventually(lambda: state_of(wu) == S.STARTING and cluster.now(), what="STARTING")
+    message = eventually(error_message, what="ERROR system message")
+    assert (cluster.now() - admitted_at).total_seconds() >= 20 - 1
+    text = message["userFacingText"]
+    assert "gcr.io/proj/missing:v9" in text and "container main" in text
+    assert "ImagePullBackOff" in text or "ErrImagePull" in text
+    assert f"xmc-{exp.id}-{wu.wid}-main-0-0" in text
+
+    def evicted():
+        ex = execution(wu)
+        info = ex.scheduling_information or {}
+        return ex.state == S.SCHEDULING and "PodsReadyTimeout" in info.get("userFacingText", "") and info
+
+    info = eventually(evicted, what="evicted by PodsReadyTimeout, explained")
+    assert "ImagePullBackOff" in info["userFacingText"] or "ErrImagePull" in info["userFacingText"]
+    assert execution(wu).system_message is None  # the state changed: the startup diagnostic is reset
+
+
+def test_it_stops_through_the_finalizer(cluster: Cluster, reconciler) -> None:
+    from workunits import services
+
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    services.stop_work_units(exp.id, [wu.wid], batch=False)
+    assert state_of(wu) == S.STOPPING
+    cluster.delete_jobset(wu)  # what the actuator's Delete task does
+    eventually(lambda: state_of(wu) == S.STOPPED, what="STOPPED")
+    eventually(lambda: cluster.jobset(wu) is None, what="JobSet gone once the finalizer is removed")
+    assert history(wu)[-2:] == [S.STOPPING, S.STOPPED]
+
+
+def test_it_follows_a_restart_and_leaves_the_old_execution_alone(cluster: Cluster, reconciler) -> None:
+    from workunits import services
+
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    eventually(lambda: state_of(wu) == S.RUNNING, what="eid 1 RUNNING")
+    services.restart_work_units(exp.id, [wu.wid], batch=False)
+    old = execution(wu, 1)
+    old_history = list(StatusHistory.objects.filter(execution=old).values_list("id", flat=True))
+    assert state_of(wu) == S.RESTARTING and execution(wu).eid == 2
+    # The actuator's Restart: delete the eid-1 JobSet, wait until it is gone, create eid 2 (same name).
+    cluster.delete_jobset(wu)
+    eventually(lambda: cluster.jobset(wu) is None, what="eid-1 JobSet gone (finalizer removed although fenced)")
+    cluster.create_jobset(wu, 2, script="pull=1s;run=300s;exit=0")
+    eventually(lambda: state_of(wu, 2) == S.RUNNING, what="eid 2 RUNNING")
+    assert [s for s in history(wu) if s != S.STARTING][:3] == [S.RESTARTING, S.SCHEDULING, S.RUNNING]
+    old.refresh_from_db()
+    assert old.state == S.RUNNING and old.execution_state == "INACTIVE"
+    assert list(StatusHistory.objects.filter(execution=old).values_list("id", flat=True)) == old_history
