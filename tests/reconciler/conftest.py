@@ -42,7 +42,9 @@ class Cluster:
     def create_jobset(self, wu: WorkUnit, eid: int | None = None, *, script: str = "pull=1s;run=5s;exit=0",
                       replicas: int = 1, pods: int = 1, queue: str = "cpu-queue", cpu: str = "1",
                       priority_class: str | None = None, failure_policy: dict[str, Any] | None = None,
-                      image: str = "busybox:1.36", backoff_limit: int = 0) -> dict[str, Any]:
+                      image: str = "busybox:1.36", backoff_limit: int = 0,
+                      extra_jobs: dict[str, str] | None = None, success_policy: dict[str, Any] | None = None,
+                      ) -> dict[str, Any]:
         wu.refresh_from_db()
         eid = eid or wu.current_eid
         container: dict[str, Any] = {"name": "main", "image": image, "resources": {"requests": {"cpu": cpu}}}
@@ -56,16 +58,22 @@ class Cluster:
         }
         if priority_class:
             labels["kueue.x-k8s.io/priority-class"] = priority_class
-        spec: dict[str, Any] = {
-            "suspend": True,
-            "replicatedJobs": [{
-                "name": "main", "replicas": replicas,
+        def rjob(name: str, script: str, replicas: int) -> dict[str, Any]:
+            return {
+                "name": name, "replicas": replicas,
                 "template": {"spec": {
                     "parallelism": pods, "completions": pods, "backoffLimit": backoff_limit,
                     "template": {"metadata": {"annotations": {"sim.xmc.dev/script": script}}, "spec": pod_spec},
                 }},
-            }],
+            }
+
+        spec: dict[str, Any] = {
+            "suspend": True,
+            "replicatedJobs": [rjob("main", script, replicas),
+                               *(rjob(n, sc, 1) for n, sc in (extra_jobs or {}).items())],
         }
+        if success_policy is not None:
+            spec["successPolicy"] = success_policy
         if failure_policy is not None:
             spec["failurePolicy"] = failure_policy
         body = {
