@@ -286,7 +286,7 @@ class Reconciler:
             mask=(guards.STATE, guards.DETAILED_STATUS, guards.SCHEDULING_INFORMATION),
             state=obs.state, state_update_time_ns=now_ns, detailed_status=obs.detailed_status,
             scheduling_information=obs.scheduling_information, writer=Writer.RECONCILER,
-            extra={"jobset": key[1]},
+            extra={"jobset": key[1], "resourceVersion": obs.resource_version},
         ), seen=seen)
         if obs.system_message is not None:
             self.batcher.put("pods", guards.ExecutionUpdate(

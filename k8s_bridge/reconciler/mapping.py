@@ -414,6 +414,8 @@ class Observation:
     #: An ERROR diagnostic (startup failure, OOM / node loss) or ``None``.
     system_message: dict[str, Any] | None
     metadata: dict[str, Any]
+    #: the JobSet's resourceVersion this observation was computed from
+    resource_version: str = ""
 
 
 def observe(
@@ -449,4 +451,5 @@ def observe(
         scheduling_information=info,
         system_message=message,
         metadata=execution_metadata(jobset, workload, cluster_name=cluster_name),
+        resource_version=str((jobset.get("metadata") or {}).get("resourceVersion") or ""),
     )
