@@ -212,14 +212,24 @@ class UpdateBatcher:
             connection.close()  # this thread's own database connection
 
     def _loop(self) -> None:
+        last_start = time.monotonic()
         while not self._stopping.is_set():
-            delay = self.flush_interval_s
+            # The interval runs from the start of the previous flush: a flush slower than the
+            # interval is followed at once by the next one (what piled up meanwhile).
+            delay = max(0.0, self.flush_interval_s - (time.monotonic() - last_start))
             if self.failures:
                 delay = min(self._retry_max_s, self._retry_base_s * 2 ** min(self.failures, 10))
-            self._wake.wait(delay)
+            if delay:
+                self._wake.wait(delay)
             self._wake.clear()
             if self._stopping.is_set():
                 break
+            if not self.pending():
+                self._wake.wait(self.flush_interval_s)  # idle: nothing to write
+                self._wake.clear()
+                if not self.pending():
+                    continue
+            last_start = time.monotonic()
             self.flush()
 
     def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:

@@ -154,11 +154,16 @@ class Reconciler:
         if kind == "jobsets":
             key = key_of(obj)
             if event_type == "DELETED":
+                ek = mapping.execution_key(obj)
                 with self._lock:
                     self._last_put.pop(key, None)
                     self._last_state.pop(key, None)
                     self._dirty.pop(key, None)
                     self._deleted_pods.pop(key, None)
+                    self._waiting_seen.pop(str(md.get("uid")), None)
+                    if ek is not None:
+                        self._metadata_written.pop(ek, None)
+                        self._contexts.pop((ek.xid, ek.wid, ek.eid), None)
                 return
             self._mark(key)
         elif kind == "workloads":
@@ -536,10 +541,10 @@ class Reconciler:
                 self.flush_metadata()
             if now - last_positions >= self.options.position_refresh_s:
                 last_positions = now
+                # Queue positions move without any event on our objects: look again (an
+                # unchanged position is not written: the observation fingerprint is the same).
                 with self._lock:
                     scheduling = [k for k, s in self._last_state.items() if s == S.SCHEDULING]
-                    for k in scheduling:
-                        self._last_put.pop(k, None)
                 for k in scheduling:
                     self._mark(k)
 
