@@ -11,8 +11,9 @@ mapping, batcher, guarded service) runs in-process; its write function is
 wrapped to record when each update commits and from which JobSet
 resourceVersion it was computed. A change's lag is cluster change -> first
 committed write computed from that resourceVersion or a newer one. Changes
-superseded before they were observed (latest wins, net no change) are
-counted as absorbed, not as lag.
+no committed write covers by the end (superseded before they were observed
+with no net change, or still behind when the 15 s tail wait ends) are
+counted as "unwritten", not as lag.
 
 Two variants, same run, same data: the batched reconciler
 (``XMC_RECONCILER_FLUSH_INTERVAL_MS`` flushes, one transaction each) and a
@@ -194,7 +195,7 @@ def main() -> None:
                     print(f"rate {rate}/s, {name} ...", flush=True)
                     results.append(run_variant(name, handle.store, keys, rate, args.seconds, naive, args.flush_ms))
             print()
-            print(f"{'rate':>6} {'variant':>8} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8} {'absorbed':>9} "
+            print(f"{'rate':>6} {'variant':>8} {'achieved':>9} {'p50 ms':>8} {'p99 ms':>8} {'unwritten':>9} "
                   f"{'tx':>7} {'tx/change':>10}")
             for r in results:
                 print(f"{r['rate']:>6} {r['variant']:>8} {r['achieved']:>9.0f} {r['p50'] * 1000:>8.0f} "

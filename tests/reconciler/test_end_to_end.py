@@ -191,3 +191,44 @@ def test_it_follows_a_restart_and_leaves_the_old_execution_alone(cluster: Cluste
     old.refresh_from_db()
     assert old.state == S.RUNNING and old.execution_state == "INACTIVE"
     assert list(StatusHistory.objects.filter(execution=old).values_list("id", flat=True)) == old_history
+
+
+def workload_of(wu) -> dict:
+    from k8s_bridge import client
+
+    items = client.custom_objects().list_namespaced_custom_object(
+        client.KUEUE_GROUP, "v1beta1", "default", client.WORKLOAD_PLURAL)["items"]
+    return next(w for w in items if w["metadata"]["ownerReferences"][0]["name"] == f"xmc-{wu.experiment_id}-{wu.wid}")
+
+
+def test_it_explains_a_deactivated_workload(cluster: Cluster, reconciler) -> None:
+    from k8s_bridge import client
+
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    client.custom_objects().patch_namespaced_custom_object(
+        client.KUEUE_GROUP, "v1beta1", "default", client.WORKLOAD_PLURAL, workload_of(wu)["metadata"]["name"],
+        {"spec": {"active": False}})
+
+    def explained():
+        ex = execution(wu)
+        return ex.state == S.SCHEDULING and "Deactivated" in (ex.scheduling_information or {}).get("userFacingText", "")
+
+    eventually(explained, what="SCHEDULING, deactivated")
+
+
+def test_it_explains_a_stopped_queue(cluster: Cluster, reconciler) -> None:
+    from k8s_bridge import client
+
+    client.custom_objects().patch_cluster_custom_object(
+        client.KUEUE_GROUP, "v1beta1", "clusterqueues", "cluster-queue", {"spec": {"stopPolicy": "Hold"}})
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+
+    def explained():
+        ex = execution(wu)
+        text = (ex.scheduling_information or {}).get("userFacingText", "")
+        return ex.state == S.SCHEDULING and "cluster-queue is inactive" in text and text
+
+    assert "cpu-queue" in eventually(explained, what="SCHEDULING, queue stopped")
