@@ -148,7 +148,11 @@ def main() -> int:
             url=f"http://127.0.0.1:{grpc_port} (XMANAGER_ENDPOINT)", ready_url=f"tcp://127.0.0.1:{grpc_port}",
         ))
     if "reconcile" in commands:
-        procs.append(Process("reconciler", manage("reconcile")))
+        metrics_port = free_port(int(os.environ.get("XMC_RECONCILER_METRICS_PORT", "9108")))
+        procs.append(Process(
+            "reconciler", manage("reconcile", "--metrics-port", str(metrics_port)),
+            url=f"http://127.0.0.1:{metrics_port}/metrics", ready_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        ))
     if (ROOT / "xmc" / "celery.py").exists():
         procs.append(Process(
             # -B: beat (the outbox sweep, the operation clean-up) inside the worker.

@@ -913,3 +913,54 @@ def delete_operation(operation_id: int) -> None:
         if not op.done:
             raise FailedPrecondition(f"operation {operation_id} is not done yet", field="name")
         op.delete()
+
+
+# --- Execution metadata (reconciler) -----------------------------------------------------
+
+
+_ADMISSION_FIELDS = frozenset({"resourceFlavor", "nodeSelectors", "multiKueueClusterName"})
+
+
+def record_execution_metadata(
+    items: Sequence[tuple[int, int, int, dict[str, Any]]], *, now: datetime | None = None
+) -> int:
+    """Merge observed ``WorkUnitExecutionMetadata`` fields into current executions.
+
+    ``items`` are ``(xid, wid, eid, fields)`` with proto3 JSON field names
+    (``resourceName``, ``namespace``, ``resourceFlavor``, ``nodeSelectors``,
+    ``multiKueueClusterName``, ``executingCluster``, ``managementCluster``);
+    the reconciler writes them when admission tells it where an execution
+    runs. Fenced like every execution write (only the current execution; a
+    missing work unit is skipped); ``type`` and ``mlrunUrl`` are never touched.
+    One durable transaction; returns how many executions changed.
+    """
+    allowed = {"resourceName", "namespace", "resourceFlavor", "nodeSelectors", "multiKueueClusterName",
+               "executingCluster", "managementCluster", "serviceAccount"}
+    for _, _, _, fields in items:
+        unknown = sorted(set(fields) - allowed)
+        if unknown:
+            raise InvalidArgument(f"metadata fields {unknown} are not observable", field="metadata")
+    if not items:
+        return 0
+    now = now or timezone.now()
+    changed = 0
+    with transaction.atomic(durable=True):
+        work_units = _lock_work_units((xid, wid) for xid, wid, _, _ in items)
+        for xid, wid, eid, fields in items:
+            wu = work_units.get((xid, wid))
+            if wu is None or state.is_fenced(eid, wu.current_eid):
+                continue
+            ex = WorkUnitExecution.objects.filter(work_unit=wu, eid=eid).first()
+            if ex is None:
+                continue
+            metadata = dict(ex.metadata or {})
+            merged = {**metadata, **fields}
+            for name in _ADMISSION_FIELDS - set(fields):
+                merged.pop(name, None)  # no admission now: the flavor no longer applies
+            if merged == metadata:
+                continue
+            ex.metadata = merged
+            ex.update_time = now
+            ex.save(update_fields=["metadata", "update_time"])
+            changed += 1
+    return changed

@@ -3,13 +3,12 @@
 Every rule of docs/architecture/state_machine.md that decides whether and how an execution's
 status changes lives here, over plain data: no ORM, no clock reads (callers
 pass ``now_ns``), no I/O. ``workunits.services.update_work_unit_executions``
-applies these inside its transaction; the reconciler (later) uses
-``to_work_unit_state`` to map what it observes on the cluster.
+applies these inside its transaction. The JobSet -> state table
+(ToWorkUnitState) is the reconciler's: ``k8s_bridge.reconciler.mapping``.
 
 Go names of the source system, for readers of the seeds:
 ``should_update_state`` = ShouldUpdateWorkUnitExecutionState,
-``merge_execution`` = MergeWorkUnitExecution,
-``to_work_unit_state`` = ToWorkUnitState.
+``merge_execution`` = MergeWorkUnitExecution.
 """
 from __future__ import annotations
 
@@ -288,62 +287,3 @@ def best_severity(record: ExecutionRecord | None) -> str | None:
     if not best:
         return None
     return str(best.get("severity", "SEVERITY_UNSPECIFIED"))
-
-
-# --- JobSet -> WorkUnitState ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobSetTotals:
-    replicas: int
-    ready: int
-    active: int
-    succeeded: int
-    failed: int
-
-
-def jobset_totals(jobset: Mapping[str, Any]) -> JobSetTotals:
-    """Sum ``status.replicatedJobsStatus`` counters; replicas come from the spec."""
-    spec = jobset.get("spec") or {}
-    replicas = sum(int(rj.get("replicas", 1) or 0) for rj in spec.get("replicatedJobs") or [])
-    counters = {"ready": 0, "active": 0, "succeeded": 0, "failed": 0}
-    for rjs in (jobset.get("status") or {}).get("replicatedJobsStatus") or []:
-        for key in counters:
-            counters[key] += int(rjs.get(key, 0) or 0)
-    return JobSetTotals(replicas=replicas, **counters)
-
-
-def _condition_true(jobset: Mapping[str, Any], kind: str) -> bool:
-    for condition in (jobset.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind and condition.get("status") == "True":
-            return True
-    return False
-
-
-def to_work_unit_state(jobset: Mapping[str, Any]) -> str:
-    """Map an observed JobSet to a WorkUnitState (first matching rule wins).
-
-    The rule numbers are those of the table in docs/architecture/state_machine.md.
-    """
-    completed = _condition_true(jobset, "Completed")
-    failed = _condition_true(jobset, "Failed")
-    if (jobset.get("metadata") or {}).get("deletionTimestamp"):  # rule 1: finalizer path
-        if completed:
-            return S.COMPLETED
-        if failed:
-            return S.FAILED
-        return S.STOPPED
-    if completed:  # rule 2
-        return S.COMPLETED
-    if failed:  # rule 3
-        return S.FAILED
-    totals = jobset_totals(jobset)
-    if totals.failed > 0:  # rule 4 (8a)
-        return S.PARTIALLY_FAILED
-    if totals.ready > 0 and totals.ready + totals.succeeded >= totals.replicas:  # rule 5
-        return S.RUNNING
-    if totals.active > 0:  # rule 6
-        return S.STARTING
-    if totals.succeeded > 0:  # rule 7 (8b)
-        return S.RUNNING
-    return S.SCHEDULING  # rule 8 (9)

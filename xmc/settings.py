@@ -118,6 +118,12 @@ XMC_RECONCILER_FLUSH_INTERVAL_MS = env.int("XMC_RECONCILER_FLUSH_INTERVAL_MS", d
 XMC_RECONCILER_WRITE_CONNECTIONS = env.int("XMC_RECONCILER_WRITE_CONNECTIONS", default=2)
 XMC_STARTUP_IMAGE_PULL_GRACE_S = env.int("XMC_STARTUP_IMAGE_PULL_GRACE_S", default=120)
 XMC_MAX_STOPPED_WRITE_RETRY_AGE_S = env.int("XMC_MAX_STOPPED_WRITE_RETRY_AGE_S", default=600)
+XMC_RECONCILER_MAX_BATCH = env.int("XMC_RECONCILER_MAX_BATCH", default=500)
+XMC_RECONCILER_RESYNC_S = env.int("XMC_RECONCILER_RESYNC_S", default=300)
+XMC_RECONCILER_LEASE_DURATION_S = env.float("XMC_RECONCILER_LEASE_DURATION_S", default=15.0)
+XMC_RECONCILER_METRICS_PORT = env.int("XMC_RECONCILER_METRICS_PORT", default=9108)
+# Name of this cluster in execution metadata (management/executing cluster); "" leaves it out.
+XMC_K8S_CLUSTER_NAME = env.str("XMC_K8S_CLUSTER_NAME", default="")
 
 # --- Django ------------------------------------------------------------------
 INSTALLED_APPS = [

@@ -10,6 +10,7 @@ import itertools
 
 import pytest
 
+from k8s_bridge.reconciler.mapping import to_work_unit_state
 from workunits import state
 from workunits.choices import TERMINAL, WorkUnitState
 from workunits.state import ExecutionRecord, ExecutionUpdate, merge_execution, should_update_state
@@ -270,14 +271,17 @@ def jobset(*, deleting=False, completed=False, failed=False, replicas=(2,), read
         ("1 deleting", jobset(deleting=True, ready=2), S.STOPPED),
         ("2 completed", jobset(completed=True, failed_jobs=1), S.COMPLETED),
         ("3 failed", jobset(failed=True, ready=2), S.FAILED),
-        ("4 some jobs failed", jobset(failed_jobs=1, ready=2), S.PARTIALLY_FAILED),
-        ("5 all ready", jobset(ready=2, active=2), S.RUNNING),
-        ("5 ready plus succeeded", jobset(ready=1, succeeded=1, active=1), S.RUNNING),
-        ("6 active, not all ready", jobset(ready=1, active=2), S.STARTING),
+        ("4 all ready", jobset(ready=2, active=2), S.RUNNING),
+        ("4 ready plus succeeded", jobset(ready=1, succeeded=1, active=1), S.RUNNING),
+        ("4 before 6: all ready although a job failed", jobset(failed_jobs=1, ready=2, active=2), S.RUNNING),
+        ("5 active, not all ready", jobset(ready=1, active=2), S.STARTING),
+        ("5 before 6: active although a job failed", jobset(failed_jobs=1, active=1), S.STARTING),
+        ("6 failed and nothing active", jobset(failed_jobs=1), S.PARTIALLY_FAILED),
+        ("6 before 7: failed and succeeded", jobset(failed_jobs=1, succeeded=1), S.PARTIALLY_FAILED),
         ("7 evicted after some succeeded", jobset(succeeded=1), S.RUNNING),
         ("8 nothing yet", jobset(), S.SCHEDULING),
         ("replicas come from the spec", jobset(replicas=(2, 2), ready=2, active=2), S.STARTING),
     ],
 )
 def test_it_maps_jobsets_to_work_unit_states(rule: str, observed: dict, expected: str) -> None:
-    assert state.to_work_unit_state(observed) == expected, rule
+    assert to_work_unit_state(observed) == expected, rule

@@ -1,0 +1,170 @@
+"""UpdateBatcher on real Postgres with the real guarded service."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import OperationalError
+from django.utils import timezone
+
+from k8s_bridge.reconciler import metrics
+from k8s_bridge.reconciler.batcher import UpdateBatcher
+from tests import factories
+from tests.reconciler.conftest import eventually, execution
+from workunits import services, state
+from workunits.choices import WorkUnitState
+from workunits.state import ExecutionUpdate
+from xmc import convert
+
+pytestmark = pytest.mark.django_db(transaction=True)
+S = WorkUnitState
+
+
+def at(wu, st: str, seconds: float = 1.0, mask=(state.STATE,), **kw) -> ExecutionUpdate:
+    t = convert.ns_from_datetime(timezone.now()) + int(seconds * 1e9)
+    return ExecutionUpdate(xid=wu.experiment_id, wid=wu.wid, eid=wu.current_eid, mask=mask, state=st,
+                           state_update_time_ns=t, **kw)
+
+
+class Recorder:
+    """The real service, recording each batch it is called with (and optionally failing first)."""
+
+    def __init__(self, fail_times: int = 0, during=None) -> None:
+        self.calls: list[list[ExecutionUpdate]] = []
+        self.fail_times = fail_times
+        self.during = during
+
+    def __call__(self, updates):
+        self.calls.append(list(updates))
+        if self.during is not None:
+            during, self.during = self.during, None
+            during()
+        if self.fail_times:
+            self.fail_times -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return services.update_work_unit_executions(updates)
+
+
+def test_it_writes_only_the_latest_update_of_a_slot_in_one_call() -> None:
+    exp = factories.experiment()
+    a, b = factories.work_unit(exp), factories.work_unit(exp)
+    write = Recorder()
+    batcher = UpdateBatcher(write, flush_interval_s=60)
+    batcher.put("jobset", at(a, S.SCHEDULING, 1))
+    batcher.put("jobset", at(a, S.RUNNING, 2))
+    batcher.put("jobset", at(b, S.STARTING, 1))
+    assert batcher.flush()
+    assert len(write.calls) == 1
+    assert [(u.wid, u.state) for u in write.calls[0]] == [(a.wid, S.RUNNING), (b.wid, S.STARTING)]
+    assert execution(a).state == S.RUNNING and execution(b).state == S.STARTING
+    assert batcher.pending() == {}
+
+
+def test_it_keeps_everything_when_a_flush_fails_and_writes_it_on_retry() -> None:
+    wu = factories.work_unit(factories.experiment())
+    write = Recorder(fail_times=1)
+    batcher = UpdateBatcher(write, flush_interval_s=60)
+    batcher.put("jobset", at(wu, S.RUNNING))
+    failed_before = metrics.FLUSHES.labels("failed")._value.get()
+    assert not batcher.flush()
+    assert metrics.FLUSHES.labels("failed")._value.get() == failed_before + 1
+    assert execution(wu).state == S.INITIALIZING
+    assert list(batcher.pending()) == [(wu.experiment_id, wu.wid, "jobset")]
+    assert batcher.flush()
+    assert execution(wu).state == S.RUNNING
+
+
+def test_it_keeps_a_newer_update_that_arrived_during_the_flush() -> None:
+    wu = factories.work_unit(factories.experiment())
+    batcher = UpdateBatcher(flush_interval_s=60)
+    newer = at(wu, S.RUNNING, 5)
+    write = Recorder(during=lambda: batcher.put("jobset", newer))
+    batcher._write = write
+    batcher.put("jobset", at(wu, S.STARTING, 1))
+    assert batcher.flush()
+    assert execution(wu).state == S.STARTING
+    assert batcher.pending() == {(wu.experiment_id, wu.wid, "jobset"): newer}
+    assert batcher.flush()
+    assert execution(wu).state == S.RUNNING
+
+
+def test_it_drops_a_poisoned_update_without_blocking_the_others() -> None:
+    exp = factories.experiment()
+    good = [factories.work_unit(exp) for _ in range(5)]
+    bad = factories.work_unit(exp)
+    write = Recorder()
+    batcher = UpdateBatcher(write, flush_interval_s=60)
+    for wu in good:
+        batcher.put("jobset", at(wu, S.RUNNING))
+    poison = ExecutionUpdate(xid=bad.experiment_id, wid=bad.wid, eid=1, mask=(state.STATE,), state=S.RUNNING,
+                             state_update_time_ns=None)  # status.state without its time: InvalidArgument
+    batcher.put("pods", poison)
+    dropped = metrics.DROPPED._value.get()
+    assert batcher.flush()
+    assert [execution(wu).state for wu in good] == [S.RUNNING] * 5
+    assert execution(bad).state == S.INITIALIZING
+    assert metrics.DROPPED._value.get() == dropped + 1
+    assert batcher.pending() == {}
+    batcher.put("jobset", at(bad, S.RUNNING))  # and the slot is usable again
+    assert batcher.flush() and execution(bad).state == S.RUNNING
+
+
+def test_it_drains_what_is_pending_on_stop() -> None:
+    wu = factories.work_unit(factories.experiment())
+    batcher = UpdateBatcher(flush_interval_s=3600)
+    batcher.start()
+    batcher.put("jobset", at(wu, S.RUNNING))
+    batcher.stop(drain=True)
+    assert execution(wu).state == S.RUNNING
+    assert batcher.pending() == {}
+
+
+def test_it_flushes_on_its_own_by_interval_and_by_size() -> None:
+    exp = factories.experiment()
+    units = [factories.work_unit(exp) for _ in range(3)]
+    write = Recorder()
+    batcher = UpdateBatcher(write, flush_interval_s=3600, max_batch=3)
+    batcher.start()
+    try:
+        for wu in units:
+            batcher.put("jobset", at(wu, S.STARTING))
+        eventually(lambda: all(execution(wu).state == S.STARTING for wu in units), timeout=30, what="size flush")
+        assert len(write.calls) == 1 and len(write.calls[0]) == 3
+    finally:
+        batcher.stop(drain=False)
+    quick = UpdateBatcher(flush_interval_s=0.05)
+    quick.start()
+    try:
+        quick.put("jobset", at(units[0], S.RUNNING, 2))
+        eventually(lambda: execution(units[0]).state == S.RUNNING, timeout=30, what="interval flush")
+    finally:
+        quick.stop(drain=False)
+
+
+def test_it_writes_nothing_without_the_lease() -> None:
+    wu = factories.work_unit(factories.experiment())
+    leading = threading.Event()
+    batcher = UpdateBatcher(flush_interval_s=60, can_write=leading.is_set)
+    batcher.put("jobset", at(wu, S.RUNNING))
+    assert not batcher.flush()
+    assert execution(wu).state == S.INITIALIZING
+    batcher.discard()
+    leading.set()
+    assert batcher.flush() and execution(wu).state == S.INITIALIZING
+
+
+def test_it_clears_queue_information_when_scheduling_and_running_meet_in_one_flush() -> None:
+    wu = factories.work_unit(factories.experiment())
+    batcher = UpdateBatcher(flush_interval_s=60)
+    mask = (state.STATE, state.SCHEDULING_INFORMATION)
+    info = {"severity": "INFO", "source": "SCHEDULER", "userFacingText": "Queued in cpu-queue (position 1 of 1)"}
+    batcher.put("jobset", at(wu, S.SCHEDULING, 1, mask=mask, scheduling_information=info))
+    assert batcher.flush() and execution(wu).scheduling_information["userFacingText"].startswith("Queued")
+    batcher.put("jobset", at(wu, S.STARTING, 2, mask=mask, scheduling_information=None))
+    batcher.put("jobset", at(wu, S.SCHEDULING, 3, mask=mask, scheduling_information=info))
+    assert batcher.flush() and execution(wu).scheduling_information is not None
+    batcher.put("jobset", at(wu, S.SCHEDULING, 4, mask=mask, scheduling_information=info))
+    batcher.put("jobset", at(wu, S.RUNNING, 5, mask=mask, scheduling_information=None))
+    assert batcher.flush()
+    ex = execution(wu)
+    assert ex.state == S.RUNNING and ex.scheduling_information is None
