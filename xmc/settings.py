@@ -72,6 +72,9 @@ XMC_RECONCILER_FLUSH_INTERVAL_MS = env.int("XMC_RECONCILER_FLUSH_INTERVAL_MS", d
 XMC_STARTUP_IMAGE_PULL_GRACE_S = env.int("XMC_STARTUP_IMAGE_PULL_GRACE_S", default=120)
 XMC_MAX_STOPPED_WRITE_RETRY_AGE_S = env.int("XMC_MAX_STOPPED_WRITE_RETRY_AGE_S", default=600)
 
+# --- Pause and resume of scheduling --------------------------------------------
+XMC_PAUSE_DRAIN_TIMEOUT_S = env.float("XMC_PAUSE_DRAIN_TIMEOUT_S", default=120.0)
+
 # --- Django ------------------------------------------------------------------
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -142,6 +145,12 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
+#: Periodic sweeps run by ``celery -A xmc beat``.
+CELERY_BEAT_SCHEDULE = {
+    # Processed paused tasks expire 7 days after processing (workunits.resumption).
+    "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,
+                            "options": {"queue": "resumption"}},
+}
 
 # --- REST (DRF) ----------------------------------------------------------------
 REST_FRAMEWORK = {
