@@ -235,3 +235,12 @@ def test_it_keeps_the_skip_rules_pure() -> None:
     assert rule(task_type="RESTART", task_eid=2, current_eid=3, current_state="RESTARTING",
                 newer_update=False) == SkipReason.SUPERSEDED_EXECUTION
     assert rule(task_type="UPDATE", task_eid=1, current_eid=1, current_state="RUNNING", newer_update=False) is None
+
+
+def test_it_schedules_the_clean_up_with_beat() -> None:
+    from xmc.celery import app
+
+    app.loader.import_default_modules()  # what a worker or beat does at start (autodiscovery)
+    entry = app.conf.beat_schedule["paused-task-cleanup"]
+    assert entry["task"] in app.tasks and entry["options"]["queue"] == "resumption"
+    assert app.tasks["xmc.resumption.run"].queue == "resumption"
