@@ -171,7 +171,6 @@ class PausedTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("__str__", "task_type", "created_time", "resolution_status", "skip_reason", "processed_time",
                     "resumption_run_id")
     list_filter = ("task_type", "resolution_status", "skip_reason")
-    search_fields = ("=xid", "=resumption_run_id")
 
 
 @admin.register(DeadLetter)
