@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler"]
+BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume"]
 
 
 def main(argv: list[str]) -> int:

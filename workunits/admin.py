@@ -10,17 +10,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
-from workunits import services
+from workunits import scheduling, services
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import (
     DeadLetter,
     Operation,
     PausedTask,
     SchedulingSwitch,
+    SchedulingSwitchChange,
     StatusHistory,
     StatusMessage,
     WorkUnit,
@@ -176,9 +179,9 @@ class StatusMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(PausedTask)
 class PausedTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("__str__", "task_type", "created_time", "resolution_status", "processed_time",
+    list_display = ("__str__", "task_type", "created_time", "resolution_status", "skip_reason", "processed_time",
                     "resumption_run_id")
-    list_filter = ("task_type", "resolution_status")
+    list_filter = ("task_type", "resolution_status", "skip_reason")
 
 
 @admin.action(description="Re-queue the operations of selected dead letters")
@@ -224,6 +227,55 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return format_html("<pre>{}</pre>", decoded_task(obj.payload))
 
 
+@admin.action(description="Pause scheduling (asks for a reason)")
+def pause_scheduling(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                     queryset: QuerySet[SchedulingSwitch]) -> HttpResponse | None:
+    reason = request.POST.get("reason", "")
+    error = ""
+    if "apply" in request.POST:
+        try:
+            scheduling.pause(reason=reason, by=requester(request).email)
+        except ServiceError as exc:
+            error = exc.message
+        else:
+            modeladmin.message_user(request, "Scheduling paused.", messages.SUCCESS)
+            return None
+    return TemplateResponse(request, "admin/workunits/pause_scheduling.html", {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Pause scheduling", "queryset": queryset, "reason": reason, "error": error,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME, "opts": modeladmin.model._meta,
+    })
+
+
+@admin.action(description="Resume scheduling (re-sends held tasks on the resumption queue)")
+def resume_scheduling(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                      queryset: QuerySet[SchedulingSwitch]) -> None:
+    try:
+        result = scheduling.resume(by=requester(request).email)
+    except ServiceError as exc:
+        modeladmin.message_user(request, exc.message, messages.ERROR)
+        return
+    verb = "Scheduling resumed" if result.was_paused else "Scheduling was not paused"
+    modeladmin.message_user(
+        request, f"{verb}; resumption run {result.run_id} started for "
+        f"{result.status.pending_paused_tasks} pending paused task(s).", messages.SUCCESS)
+
+
 @admin.register(SchedulingSwitch)
 class SchedulingSwitchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("__str__", "reason", "changed_by", "changed_time")
+    list_display = ("__str__", "reason", "changed_by", "changed_time", "pending_paused_tasks")
+    actions = [pause_scheduling, resume_scheduling]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        scheduling.ensure_switch()  # one row to select the actions on
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="pending paused tasks")
+    def pending_paused_tasks(self, obj: SchedulingSwitch) -> int:
+        return scheduling.pending_paused_tasks()
+
+
+@admin.register(SchedulingSwitchChange)
+class SchedulingSwitchChangeAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("time", "paused", "changed_by", "reason", "resumption_run_id")
+    list_filter = ("paused",)

@@ -222,7 +222,12 @@ class StatusMessage(models.Model):
 
 
 class SchedulingSwitch(models.Model):
-    """The single global pause switch (row id 1)."""
+    """The single global pause switch (row id 1).
+
+    Written only by ``workunits.scheduling.pause`` / ``resume``; every change
+    appends a :class:`SchedulingSwitchChange` in the same transaction.
+    ``changed_time`` is "paused since" while ``paused``.
+    """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     paused = models.BooleanField(default=False)
@@ -235,6 +240,23 @@ class SchedulingSwitch(models.Model):
 
     def __str__(self) -> str:
         return "paused" if self.paused else "running"
+
+
+class SchedulingSwitchChange(models.Model):
+    """One change of the scheduling switch: the audit trail operators read."""
+
+    time = models.DateTimeField()
+    paused = models.BooleanField(help_text="The switch after the change.")
+    changed_by = models.CharField(max_length=320)
+    reason = models.TextField(blank=True, default="")
+    #: Resume: the resumption run it started.
+    resumption_run_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+
+    def __str__(self) -> str:
+        return f"{'pause' if self.paused else 'resume'} by {self.changed_by} at {self.time:%Y-%m-%d %H:%M:%S}"
 
 
 class PausedTask(models.Model):
@@ -253,10 +275,14 @@ class PausedTask(models.Model):
     resolution_status = models.CharField(max_length=16, choices=ResolutionStatus.choices, blank=True, default="")
     processed_time = models.DateTimeField(null=True, blank=True)
     resumption_run_id = models.UUIDField(null=True, blank=True)
+    #: Why resumption skipped the task (one of ``workunits.resumption.SkipReason``).
+    skip_reason = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         ordering = ["created_time", "id"]
         indexes = [
+            # "Is there a newer Update for this work unit?" (a resumption skip rule).
+            models.Index(fields=["xid", "wid", "task_type", "created_time"], name="pausedtask_wu_type_idx"),
             models.Index(fields=["created_time", "id"], name="pausedtask_pending_idx",
                          condition=models.Q(processed_time__isnull=True)),
             models.Index(fields=["processed_time"], name="pausedtask_processed_idx",

@@ -264,6 +264,21 @@ def update_work_unit_executions(
         return _apply_updates(updates, now)
 
 
+def update_work_unit_executions_in_transaction(
+    updates: Sequence[ExecutionUpdate], *, now: datetime
+) -> list[Transition]:
+    """``update_work_unit_executions`` for a service that already holds its transaction.
+
+    The pause handler (``workunits.scheduling.hold_task``) stores its
+    PausedTask row and moves the execution to SCHEDULING_PAUSED in one
+    transaction, so it cannot open a second durable one.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("update_work_unit_executions_in_transaction needs an open transaction")
+    state.validate_updates(updates)
+    return _apply_updates(updates, now) if updates else []
+
+
 def _lock_work_units(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], WorkUnit]:
     """Lock the work units for ``keys`` in (xid, wid) order (none for no keys)."""
     by_xid: dict[int, list[int]] = defaultdict(list)

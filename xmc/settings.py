@@ -125,6 +125,9 @@ XMC_RECONCILER_METRICS_PORT = env.int("XMC_RECONCILER_METRICS_PORT", default=910
 # Name of this cluster in execution metadata (management/executing cluster); "" leaves it out.
 XMC_K8S_CLUSTER_NAME = env.str("XMC_K8S_CLUSTER_NAME", default="")
 
+# --- Pause and resume of scheduling --------------------------------------------
+XMC_PAUSE_DRAIN_TIMEOUT_S = env.float("XMC_PAUSE_DRAIN_TIMEOUT_S", default=120.0)
+
 # --- Django ------------------------------------------------------------------
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -200,6 +203,12 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
+#: Periodic sweeps run by ``celery -A xmc beat``.
+CELERY_BEAT_SCHEDULE = {
+    # Processed paused tasks expire 7 days after processing (workunits.resumption).
+    "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,
+                            "options": {"queue": "resumption"}},
+}
 
 # --- REST (DRF) ----------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -2,17 +2,19 @@
 
 Included at the site root by ``xmc.urls`` (``path("", include("xmc.api.rest_urls"))``),
 so the paths are exactly the protos' (``/v1/experiments/1/workUnits/2:stop``).
+The staff-only scheduling switch (`xmc.api.scheduling`) sits next to them.
 Anything else under ``/v1/`` answers 404 in the API's error shape.
 """
 from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from xmc.api import openapi, rest
+from xmc.api import openapi, rest, scheduling
 
 urlpatterns: list[URLPattern] = [
     path("v1/openapi.json", openapi.openapi_json, name="rest-openapi"),
     path("v1/docs", openapi.docs_page, name="rest-docs"),
     *rest.urlpatterns(),
+    *scheduling.urlpatterns,  # staff-only: the scheduling switch
     re_path(r"^v1(?:/.*)?$", rest.not_found, name="rest-not-found"),
 ]
