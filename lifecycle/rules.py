@@ -137,12 +137,12 @@ class ManagedXprofRule(LifecycleRule):
     def __init__(self, client: MLRunClient | None = None) -> None:
         project, location = settings.XMC_MLRUN_PROJECT, settings.XMC_MLRUN_LOCATION
         if client is None:
-            if not project or not location:
+            missing = [n for n, v in (("XMC_MLRUN_PROJECT", project), ("XMC_MLRUN_LOCATION", location)) if not v]
+            if missing:
                 raise ImproperlyConfigured(
-                    "XMC_ARTIFACT_LIFECYCLE_ENABLED is on but "
-                    + " and ".join(n for n, v in (("XMC_MLRUN_PROJECT", project), ("XMC_MLRUN_LOCATION", location)) if not v)
-                    + " is not set: the MachineLearningRun service's project and location must be configured "
-                    "(XMC never invents them)"
+                    f"XMC_ARTIFACT_LIFECYCLE_ENABLED is on but {' and '.join(missing)} "
+                    f"{'is' if len(missing) == 1 else 'are'} not set: the MachineLearningRun service's project "
+                    "and location must be configured (XMC never invents them)"
                 )
             client = MLRunClient.from_settings()
         self.client = client

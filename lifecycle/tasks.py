@@ -54,6 +54,12 @@ def close_superseded(self: Any, xid: int, wid: int, eid: int) -> None:
 @worker_init.connect
 def _check_configuration(**kwargs: Any) -> None:
     """A worker with the flag on but no MachineLearningRun project/location refuses to start."""
+    from django.core.exceptions import ImproperlyConfigured
+
     from lifecycle import rules
 
-    rules.check_configuration()
+    try:
+        rules.check_configuration()
+    except ImproperlyConfigured as exc:
+        log.critical("lifecycle.configuration_error: %s", exc)
+        raise SystemExit(f"lifecycle: {exc}") from exc  # Celery logs and swallows ordinary exceptions here

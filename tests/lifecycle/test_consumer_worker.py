@@ -27,6 +27,7 @@ from lifecycle.hooks import JobSetContext
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
+from workunits import outbox
 from workunits import services as wu_services
 from workunits.models import WorkUnit
 
@@ -82,11 +83,15 @@ def eventually(check: Callable[[], Any], log: Path, what: str, timeout: float = 
     raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()[-4000:]}")
 
 
-def ctx(wu: WorkUnit) -> dict[tuple[int, int, int], JobSetContext]:
+def context(wu: WorkUnit, notify_when: str = ALL) -> JobSetContext:
     wu.refresh_from_db()
-    c = JobSetContext(xid=wu.experiment_id, wid=wu.wid, eid=wu.current_eid, namespace="default",
-                      name=f"xmc-{wu.experiment_id}-{wu.wid}", uid=f"uid-{wu.current_eid}",
-                      creation_time=datetime(2026, 11, 30, tzinfo=timezone.utc), notify_when=ALL)
+    return JobSetContext(xid=wu.experiment_id, wid=wu.wid, eid=wu.current_eid, namespace="default",
+                         name=f"xmc-{wu.experiment_id}-{wu.wid}", uid=f"uid-{wu.experiment_id}-{wu.current_eid}",
+                         creation_time=datetime(2026, 11, 30, tzinfo=timezone.utc), notify_when=notify_when)
+
+
+def ctx(wu: WorkUnit) -> dict[tuple[int, int, int], JobSetContext]:
+    c = context(wu)
     return {(c.xid, c.wid, c.eid): c}
 
 
@@ -138,3 +143,21 @@ def test_a_malformed_event_is_dropped_not_retried(worker: Path) -> None:
                worker, "the malformed event logged")
     time.sleep(1)
     assert "Retry in" not in worker.read_text()
+
+
+def test_attaching_to_a_running_work_unit_patches_notify_when_and_creates_the_run(
+    worker: Path, emulator: EmulatorHandle
+) -> None:
+    wu = running_work_unit(title="attach")
+    hooks.on_transitions_committed(set_state(wu, "RUNNING"), {(wu.experiment_id, wu.wid, 1): context(wu, "")})
+    hooks.on_jobset_observed(context(wu, ""), "RUNNING")  # no artifact yet: no annotation
+    brokers.purge("actuator")
+    xprof_artifact(wu)  # commits; the Update task is published after commit
+    sent = brokers.drain("actuator")
+    assert [name for name, _ in sent] == ["xmc.actuator.update"]
+    task = outbox.decode_task(sent[0][1][0])
+    assert task.notify_when == ALL
+    # The actuator patched the annotation; the reconciler sees it newly added.
+    hooks.on_jobset_observed(context(wu, task.notify_when), "RUNNING")
+    eventually(lambda: phase(emulator, wu, 1) == "ACTIVE", worker, "run created after the late attach")
+    assert emulator.emulator.run_by_id(urls.mlrun_id(wu.experiment_id, wu.wid, 1)) is not None
