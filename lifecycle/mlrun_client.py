@@ -99,8 +99,8 @@ class MLRunClient:
         *,
         endpoint: str = "",
         credentials: TokenProvider | None = None,
-        timeout_s: float = 30.0,
-        operation_timeout_s: float = 120.0,
+        timeout_s: float = 15.0,
+        operation_timeout_s: float = 45.0,
     ) -> None:
         self.project = project
         self.location = location

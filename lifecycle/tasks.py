@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init
 from django.db import DatabaseError
 
@@ -27,8 +28,13 @@ log = logging.getLogger(__name__)
 RETRY = {
     "bind": True,
     "acks_late": True,
+    "ignore_result": True,
     "queue": Queue.LIFECYCLE.value,
-    "autoretry_for": (MLRunError, DatabaseError),
+    # A few external round trips with polled operations (client timeouts 15 s per
+    # call, 45 s per operation); a task cut short is retried, not lost.
+    "soft_time_limit": 150,
+    "time_limit": 180,
+    "autoretry_for": (MLRunError, DatabaseError, SoftTimeLimitExceeded),
     "retry_backoff": True,
     "retry_backoff_max": 300,
     "retry_jitter": True,

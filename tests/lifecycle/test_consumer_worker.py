@@ -100,7 +100,7 @@ def phase(emulator: EmulatorHandle, wu: WorkUnit, eid: int) -> str:
     return str(run["runPhase"]) if run else ""
 
 
-def test_a_work_unit_runs_to_completed_restarts_and_survives_service_errors(
+def test_it_runs_a_work_unit_to_completed_restarts_it_and_survives_service_errors(
     worker: Path, emulator: EmulatorHandle
 ) -> None:
     wu = running_work_unit()
@@ -135,7 +135,7 @@ def test_a_work_unit_runs_to_completed_restarts_and_survives_service_errors(
     eventually(lambda: phase(emulator, wu2, 2) == "ACTIVE", worker, "run 2 ACTIVE")
 
 
-def test_a_malformed_event_is_dropped_not_retried(worker: Path) -> None:
+def test_it_drops_a_malformed_event_without_retrying(worker: Path) -> None:
     from xmc.celery import Queue, app
 
     app.send_task("xmc.lifecycle.handle_event", args=["not base64!"], queue=Queue.LIFECYCLE.value)
@@ -145,7 +145,7 @@ def test_a_malformed_event_is_dropped_not_retried(worker: Path) -> None:
     assert "Retry in" not in worker.read_text()
 
 
-def test_attaching_to_a_running_work_unit_patches_notify_when_and_creates_the_run(
+def test_it_creates_the_run_after_a_late_attach_patches_notify_when(
     worker: Path, emulator: EmulatorHandle
 ) -> None:
     wu = running_work_unit(title="attach")

@@ -79,7 +79,7 @@ def test_it_force_notifies_once_when_notify_when_is_newly_added(lifecycle_on: An
     assert len(published()) == 1
 
 
-def test_force_notify_uses_the_committed_state_and_the_current_execution_only(lifecycle_on: Any) -> None:
+def test_it_force_notifies_with_the_committed_state_of_the_current_execution_only(lifecycle_on: Any) -> None:
     wu = running_work_unit()
     set_state(wu, "SCHEDULING")
     hooks.on_jobset_observed(context(wu), "RUNNING")  # observed RUNNING, committed SCHEDULING (not wanted)
@@ -88,7 +88,7 @@ def test_force_notify_uses_the_committed_state_and_the_current_execution_only(li
     assert published() == []
 
 
-def test_with_the_flag_off_no_events_and_the_legacy_sync_keeps_the_run_in_step(
+def test_it_publishes_no_events_with_the_flag_off_and_the_legacy_sync_keeps_the_run_in_step(
     lifecycle_off: Any, emulator: EmulatorHandle
 ) -> None:
     wu = running_work_unit()
@@ -119,7 +119,7 @@ def test_with_the_flag_off_no_events_and_the_legacy_sync_keeps_the_run_in_step(
     assert published() == []
 
 
-def test_the_legacy_sync_does_nothing_without_a_configured_service(lifecycle_off: Any, emulator: EmulatorHandle) -> None:
+def test_it_skips_the_legacy_sync_without_a_configured_service(lifecycle_off: Any, emulator: EmulatorHandle) -> None:
     lifecycle_off.XMC_MLRUN_PROJECT = ""
     wu = running_work_unit()
     xprof_artifact(wu)
@@ -128,7 +128,7 @@ def test_the_legacy_sync_does_nothing_without_a_configured_service(lifecycle_off
     assert emulator.emulator.requests == []
 
 
-def test_the_read_path_prefers_the_persisted_url(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
+def test_it_reads_the_persisted_url_before_a_constructed_one(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
     from lifecycle import services
 
     wu = running_work_unit()

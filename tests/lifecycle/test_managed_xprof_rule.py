@@ -172,7 +172,7 @@ def test_it_raises_other_service_errors_so_the_event_is_redelivered(lifecycle_on
     assert stored_url(artifact) != ""
 
 
-def test_a_late_event_for_a_superseded_execution_creates_nothing_and_closes_its_run(
+def test_it_closes_the_superseded_run_and_creates_nothing_for_a_late_event(
     lifecycle_on: Any, emulator: EmulatorHandle
 ) -> None:
     wu = running_work_unit()
@@ -203,7 +203,7 @@ def test_a_late_event_for_a_superseded_execution_creates_nothing_and_closes_its_
     assert stored_url(artifact).endswith(f"/{urls.mlrun_id(wu.experiment_id, wu.wid, 3)}?project={PROJECT}")
 
 
-def test_the_superseded_close_parses_an_older_url_form(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
+def test_it_parses_an_older_url_form_when_closing_a_superseded_run(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
     wu = running_work_unit()
     xprof_artifact(wu)
     client = MLRunClient.from_settings()
@@ -248,13 +248,13 @@ def test_it_reports_missing_project_or_location_at_start_up(lifecycle_on: Any) -
     assert [e.id for e in errors] == ["lifecycle.E001"] and "XMC_MLRUN_LOCATION" in errors[0].msg
 
 
-def test_the_registry_is_empty_with_the_flag_off(lifecycle_off: Any) -> None:
+def test_it_has_no_rules_with_the_flag_off(lifecycle_off: Any) -> None:
     lifecycle_off.XMC_MLRUN_PROJECT = ""
     assert rules.registry() == []
     assert check_lifecycle_configuration() == []
 
 
-def test_the_console_url_is_built_in_one_form_and_both_forms_parse() -> None:
+def test_it_builds_the_console_url_in_one_form_and_parses_both() -> None:
     url = urls.console_url("p", "us-central1", "xmc-1-2-3")
     assert url == "https://console.cloud.google.com/kubernetes/aiml/run/us-central1/xmc-1-2-3?project=p"
     assert urls.parse_run_id(url) == "xmc-1-2-3"

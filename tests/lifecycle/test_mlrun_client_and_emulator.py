@@ -60,7 +60,7 @@ def test_it_tells_409s_apart_by_error_status(emulator: EmulatorHandle) -> None:
     assert stale.value.http_status == 409 and stale.value.etag_conflict and stale.value.status == "ABORTED"
 
 
-def test_the_emulator_enforces_the_documented_request_rules(emulator: EmulatorHandle) -> None:
+def test_it_enforces_the_documented_request_rules_in_the_emulator(emulator: EmulatorHandle) -> None:
     client = client_for(emulator)
     run = client.create("run-1", RUN)
     base = f"{emulator.url}/v1alpha/{run['name']}"
@@ -79,7 +79,7 @@ def test_the_emulator_enforces_the_documented_request_rules(emulator: EmulatorHa
     assert no_tools.value.status == "INVALID_ARGUMENT"
 
 
-def test_transport_failures_are_unavailable() -> None:
+def test_it_reports_transport_failures_as_unavailable() -> None:
     handle = run_emulator(port=0)
     url = handle.url
     handle.stop()
@@ -89,7 +89,7 @@ def test_transport_failures_are_unavailable() -> None:
     assert caught.value.status == "UNAVAILABLE"
 
 
-def test_production_credentials_are_google_default_and_imported_lazily(settings: Any) -> None:
+def test_it_uses_google_default_credentials_in_production_imported_lazily(settings: Any) -> None:
     settings.XMC_MLRUN_TOKEN = ""
     assert isinstance(mlrun_client.default_token_provider(), GoogleDefaultCredentials)
     assert "google.auth" not in mlrun_client.__dict__
@@ -100,7 +100,7 @@ def test_production_credentials_are_google_default_and_imported_lazily(settings:
     assert MLRunClient.from_settings().base == "https://hypercomputecluster.googleapis.com/v1alpha"
 
 
-def test_the_emulator_command_serves_and_stops_on_sigterm() -> None:
+def test_it_serves_the_emulator_command_and_stops_on_sigterm() -> None:
     proc = subprocess.Popen([sys.executable, "manage.py", "mlrun_emulator", "--port", "0"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -117,7 +117,7 @@ def test_the_emulator_command_serves_and_stops_on_sigterm() -> None:
             proc.wait()
 
 
-def test_a_worker_with_the_flag_on_and_no_project_refuses_to_start() -> None:
+def test_it_refuses_to_start_a_worker_with_the_flag_on_and_no_project() -> None:
     env = {**os.environ, "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "", "XMC_MLRUN_LOCATION": ""}
     started = time.monotonic()
     result = subprocess.run(

@@ -44,7 +44,7 @@ def test_it_stamps_nothing_with_the_flag_off(lifecycle_off: Any) -> None:
     assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
 
 
-def test_resumption_refreshes_create_and_restart_tasks_only(lifecycle_on: Any) -> None:
+def test_it_refreshes_create_and_restart_tasks_for_resumption(lifecycle_on: Any) -> None:
     wu = running_work_unit()
     xprof_artifact(wu)  # attached while the task was paused
     for kind in (task_pb2.Task.CREATE, task_pb2.Task.RESTART):
@@ -60,7 +60,7 @@ def _attach(wu: Any, capture: Any) -> None:
         xprof_artifact(wu)
 
 
-def test_attaching_to_a_running_work_unit_sends_an_update_task_after_commit(
+def test_it_sends_an_update_task_after_commit_on_attach_to_a_running_work_unit(
     lifecycle_on: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     wu = running_work_unit()
@@ -76,7 +76,7 @@ def test_attaching_to_a_running_work_unit_sends_an_update_task_after_commit(
     assert task.operation_time_ns > 0
 
 
-def test_attaching_sends_nothing_when_the_work_unit_ended_or_the_flag_is_off(
+def test_it_sends_nothing_when_the_work_unit_ended_or_the_flag_is_off(
     lifecycle_on: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     wu = running_work_unit()
