@@ -36,6 +36,8 @@ def create_artifact(
     fields = convert.artifact_fields(message, convert.ARTIFACT_MUTABLE)
     if message.HasField("payload") and not fields["payload_kind"]:
         raise InvalidArgument("artifact.payload must set one kind", field="artifact.payload")
+    if "payload" in fields:
+        fields["payload"] = _server_xprof(fields["payload"], None)
     now = now or timezone.now()
     with transaction.atomic(durable=True):
         if not Experiment.objects.filter(id=xid).exists():
@@ -66,11 +68,30 @@ def update_artifact(
             artifact = Artifact.objects.select_for_update(no_key=True, of=("self",)).select_related("work_unit").get(id=aid)
         except Artifact.DoesNotExist:
             raise NotFound(f"artifacts/{aid} not found", field="artifact.name") from None
+        attached = "payload" in fields and fields["payload_kind"] != artifact.payload_kind
+        if "payload" in fields:
+            fields["payload"] = _server_xprof(fields["payload"], artifact.payload)
         for name, value in fields.items():
             setattr(artifact, name, value)
         artifact.update_time = now
         artifact.save(update_fields=[*fields, "update_time"])
+        if attached and artifact.work_unit is not None:
+            # A payload of a newly handled kind is an attach, as far as the lifecycle is concerned.
+            notify_when.on_artifact_attached(artifact.experiment_id, artifact.work_unit.wid, artifact.payload_kind)
         return artifact
+
+
+def _server_xprof(payload: dict[str, Any] | None, old: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``managed_xprof.xprof`` is OUTPUT_ONLY: keep the server's (``old``), never the client's."""
+    if not payload or "managedXprof" not in payload:
+        return payload
+    out = dict(payload)
+    xprof = {k: v for k, v in dict(out["managedXprof"]).items() if k != "xprof"}
+    kept = ((old or {}).get("managedXprof") or {}).get("xprof")
+    if kept:
+        xprof["xprof"] = kept
+    out["managedXprof"] = xprof
+    return out
 
 
 def delete_artifact(aid: int) -> None:

@@ -141,3 +141,22 @@ def test_it_reads_the_persisted_url_before_a_constructed_one(lifecycle_on: Any, 
     got = convert.artifact_to_proto(Artifact.objects.select_related("work_unit").get(id=artifact.id))
     assert got.payload.managed_xprof.xprof.xprof_url == stored
     assert "/us-central1/" in stored
+
+
+def test_it_keeps_the_server_xprof_url_and_ignores_a_clients(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
+    from artifacts import services as artifact_services
+    from lifecycle import services
+    from xmc import pb
+
+    wu = running_work_unit()
+    spoofed = pb.artifact.Artifact(payload=pb.artifact.ArtifactPayload(managed_xprof=pb.artifact.ManagedXprofArtifact(
+        display_name="p", run_group="gs://b/g", xprof=pb.artifact.XProfUIInstance(xprof_url="https://evil.example/"))))
+    artifact = artifact_services.create_artifact(wu.experiment_id, wu.wid, spoofed)
+    assert "xprof" not in artifact.payload["managedXprof"]  # OUTPUT_ONLY: the client's is dropped
+    set_state(wu, "RUNNING")
+    services.handle_event(events.LifecycleEvent(wu.experiment_id, wu.wid, 1, "STARTING", "RUNNING", 1))
+    artifact.refresh_from_db()
+    stored = artifact.payload["managedXprof"]["xprof"]["xprofUrl"]
+    updated = artifact_services.update_artifact(artifact.id, spoofed, ["payload"])
+    assert updated.payload["managedXprof"]["xprof"]["xprofUrl"] == stored
+    assert updated.payload["managedXprof"]["displayName"] == "p"

@@ -89,3 +89,22 @@ def test_it_sends_nothing_when_the_work_unit_ended_or_the_flag_is_off(
     set_state(other, "RUNNING")
     _attach(other, django_capture_on_commit_callbacks)
     assert brokers.drain("actuator") == []
+
+
+def test_it_sends_an_update_task_when_an_update_turns_an_artifact_into_a_handled_kind(
+    lifecycle_on: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    wu = running_work_unit()
+    set_state(wu, "RUNNING")
+    text = artifact_services.create_artifact(wu.experiment_id, wu.wid, pb.artifact.Artifact(
+        payload=pb.artifact.ArtifactPayload(text=pb.artifact.TextArtifact(text="hi"))))
+    brokers.purge("actuator")
+    message = pb.artifact.Artifact(payload=pb.artifact.ArtifactPayload(
+        managed_xprof=pb.artifact.ManagedXprofArtifact(display_name="p", run_group="gs://b/g")))
+    with django_capture_on_commit_callbacks(execute=True):
+        artifact_services.update_artifact(text.id, message, ["payload"])
+    sent = brokers.drain("actuator")
+    assert [name for name, _ in sent] == ["xmc.actuator.update"]
+    with django_capture_on_commit_callbacks(execute=True):
+        artifact_services.update_artifact(text.id, message, ["payload"])  # same kind again: no attach
+    assert brokers.drain("actuator") == []
