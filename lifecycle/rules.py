@@ -177,6 +177,15 @@ class ManagedXprofRule(LifecycleRule):
             # A restart committed while the run was being created: close it at once.
             log.info("lifecycle.managed_xprof.superseded_after_create", extra={"run_id": run_id})
             self.set_phase(run_id, "FAILED", error_details=SUPERSEDED_DETAILS)
+            return
+        # Events of one execution may run concurrently (or out of order): a
+        # terminal event handled before this create found no run and counted
+        # it as closed. Its state was committed before it was published, so
+        # reading the committed state *after* the create closes the run.
+        committed = services.committed_state(event.xid, event.wid, event.eid)
+        if committed in TERMINAL_PHASE:
+            details = "" if committed == S.COMPLETED else f"the work unit {committed.lower()}"
+            self.set_phase(run_id, TERMINAL_PHASE[committed], error_details=details)
 
     def close_superseded(self, xid: int, wid: int, eid: int, mlrun_url: str = "") -> None:
         run_id = urls.parse_run_id(mlrun_url) or urls.mlrun_id(xid, wid, eid)

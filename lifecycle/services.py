@@ -46,6 +46,14 @@ def current_eid(xid: int, wid: int) -> int | None:
     return WorkUnit.objects.filter(experiment_id=xid, wid=wid).values_list("current_eid", flat=True).first()
 
 
+def committed_state(xid: int, wid: int, eid: int) -> str:
+    """The committed state of execution ``eid`` ("" when there is no such execution)."""
+    return str(
+        WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=wid, eid=eid)
+        .values_list("state", flat=True).first() or ""
+    )
+
+
 def experiment_title(xid: int) -> str:
     return str(Experiment.objects.filter(id=xid).values_list("title", flat=True).first() or "")
 

@@ -260,3 +260,18 @@ def test_it_builds_the_console_url_in_one_form_and_parses_both() -> None:
     assert urls.parse_run_id(url) == "xmc-1-2-3"
     assert urls.parse_run_id("https://console.cloud.google.com/x/runs/old-id?project=p") == "old-id"
     assert urls.parse_run_id("https://example.com/") == ""
+
+
+def test_it_closes_a_run_created_by_an_active_event_handled_after_the_terminal_one(
+    lifecycle_on: Any, emulator: EmulatorHandle
+) -> None:
+    wu = running_work_unit()
+    artifact = xprof_artifact(wu)
+    set_state(wu, "RUNNING")
+    set_state(wu, "COMPLETED")
+    services.handle_event(event_for(wu, "COMPLETED", old_state="RUNNING"))  # finds no run: counts as closed
+    assert run_of(emulator, wu.experiment_id, wu.wid, 1) is None
+    services.handle_event(event_for(wu, "RUNNING", old_state="STARTING"))  # the reordered active event
+    run = run_of(emulator, wu.experiment_id, wu.wid, 1)
+    assert run is not None and run["runPhase"] == "COMPLETED"  # not left ACTIVE
+    assert stored_url(artifact) != ""
