@@ -102,9 +102,17 @@ def on_artifact_attached(xid: int, wid: int, payload_kind: str) -> None:
     """
     if not settings.XMC_ARTIFACT_LIFECYCLE_ENABLED or not payload_kind:
         return
+    from django.core.exceptions import ImproperlyConfigured
+
     from lifecycle import rules
 
-    if not any(payload_kind in rule.payload_kinds for rule in rules.registry()):
+    try:
+        registry = rules.registry()
+    except ImproperlyConfigured:
+        # Reported at start-up (lifecycle.E001); never fail the user's CreateArtifact over it.
+        log.exception("lifecycle.notify_when.misconfigured", extra={"xid": xid, "wid": wid})
+        return
+    if not any(payload_kind in rule.payload_kinds for rule in registry):
         return
     transaction.on_commit(lambda: _publish_update(xid, wid))
 

@@ -108,3 +108,14 @@ def test_it_sends_an_update_task_when_an_update_turns_an_artifact_into_a_handled
     with django_capture_on_commit_callbacks(execute=True):
         artifact_services.update_artifact(text.id, message, ["payload"])  # same kind again: no attach
     assert brokers.drain("actuator") == []
+
+
+def test_it_never_fails_a_create_artifact_over_a_misconfigured_lifecycle(
+    lifecycle_on: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    lifecycle_on.XMC_MLRUN_PROJECT = ""
+    wu = running_work_unit()
+    set_state(wu, "RUNNING")
+    _attach(wu, django_capture_on_commit_callbacks)  # no exception: the check reports it at start-up
+    assert brokers.drain("actuator") == []
+    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
