@@ -1,9 +1,9 @@
 """Run the whole system locally: ``./dev run`` (after ./dev set up services).
 
 Migrates, makes sure an admin user exists, then starts every process the
-project has (web, gRPC, cluster simulator, worker, reconciler — each only
-once its management command exists), prints the URLs and waits. Ctrl-C
-stops everything. ``--smoke`` starts everything, waits until each process
+project has (web, gRPC, cluster simulator, MachineLearningRun emulator,
+worker, reconciler — each only once its management command exists), prints
+the URLs and waits. Ctrl-C stops everything. ``--smoke`` starts everything, waits until each process
 answers, prints the URLs and stops again (used by the tests).
 """
 from __future__ import annotations
@@ -137,6 +137,17 @@ def main() -> int:
             ready_url=f"http://127.0.0.1:{sim_port}/version",
         ))
         env["KUBECONFIG"] = str(kubeconfig)
+    if "mlrun_emulator" in commands and not os.environ.get("XMC_MLRUN_ENDPOINT"):
+        # The MachineLearningRun API emulator stands in for the real service locally.
+        mlrun_port = free_port(int(os.environ.get("XMC_MLRUN_EMULATOR_PORT", "8790")))
+        procs.append(Process(
+            "mlrun", manage("mlrun_emulator", "--port", str(mlrun_port)), url=f"http://127.0.0.1:{mlrun_port}",
+            ready_url=f"http://127.0.0.1:{mlrun_port}/emulator/runs",
+        ))
+        env["XMC_MLRUN_ENDPOINT"] = f"http://127.0.0.1:{mlrun_port}"
+        for name, value in (("XMC_MLRUN_PROJECT", "xmc-local"), ("XMC_MLRUN_LOCATION", "us-central1"),
+                            ("XMC_MLRUN_TOKEN", "emulator")):
+            env[name] = os.environ.get(name) or value
     procs.append(Process(
         "web", manage("runserver", f"127.0.0.1:{web_port}", "--noreload"),
         url=f"http://127.0.0.1:{web_port}/admin/", ready_url=f"http://127.0.0.1:{web_port}/healthz",

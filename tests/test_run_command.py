@@ -14,5 +14,5 @@ def test_it_starts_every_process_and_stops_them() -> None:
     result = subprocess.run([sys.executable, "scripts/run_all.py", "--smoke"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
-    for name in ("web", "simulator", "grpc", "worker"):
+    for name in ("web", "simulator", "grpc", "mlrun"):
         assert f"run: {name}" in result.stdout

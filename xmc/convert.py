@@ -327,6 +327,10 @@ def artifact_to_proto(a: Artifact) -> pb.artifact.Artifact:
         message.additional_info.CopyFrom(from_json(pb.artifact.Artifact.AdditionalInfo, a.additional_info))
     if a.payload:
         message.payload.CopyFrom(from_json(pb.artifact.ArtifactPayload, a.payload))
+    if a.payload_kind == "managed_xprof":
+        from artifacts.xprof import xprof_url  # persisted, else constructed (the read path)
+
+        message.payload.managed_xprof.xprof.xprof_url = xprof_url(a)
     _set(message, "create_time", timestamp(a.create_time))
     _set(message, "update_time", timestamp(a.update_time))
     return message

@@ -111,6 +111,8 @@ XMC_ARTIFACT_LIFECYCLE_ENABLED = env.bool("XMC_ARTIFACT_LIFECYCLE_ENABLED", defa
 XMC_MLRUN_ENDPOINT = env.str("XMC_MLRUN_ENDPOINT", default="")
 XMC_MLRUN_PROJECT = env.str("XMC_MLRUN_PROJECT", default="")
 XMC_MLRUN_LOCATION = env.str("XMC_MLRUN_LOCATION", default="")
+XMC_MLRUN_TOKEN = env.str("XMC_MLRUN_TOKEN", default="")
+XMC_GKE_CLUSTER = env.str("XMC_GKE_CLUSTER", default="")
 
 # --- Reconciler --------------------------------------------------------------
 XMC_RECONCILER_FLUSH_INTERVAL_MS = env.int("XMC_RECONCILER_FLUSH_INTERVAL_MS", default=200)

@@ -1,0 +1,71 @@
+"""Celery tasks of the ``lifecycle`` queue: thin adapters around ``lifecycle.services``.
+
+* ``xmc.lifecycle.handle_event(payload)``: one base64 ``ArtifactLifecycleEvent``;
+* ``xmc.lifecycle.close_superseded(xid, wid, eid)``: after a restart.
+
+Both are idempotent (rules re-read the run and never move a phase
+backwards), acknowledged late, and retried with exponential backoff on
+errors of the external service or the database, so an event is redelivered
+until it succeeds. A malformed payload is logged and dropped (retrying
+cannot fix it). The worker checks the lifecycle configuration at start-up.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_init
+from django.db import DatabaseError
+
+from lifecycle import events, services
+from lifecycle.mlrun_client import MLRunError
+from xmc.celery import Queue
+
+log = logging.getLogger(__name__)
+
+RETRY = {
+    "bind": True,
+    "acks_late": True,
+    "ignore_result": True,
+    "queue": Queue.LIFECYCLE.value,
+    # A few external round trips with polled operations (client timeouts 15 s per
+    # call, 45 s per operation); a task cut short is retried, not lost.
+    "soft_time_limit": 150,
+    "time_limit": 180,
+    "autoretry_for": (MLRunError, DatabaseError, SoftTimeLimitExceeded),
+    "retry_backoff": True,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 50,
+}
+
+
+@shared_task(name=events.TASK_NAME, **RETRY)
+def handle_event(self: Any, payload: str) -> None:
+    try:
+        event = events.decode(payload)
+    except ValueError as exc:
+        log.error("lifecycle.event.malformed", extra={"error": str(exc)})
+        return
+    services.handle_event(event)
+
+
+@shared_task(name=services.CLOSE_SUPERSEDED_TASK, **RETRY)
+def close_superseded(self: Any, xid: int, wid: int, eid: int) -> None:
+    services.close_superseded(int(xid), int(wid), int(eid))
+
+
+@worker_init.connect
+def _check_configuration(**kwargs: Any) -> None:
+    """A worker with the flag on but no MachineLearningRun project/location refuses to start."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from lifecycle import rules
+
+    try:
+        rules.check_configuration()
+    except ImproperlyConfigured as exc:
+        log.critical("lifecycle.configuration_error: %s", exc)
+        raise SystemExit(f"lifecycle: {exc}") from exc  # Celery logs and swallows ordinary exceptions here

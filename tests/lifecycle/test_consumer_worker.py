@@ -1,0 +1,163 @@
+"""The lifecycle consumer through a real Celery worker process on the test Redis and Postgres.
+
+The reconciler and the actuator are other issues: the test plays the
+reconciler by committing real transitions (``update_work_unit_executions``)
+and calling the hooks with JobSetContext values, and the worker does the
+rest against the MachineLearningRun emulator.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from k8s_bridge.sim.mlrun_emulator import EmulatorHandle
+from lifecycle import hooks, urls
+from lifecycle.hooks import JobSetContext
+from tests.lifecycle import brokers
+from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
+    xprof_artifact
+from workunits import outbox
+from workunits import services as wu_services
+from workunits.models import WorkUnit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parents[2]
+ALL = "STARTING.RUNNING.STOPPED.COMPLETED.FAILED"
+
+
+@pytest.fixture
+def worker(lifecycle_on: Any, emulator: EmulatorHandle, tmp_path: Path) -> Iterator[Path]:
+    """A `celery -A xmc worker -Q lifecycle` child on the test database; killed at the end."""
+    brokers.purge("lifecycle")
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true",
+        "XMC_MLRUN_ENDPOINT": emulator.url,
+        "XMC_MLRUN_PROJECT": PROJECT,
+        "XMC_MLRUN_LOCATION": LOCATION,
+        "XMC_MLRUN_TOKEN": "test-token",
+        "XMC_GKE_CLUSTER": CLUSTER,
+    }
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "lifecycle", "--pool", "solo",
+             "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-n", f"life-test-{os.getpid()}@%h"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        yield log
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        brokers.purge("lifecycle")
+
+
+def eventually(check: Callable[[], Any], log: Path, what: str, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()[-4000:]}")
+
+
+def context(wu: WorkUnit, notify_when: str = ALL) -> JobSetContext:
+    wu.refresh_from_db()
+    return JobSetContext(xid=wu.experiment_id, wid=wu.wid, eid=wu.current_eid, namespace="default",
+                         name=f"xmc-{wu.experiment_id}-{wu.wid}", uid=f"uid-{wu.experiment_id}-{wu.current_eid}",
+                         creation_time=datetime(2026, 11, 30, tzinfo=timezone.utc), notify_when=notify_when)
+
+
+def ctx(wu: WorkUnit) -> dict[tuple[int, int, int], JobSetContext]:
+    c = context(wu)
+    return {(c.xid, c.wid, c.eid): c}
+
+
+def phase(emulator: EmulatorHandle, wu: WorkUnit, eid: int) -> str:
+    run = emulator.emulator.run_by_id(urls.mlrun_id(wu.experiment_id, wu.wid, eid))
+    return str(run["runPhase"]) if run else ""
+
+
+def test_it_runs_a_work_unit_to_completed_restarts_it_and_survives_service_errors(
+    worker: Path, emulator: EmulatorHandle
+) -> None:
+    wu = running_work_unit()
+    artifact = xprof_artifact(wu)
+    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ALL  # what the Create task stamps
+
+    hooks.on_transitions_committed(set_state(wu, "RUNNING"), ctx(wu))
+    eventually(lambda: phase(emulator, wu, 1) == "ACTIVE", worker, "run 1 ACTIVE")
+    url1 = urls.console_url(PROJECT, LOCATION, urls.mlrun_id(wu.experiment_id, wu.wid, 1))
+
+    def persisted() -> bool:
+        artifact.refresh_from_db()
+        return bool(artifact.payload["managedXprof"].get("xprof", {}).get("xprofUrl") == url1)
+
+    eventually(persisted, worker, "xprof_url persisted")
+    eventually(lambda: execution(wu, 1).metadata.get("mlrunUrl") == url1, worker, "mlrun_url on the execution")
+
+    # The service fails twice: the event is retried with backoff until it succeeds.
+    emulator.inject(method="GET", status="UNAVAILABLE", times=2)
+    hooks.on_transitions_committed(set_state(wu, "COMPLETED"), ctx(wu))
+    eventually(lambda: phase(emulator, wu, 1) == "COMPLETED", worker, "run 1 COMPLETED after retries")
+    assert "Retry in" in worker.read_text()
+
+    # Restart: the superseded execution's run is closed, eid 2 gets its own.
+    wu2 = running_work_unit(title="second")
+    xprof_artifact(wu2)
+    hooks.on_transitions_committed(set_state(wu2, "RUNNING"), ctx(wu2))
+    eventually(lambda: phase(emulator, wu2, 1) == "ACTIVE", worker, "wu2 run 1 ACTIVE")
+    wu_services.restart_work_units(wu2.experiment_id, [wu2.wid], batch=False)  # hook enqueues the close
+    eventually(lambda: phase(emulator, wu2, 1) == "FAILED", worker, "superseded run closed")
+    hooks.on_transitions_committed(set_state(wu2, "RUNNING"), ctx(wu2))
+    eventually(lambda: phase(emulator, wu2, 2) == "ACTIVE", worker, "run 2 ACTIVE")
+
+
+def test_it_drops_a_malformed_event_without_retrying(worker: Path) -> None:
+    from xmc.celery import Queue, app
+
+    app.send_task("xmc.lifecycle.handle_event", args=["not base64!"], queue=Queue.LIFECYCLE.value)
+    eventually(lambda: "lifecycle.event.malformed" in worker.read_text() or "malformed" in worker.read_text(),
+               worker, "the malformed event logged")
+    time.sleep(1)
+    assert "Retry in" not in worker.read_text()
+
+
+def test_it_creates_the_run_after_a_late_attach_patches_notify_when(
+    worker: Path, emulator: EmulatorHandle
+) -> None:
+    wu = running_work_unit(title="attach")
+    hooks.on_transitions_committed(set_state(wu, "RUNNING"), {(wu.experiment_id, wu.wid, 1): context(wu, "")})
+    hooks.on_jobset_observed(context(wu, ""), "RUNNING")  # no artifact yet: no annotation
+    brokers.purge("actuator")
+    xprof_artifact(wu)  # commits; the Update task is published after commit
+    sent = brokers.drain("actuator")
+    assert [name for name, _ in sent] == ["xmc.actuator.update"]
+    task = outbox.decode_task(sent[0][1][0])
+    assert task.notify_when == ALL
+    # The actuator patched the annotation; the reconciler sees it newly added.
+    hooks.on_jobset_observed(context(wu, task.notify_when), "RUNNING")
+    eventually(lambda: phase(emulator, wu, 1) == "ACTIVE", worker, "run created after the late attach")
+    assert emulator.emulator.run_by_id(urls.mlrun_id(wu.experiment_id, wu.wid, 1)) is not None
