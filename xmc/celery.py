@@ -18,8 +18,10 @@ from __future__ import annotations
 import enum
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue as KombuQueue
+
+from xmc.logs import connect_task_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
 
@@ -51,3 +53,16 @@ app.conf.update(
     worker_hijack_root_logger=False,
 )
 app.autodiscover_tasks()
+
+
+@signals.setup_logging.connect(weak=False)
+def _django_logging(**_: object) -> None:
+    """Workers and beat log through settings.LOGGING (plain or JSON), not Celery's own setup."""
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
+
+
+connect_task_logging()

@@ -95,6 +95,7 @@ MIDDLEWARE = [
     # Static files (the admin's CSS and JavaScript) served by the web process
     # itself from STATIC_ROOT (filled by collectstatic), in and outside debug.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "xmc.logs.RequestLogMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -132,11 +133,18 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# "plain" text, or "json": one object per line with the record's ids
+# (xmc/logs.py), for log pipelines.
+XMC_LOG_FORMAT = env.str("XMC_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "xmc.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             "formatter": "json" if XMC_LOG_FORMAT == "json" else "plain"}},
     "root": {"handlers": ["console"], "level": env.str("XMC_LOG_LEVEL", default="INFO")},
 }
 
