@@ -66,3 +66,15 @@ def _django_logging(**_: object) -> None:
 
 
 connect_task_logging()
+
+
+@signals.worker_init.connect(weak=False)
+def _worker_metrics(**_: object) -> None:
+    """Serve the worker's metrics (all pool processes, through
+    PROMETHEUS_MULTIPROC_DIR) on XMC_WORKER_METRICS_PORT when it is set."""
+    from django.conf import settings
+
+    if settings.XMC_WORKER_METRICS_PORT:
+        from xmc.ops import serve_metrics
+
+        serve_metrics(settings.XMC_WORKER_METRICS_PORT)

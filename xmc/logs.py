@@ -77,7 +77,7 @@ _task_started: dict[str, float] = {}
 
 
 def connect_task_logging() -> None:
-    """Connect one ``celery.task`` line per finished task (called by xmc.celery)."""
+    """Connect one ``celery.task`` line (and metric) per finished task (called by xmc.celery)."""
     from celery import signals
 
     @signals.task_prerun.connect(weak=False)
@@ -87,11 +87,16 @@ def connect_task_logging() -> None:
 
     @signals.task_postrun.connect(weak=False)
     def _postrun(task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+        from xmc import ops
+
         started = _task_started.pop(task_id or "", None)
+        seconds = time.perf_counter() - started if started else None
+        name = getattr(task, "name", "")
+        ops.observe_task(name, state or "", seconds)
         task_log.info("celery.task", extra={
-            "task": getattr(task, "name", ""),
+            "task": name,
             "task_id": task_id,
             "state": state,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 1) if started else None,
+            "duration_ms": round(seconds * 1000, 1) if seconds is not None else None,
             "retries": getattr(getattr(task, "request", None), "retries", 0),
         })

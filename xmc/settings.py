@@ -57,6 +57,10 @@ XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
 XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
 XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
 
+# Port of a Celery worker's /metrics (0: none). With a prefork pool set
+# PROMETHEUS_MULTIPROC_DIR too, so every pool process is counted.
+XMC_WORKER_METRICS_PORT = env.int("XMC_WORKER_METRICS_PORT", default=0)
+
 # --- Kubernetes --------------------------------------------------------------
 XMC_K8S_NAMESPACE = env.str("XMC_K8S_NAMESPACE", default="default")
 KUBECONFIG = env.str("KUBECONFIG", default="")
