@@ -6,11 +6,17 @@ from an earlier call) and prints the URL to connect to on stdout.
 
     python scripts/devservices.py postgres .run/pg      -> postgres://...
     python scripts/devservices.py redis .run/redis 6390 -> redis://127.0.0.1:6390/0
+    python scripts/devservices.py stop-postgres .run/pg
+    python scripts/devservices.py stop-redis 6390
+
+``./dev run`` stops the services it had to start when it exits (their data
+stays under the run folder, so the next run reuses it).
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -67,12 +73,51 @@ def redis(data_dir: Path, port: int) -> str:
     raise SystemExit(f"embedded redis did not start on port {port}; see {data_dir}/redis.log")
 
 
+def stop_postgres(data_dir: Path) -> None:
+    """Fast shutdown (SIGINT to the postmaster, as ``pg_ctl -m fast stop``).
+
+    Signalled directly: pg_ctl would have to run as the server's system user,
+    which may not be able to reach a data folder under a private parent.
+    """
+    pid_file = data_dir / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    try:
+        os.kill(pid, signal.SIGINT)
+    except ProcessLookupError:
+        return
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"embedded postgres (pid {pid}) did not stop; see {data_dir}")
+
+
+def stop_redis(port: int) -> None:
+    import redis as redis_client
+
+    if not _port_open(port):
+        return
+    try:
+        redis_client.Redis(host="127.0.0.1", port=port).shutdown(nosave=True)
+    except redis_client.ConnectionError:
+        pass  # the server closes the connection as it goes
+
+
 def main(argv: list[str]) -> None:
     kind = argv[1]
     if kind == "postgres":
         print(postgres(Path(argv[2])))
     elif kind == "redis":
         print(redis(Path(argv[2]), int(argv[3])))
+    elif kind == "stop-postgres":
+        stop_postgres(Path(argv[2]))
+    elif kind == "stop-redis":
+        stop_redis(int(argv[2]))
     else:
         raise SystemExit(f"unknown service {kind!r}")
 

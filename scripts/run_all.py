@@ -1,16 +1,29 @@
 """Run the whole system locally: ``./dev run`` (after ./dev set up services).
 
-Migrates, makes sure an admin user exists, then starts every process the
-project has (web, gRPC, cluster simulator, MachineLearningRun emulator,
-worker, reconciler — each only once its management command exists), prints
-the URLs and waits. Ctrl-C stops everything. ``--smoke`` starts everything, waits until each process
-answers, prints the URLs and stops again (used by the tests).
+Migrates, makes sure an admin user exists, collects static files, then starts
+every process the project has — the cluster simulator, the MachineLearningRun
+emulator, web (gunicorn + WhiteNoise), gRPC, one Celery worker on every
+queue, Celery beat and the reconciler (each only once its command exists) —
+and prints the URLs, a bearer token for the admin user and the ``export``
+lines a launch script needs.
+
+Everything lives in the run folder (``XMC_RUN_DIR``, default ``.run/``): logs
+(``<process>.log``), the simulator's state, a generated secret key, and
+``env``, the settings the processes were given, which ``./dev manage`` reads
+so management commands talk to the same database and cluster. A second run
+reuses all of it.
+
+SIGINT (Ctrl-C), SIGTERM and SIGHUP stop every process it started (each runs
+in its own process group, so its children go too), and the embedded Postgres
+and Redis when ``./dev`` started those for it. ``--smoke`` starts everything,
+waits until each process answers, prints the URLs and stops again.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -19,9 +32,11 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / ".run"
+RUN = Path(os.environ.get("XMC_RUN_DIR") or ROOT / ".run").resolve()
+ADMIN_EMAIL = "admin@example.com"
 
 
 @dataclass
@@ -32,6 +47,14 @@ class Process:
     ready_url: str = ""
     env: dict[str, str] = field(default_factory=dict)
     popen: subprocess.Popen[bytes] | None = None
+
+
+class Stop(Exception):
+    """Raised by the signal handlers: unwinds into the clean-up."""
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise Stop(signal.Signals(signum).name)
 
 
 def free_port(preferred: int) -> int:
@@ -47,12 +70,12 @@ def manage(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), *args]
 
 
-def wait_ready(proc: Process, timeout: float = 60.0) -> None:
+def wait_ready(proc: Process, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.popen is not None
         if proc.popen.poll() is not None:
-            raise SystemExit(f"{proc.name} exited with {proc.popen.returncode}; see .run/{proc.name}.log")
+            raise SystemExit(f"{proc.name} exited with {proc.popen.returncode}; see {RUN}/{proc.name}.log")
         if not proc.ready_url:
             return
         try:
@@ -66,7 +89,7 @@ def wait_ready(proc: Process, timeout: float = 60.0) -> None:
         except OSError:
             pass
         time.sleep(0.3)
-    raise SystemExit(f"{proc.name} did not become ready in {timeout:.0f}s; see .run/{proc.name}.log")
+    raise SystemExit(f"{proc.name} did not become ready in {timeout:.0f}s; see {RUN}/{proc.name}.log")
 
 
 def ensure_database() -> None:
@@ -86,49 +109,31 @@ def ensure_database() -> None:
     print(f"run: created database {name!r}", flush=True)
 
 
-def dev_secret_key() -> str:
-    """The random ``XMC_SECRET_KEY`` of this checkout's dev runs, created once in ``.run/secret_key``."""
+def secret_key() -> str:
+    """XMC_SECRET_KEY from the environment, else one generated once and kept."""
+    if os.environ.get("XMC_SECRET_KEY"):
+        return os.environ["XMC_SECRET_KEY"]
     path = RUN / "secret_key"
     if not path.exists():
-        path.touch(mode=0o600)
         path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
     return path.read_text().strip()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="start, check, print and stop")
-    args = parser.parse_args()
+def write_env(env: dict[str, str]) -> None:
+    """The settings given to the processes, for ``./dev manage`` (mode 0600)."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    path = RUN / "env"
+    path.write_text("# Written by ./dev run: the settings its processes use.\n" + "\n".join(lines) + "\n")
+    path.chmod(0o600)
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
-    sys.path.insert(0, str(ROOT))
-    RUN.mkdir(exist_ok=True)
-    # Servers refuse the public default secret (xmc.checks): keep one random
-    # key per checkout, so tokens issued by an earlier run stay valid.
-    os.environ.setdefault("XMC_SECRET_KEY", dev_secret_key())
-    import django
 
-    django.setup()
-    from django.core.management import call_command, get_commands
-
-    ensure_database()
-    print("run: migrating the database", flush=True)
-    call_command("migrate", interactive=False, verbosity=0)
-    from django.contrib.auth import get_user_model
-
-    User = get_user_model()
-    password = os.environ.get("XMC_ADMIN_PASSWORD", "admin")
-    if not User.objects.filter(username="admin").exists():
-        User.objects.create_superuser("admin", "admin@example.com", password)
-        print(f"run: created admin user 'admin' (password {password!r}; set XMC_ADMIN_PASSWORD to choose)")
-
-    commands = get_commands()
-    web_port = free_port(int(os.environ.get("XMC_WEB_PORT", "8000")))
-    env = {"XMC_API_URL": f"http://127.0.0.1:{web_port}"}
+def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
+    """Every process the system has so far, in start order."""
     procs: list[Process] = []
-    kubeconfig = RUN / "kubeconfig"
     if "simcluster" in commands:
         sim_port = free_port(int(os.environ.get("XMC_SIM_PORT", "6443")))
+        kubeconfig = RUN / "kubeconfig"
         procs.append(Process(
             "simulator",
             manage("simcluster", "--port", str(sim_port), "--kubeconfig-out", str(kubeconfig),
@@ -141,15 +146,19 @@ def main() -> int:
         # The MachineLearningRun API emulator stands in for the real service locally.
         mlrun_port = free_port(int(os.environ.get("XMC_MLRUN_EMULATOR_PORT", "8790")))
         procs.append(Process(
-            "mlrun", manage("mlrun_emulator", "--port", str(mlrun_port)), url=f"http://127.0.0.1:{mlrun_port}",
+            "mlrun", manage("mlrun_emulator", "--port", str(mlrun_port)),
+            url=f"http://127.0.0.1:{mlrun_port} (MachineLearningRun emulator; /emulator/runs lists the runs)",
             ready_url=f"http://127.0.0.1:{mlrun_port}/emulator/runs",
         ))
         env["XMC_MLRUN_ENDPOINT"] = f"http://127.0.0.1:{mlrun_port}"
         for name, value in (("XMC_MLRUN_PROJECT", "xmc-local"), ("XMC_MLRUN_LOCATION", "us-central1"),
                             ("XMC_MLRUN_TOKEN", "emulator")):
             env[name] = os.environ.get(name) or value
+    web_port = int(env["XMC_API_URL"].rsplit(":", 1)[1])
     procs.append(Process(
-        "web", manage("runserver", f"127.0.0.1:{web_port}", "--noreload"),
+        "web",
+        [sys.executable, "-m", "gunicorn", "xmc.wsgi", "--bind", f"127.0.0.1:{web_port}",
+         "--workers", "2", "--threads", "4", "--graceful-timeout", "10", "--access-logfile", "-"],
         url=f"http://127.0.0.1:{web_port}/admin/", ready_url=f"http://127.0.0.1:{web_port}/healthz",
     ))
     if "grpcserver" in commands:
@@ -158,48 +167,150 @@ def main() -> int:
             "grpc", manage("grpcserver", "--port", str(grpc_port)),
             url=f"http://127.0.0.1:{grpc_port} (XMANAGER_ENDPOINT)", ready_url=f"tcp://127.0.0.1:{grpc_port}",
         ))
+        env["XMANAGER_ENDPOINT"] = f"http://127.0.0.1:{grpc_port}"
+    if (ROOT / "xmc" / "celery.py").exists():
+        procs.append(Process(
+            "worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",
+                       "-Q", "actuator,lifecycle,resumption", "--concurrency", "2",
+                       "--hostname", "xmc-worker@%h"],
+            url="queues actuator, lifecycle, resumption",
+        ))
+        procs.append(Process(
+            "beat", [sys.executable, "-m", "celery", "-A", "xmc", "beat", "--loglevel=INFO",
+                     "--schedule", str(RUN / "celerybeat-schedule")],
+            url="periodic sweeps and clean-ups",
+        ))
     if "reconcile" in commands:
         metrics_port = free_port(int(os.environ.get("XMC_RECONCILER_METRICS_PORT", "9108")))
         procs.append(Process(
             "reconciler", manage("reconcile", "--metrics-port", str(metrics_port)),
             url=f"http://127.0.0.1:{metrics_port}/metrics", ready_url=f"http://127.0.0.1:{metrics_port}/metrics",
         ))
-    if (ROOT / "xmc" / "celery.py").exists():
-        procs.append(Process(
-            # -B: beat (the outbox sweep, the operation clean-up) inside the worker.
-            "worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-B", "--loglevel=INFO",
-                       "-s", str(RUN / "celerybeat-schedule"), "-Q", "actuator,lifecycle,resumption",
-                       "--concurrency", "2"],
-        ))
+    return procs
 
-    child_env = {**os.environ, **env}
+
+def stop_all(procs: list[Process]) -> None:
+    for proc in procs:
+        if proc.popen is not None and proc.popen.poll() is None:
+            try:
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 20
+    for proc in procs:
+        if proc.popen is None:
+            continue
+        try:
+            proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # the group may outlive its leader (e.g. a worker's pool)
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop_embedded_services() -> None:
+    """Stop the embedded Postgres / Redis that ./dev started for this run."""
+    script = ROOT / "scripts" / "devservices.py"
+    if os.environ.get("XMC_DEV_EMBEDDED_REDIS"):
+        subprocess.run([sys.executable, str(script), "stop-redis", os.environ["XMC_DEV_EMBEDDED_REDIS"]],
+                       check=False, timeout=30)
+    if os.environ.get("XMC_DEV_EMBEDDED_PG"):
+        subprocess.run([sys.executable, str(script), "stop-postgres", os.environ["XMC_DEV_EMBEDDED_PG"]],
+                       check=False, timeout=60)
+
+
+def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None:
+    api = env["XMC_API_URL"]
+    print(f"\nrun: admin           {api}/admin/  (user 'admin')", flush=True)
+    print(f"run: REST API docs   {api}/v1/docs", flush=True)
+    print(f"run: bearer token for {ADMIN_EMAIL} (staff):\n{token}\n", flush=True)
+    print("run: paste these into the shell that runs your launch script:", flush=True)
+    exports = {
+        "XMANAGER_ENDPOINT": env.get("XMANAGER_ENDPOINT", ""),
+        "XMC_AUTH_TOKEN": token,
+        "XMC_API_URL": api,
+        "KUBECONFIG": env.get("KUBECONFIG", ""),
+    }
+    for key, value in exports.items():
+        if value:
+            print(f"export {key}={shlex.quote(value)}", flush=True)
+    print(f"\nrun: logs in {RUN}/*.log; `./dev manage <command>` talks to this system; "
+          "Ctrl-C (or SIGTERM) stops everything", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="start, check, print and stop")
+    args = parser.parse_args()
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, _stop)
+
+    RUN.mkdir(parents=True, exist_ok=True)
+    procs: list[Process] = []
     try:
+        web_port = free_port(int(os.environ.get("XMC_WEB_PORT", "8000")))
+        env = {"XMC_API_URL": f"http://127.0.0.1:{web_port}", "XMC_SECRET_KEY": secret_key()}
+        for key in ("DATABASE_URL", "REDIS_URL"):
+            # Embedded services are found again by ./dev; explicit ones are kept.
+            embedded = os.environ.get("XMC_DEV_EMBEDDED_PG" if key == "DATABASE_URL" else "XMC_DEV_EMBEDDED_REDIS")
+            if os.environ.get(key) and not embedded:
+                env[key] = os.environ[key]
+        os.environ.update(env)
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.core.management import call_command, get_commands
+
+        ensure_database()
+        print("run: migrating the database", flush=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        token = ensure_admin()
+
+        procs = plan(get_commands(), env)
+        write_env(env)
+        child_env = {**os.environ, **env}
         for proc in procs:
             log = open(RUN / f"{proc.name}.log", "ab")  # noqa: SIM115 - lives as long as the child
-            proc.popen = subprocess.Popen(proc.argv, cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+            proc.popen = subprocess.Popen(proc.argv, cwd=ROOT, env={**child_env, **proc.env}, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
             wait_ready(proc)
             print(f"run: {proc.name:<10} up  {proc.url}", flush=True)
-        print("run: logs in .run/*.log; Ctrl-C stops everything", flush=True)
+        print_welcome(procs, env, token)
         if args.smoke:
             return 0
         while all(p.popen is not None and p.popen.poll() is None for p in procs):
             time.sleep(1)
         dead = [p.name for p in procs if p.popen is not None and p.popen.poll() is not None]
-        print(f"run: {', '.join(dead)} exited; stopping the rest (see .run/*.log)", flush=True)
+        print(f"run: {', '.join(dead)} exited; stopping the rest (see {RUN}/*.log)", flush=True)
         return 1
-    except KeyboardInterrupt:
+    except Stop as why:
+        print(f"run: {why}: stopping", flush=True)
         return 0
     finally:
-        for proc in procs:
-            if proc.popen is not None and proc.popen.poll() is None:
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-        for proc in procs:
-            if proc.popen is not None:
-                try:
-                    proc.popen.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
+        # No second signal may interrupt the clean-up.
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
+        stop_all(procs)
+        stop_embedded_services()
+
+
+def ensure_admin() -> str:
+    """The admin user (staff) and a bearer token for it."""
+    from django.contrib.auth import get_user_model
+
+    from xmc.auth.tokens import issue_token
+
+    User = get_user_model()
+    password = os.environ.get("XMC_ADMIN_PASSWORD", "admin")
+    if not User.objects.filter(username="admin").exists():
+        User.objects.create_superuser("admin", ADMIN_EMAIL, password)
+        print(f"run: created admin user 'admin' (password {password!r}; set XMC_ADMIN_PASSWORD to choose)")
+    return issue_token(ADMIN_EMAIL)
 
 
 if __name__ == "__main__":

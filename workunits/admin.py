@@ -14,9 +14,11 @@ from django.contrib.admin import helpers
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.utils.html import format_html
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
-from workunits import scheduling, services
+from workunits import scheduling, services, timeline
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import (
     DeadLetter,
@@ -109,14 +111,31 @@ def restart_work_units(modeladmin: admin.ModelAdmin, request: HttpRequest, query
     _run_per_work_unit(modeladmin, request, queryset, "Restarted", services.restart_work_units)
 
 
+def execution_timeline(ex: WorkUnitExecution) -> SafeString:
+    """The execution's states over time as a server-drawn SVG (workunits.timeline)."""
+    rows = [(h.time, h.to_state) for h in ex.history.all()]
+    end = ex.complete_time or timezone.now()
+    picture = timeline.svg(timeline.segments(rows, end), title=f"execution {ex.eid}: states over time")
+    return mark_safe(picture)  # noqa: S308 - every text in it is escaped by timeline.svg
+
+
+class MessageInline(ReadOnlyAdminMixin, admin.TabularInline):
+    model = StatusMessage
+    extra = 0
+    fields = ("create_time", "execution_id", "severity", "source", "kind", "content")
+    readonly_fields = fields
+    ordering = ("-id",)
+    verbose_name_plural = "status messages"
+
+
 @admin.register(WorkUnit)
 class WorkUnitAdmin(admin.ModelAdmin):
     list_display = ("__str__", "current_state", "work_unit_type", "priority", "current_eid", "create_time")
     list_filter = (CurrentStateFilter, "work_unit_type", "priority")
     search_fields = ("experiment__id", "experiment__title", "tags")
     readonly_fields = ("experiment", "wid", "work_unit_type", "priority", "create_time", "update_time", "urls",
-                       "executable", "tags", "notes", "current_eid")
-    inlines = [ExecutionInline]
+                       "executable", "tags", "notes", "current_eid", "timelines")
+    inlines = [ExecutionInline, MessageInline]
     actions = [stop_work_units, restart_work_units]
     list_select_related = ("experiment",)
 
@@ -140,6 +159,15 @@ class WorkUnitAdmin(admin.ModelAdmin):
         if editable:  # pragma: no cover - nothing is editable today; kept narrow if a field ever is
             obj.save(update_fields=editable)
 
+    @admin.display(description="timeline")
+    def timelines(self, obj: WorkUnit) -> SafeString:
+        executions = obj.executions.prefetch_related("history").order_by("-eid")
+        return format_html_join(
+            "", '<div class="xmc-execution-timeline" data-eid="{}"><p><a href="{}">execution {}</a> ({}, {})</p>{}</div>',
+            ((ex.eid, f"../../workunitexecution/{ex.pk}/change/", ex.eid, ex.state, ex.execution_state,
+              execution_timeline(ex)) for ex in executions),
+        )
+
 
 class HistoryInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = StatusHistory
@@ -155,6 +183,12 @@ class WorkUnitExecutionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     search_fields = ("work_unit__experiment__id",)
     inlines = [HistoryInline]
     list_select_related = ("work_unit",)
+    readonly_fields = ("timeline",)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: WorkUnitExecution) -> SafeString:
+        return format_html('<div class="xmc-execution-timeline" data-eid="{}">{}</div>', obj.eid,
+                           execution_timeline(obj))
 
 
 @admin.register(Operation)

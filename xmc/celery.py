@@ -18,9 +18,11 @@ from __future__ import annotations
 import enum
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from celery.signals import worker_init
 from kombu import Queue as KombuQueue
+
+from xmc.logs import connect_task_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
 
@@ -72,7 +74,9 @@ def _beat_schedule(sender: Celery, **_: object) -> None:
     """The beat schedule, read from settings once Django's settings are loaded."""
     from django.conf import settings
 
-    sender.conf.beat_schedule = {
+    # Entries declared in settings (CELERY_BEAT_SCHEDULE: the paused-task
+    # clean-up) plus the actuator's sweeps, whose intervals are settings.
+    sender.conf.beat_schedule = {**settings.CELERY_BEAT_SCHEDULE} | {
         name: {
             "task": name,
             "schedule": float(getattr(settings, interval)) if interval else 3600.0,
@@ -80,3 +84,28 @@ def _beat_schedule(sender: Celery, **_: object) -> None:
         }
         for name, interval in SWEEP_TASKS.items()
     }
+
+
+@signals.setup_logging.connect(weak=False)
+def _django_logging(**_: object) -> None:
+    """Workers and beat log through settings.LOGGING (plain or JSON), not Celery's own setup."""
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
+
+
+connect_task_logging()
+
+
+@signals.worker_init.connect(weak=False)
+def _worker_metrics(**_: object) -> None:
+    """Serve the worker's metrics (all pool processes, through
+    PROMETHEUS_MULTIPROC_DIR) on XMC_WORKER_METRICS_PORT when it is set."""
+    from django.conf import settings
+
+    if settings.XMC_WORKER_METRICS_PORT:
+        from xmc.ops import serve_metrics
+
+        serve_metrics(settings.XMC_WORKER_METRICS_PORT)

@@ -53,6 +53,41 @@ RPC_LATENCY = Histogram(
 )
 
 
+TASKS = Counter(
+    "xmc_celery_tasks",
+    "Celery tasks finished in this worker, by task name and final state (SUCCESS, RETRY, FAILURE, ...).",
+    ["task", "state"],
+)
+TASK_LATENCY = Histogram(
+    "xmc_celery_task_duration_seconds",
+    "Wall time of one Celery task run.",
+    ["task"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 90.0),
+)
+
+
+def observe_task(task: str, state: str, seconds: float | None) -> None:
+    TASKS.labels(task, state).inc()
+    if seconds is not None:
+        TASK_LATENCY.labels(task).observe(seconds)
+
+
+def metrics_registry() -> CollectorRegistry:
+    """This process's registry, or every process's in multiprocess mode."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def serve_metrics(port: int) -> None:
+    """Expose /metrics on ``port`` from a daemon thread (workers, gRPC, reconciler)."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr="0.0.0.0", registry=metrics_registry())
+
+
 def observe_rpc(transport: str, service: str, method: str, code: str, seconds: float) -> None:
     """Count one finished RPC and record its latency.
 
@@ -131,9 +166,4 @@ def readyz(request: HttpRequest) -> JsonResponse:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text exposition of this process (or of all workers in multiprocess mode)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-    else:
-        registry = REGISTRY
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(metrics_registry()), content_type=CONTENT_TYPE_LATEST)

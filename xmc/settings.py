@@ -86,6 +86,10 @@ XMC_WAIT_MAX_CONCURRENT = env.int("XMC_WAIT_MAX_CONCURRENT", default=4)
 XMC_WAIT_MAX_PER_IDENTITY = env.int("XMC_WAIT_MAX_PER_IDENTITY", default=2)
 XMC_WAIT_MAX_S = env.float("XMC_WAIT_MAX_S", default=10.0)
 
+# Port of a Celery worker's /metrics (0: none). With a prefork pool set
+# PROMETHEUS_MULTIPROC_DIR too, so every pool process is counted.
+XMC_WORKER_METRICS_PORT = env.int("XMC_WORKER_METRICS_PORT", default=0)
+
 # --- Kubernetes --------------------------------------------------------------
 XMC_K8S_NAMESPACE = env.str("XMC_K8S_NAMESPACE", default="default")
 KUBECONFIG = env.str("KUBECONFIG", default="")
@@ -150,6 +154,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS and JavaScript) served by the web process
+    # itself from STATIC_ROOT (filled by collectstatic), in and outside debug.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "xmc.logs.RequestLogMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -192,11 +200,18 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# "plain" text, or "json": one object per line with the record's ids
+# (xmc/logs.py), for log pipelines.
+XMC_LOG_FORMAT = env.str("XMC_LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "xmc.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             "formatter": "json" if XMC_LOG_FORMAT == "json" else "plain"}},
     "root": {"handlers": ["console"], "level": env.str("XMC_LOG_LEVEL", default="INFO")},
 }
 

@@ -1,0 +1,102 @@
+"""An execution's states over time, drawn as an SVG picture by the server.
+
+Used by the admin's work unit and execution pages (no JavaScript): one lane
+per execution, one coloured band per state from the status history, labelled
+with the state and its duration, with the start and end times under it. Pure
+functions over plain rows, so the drawing is tested without a browser too.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from html import escape
+
+from workunits.choices import TERMINAL, WorkUnitState
+
+S = WorkUnitState
+
+#: Band colours: pending states cool, running green, trouble warm, ends grey/red.
+COLOURS: dict[str, str] = {
+    S.INITIALIZING: "#b0bec5", S.RESTARTING: "#b0bec5", S.SCHEDULING: "#90caf9",
+    S.SCHEDULING_PAUSED: "#ce93d8", S.STARTING: "#80deea", S.RUNNING: "#66bb6a",
+    S.PARTIALLY_FAILED: "#ffb74d", S.STOPPING: "#ffe082", S.DESCHEDULING: "#90caf9",
+    S.STOPPED: "#9e9e9e", S.COMPLETED: "#2e7d32", S.FAILED: "#e53935",
+}
+WIDTH, LANE, PAD = 760, 34, 8
+#: Bands dark enough to need white text.
+DARK = frozenset({S.COMPLETED, S.FAILED, S.STOPPED})
+#: Width of the end cap that shows a terminal state (it has no duration).
+CAP = 96
+#: Approximate width of one character at the labels' font size.
+CHAR = 6.3
+
+
+@dataclass(frozen=True)
+class Segment:
+    state: str
+    start: datetime
+    end: datetime
+
+    @property
+    def duration(self) -> timedelta:
+        return self.end - self.start
+
+
+def segments(history: Sequence[tuple[datetime, str]], end: datetime) -> list[Segment]:
+    """Bands from ``(time, to_state)`` rows in time order; the last lasts until ``end``."""
+    rows = sorted(history, key=lambda row: row[0])
+    out = []
+    for i, (start, state) in enumerate(rows):
+        stop = rows[i + 1][0] if i + 1 < len(rows) else max(end, start)
+        out.append(Segment(state, start, stop))
+    return out
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def svg(bands: Sequence[Segment], *, title: str) -> str:
+    """One lane of bands as a standalone ``<svg>`` element (text escaped)."""
+    height = LANE + 2 * PAD + 16
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="xmc-timeline" role="img" '
+             f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
+             f'style="max-width: 100%; height: auto">',
+             f"<title>{escape(title)}</title>"]
+    if not bands:
+        parts.append(f'<text x="{PAD}" y="{PAD + 20}" font-size="12">no status history</text></svg>')
+        return "".join(parts)
+    start, end = bands[0].start, bands[-1].end
+    total = max((end - start).total_seconds(), 1e-3)
+    capped = bands[-1].state in TERMINAL and len(bands) > 1
+    inner = WIDTH - 2 * PAD - (CAP if capped else 0)
+    for i, band in enumerate(bands):
+        if capped and i == len(bands) - 1:
+            x, w, label = float(PAD + inner), float(CAP), band.state
+        else:
+            x = PAD + inner * (band.start - start).total_seconds() / total
+            w = max(inner * band.duration.total_seconds() / total, 2.0)
+            label = f"{band.state} {_duration(band.duration)}"
+        parts.append(
+            f'<g class="band" data-state="{escape(band.state)}">'
+            f"<title>{escape(band.state)} {_duration(band.duration)} from {band.start:%Y-%m-%d %H:%M:%S} UTC</title>"
+            f'<rect x="{x:.1f}" y="{PAD}" width="{w:.1f}" height="{LANE}" '
+            f'fill="{COLOURS.get(band.state, "#bdbdbd")}" stroke="#fff" />'
+        )
+        for text in (label, band.state):
+            if w > CHAR * len(text) + 8:
+                parts.append(f'<text x="{x + 4:.1f}" y="{PAD + LANE / 2 + 4:.1f}" font-size="11" '
+                             f'fill="{"#fff" if band.state in DARK else "#000"}">{escape(text)}</text>')
+                break
+        parts.append("</g>")
+    axis_y = PAD + LANE + 14
+    parts.append(f'<text x="{PAD}" y="{axis_y}" font-size="10">{start:%Y-%m-%d %H:%M:%S} UTC</text>')
+    parts.append(f'<text x="{WIDTH - PAD}" y="{axis_y}" font-size="10" text-anchor="end">'
+                 f"{end:%Y-%m-%d %H:%M:%S} UTC</text></svg>")
+    return "".join(parts)

@@ -1,0 +1,102 @@
+"""Structured logs: one JSON object per line when ``XMC_LOG_FORMAT=json``.
+
+Every process configures logging from ``settings.LOGGING``; with the JSON
+format each record becomes ``{"time", "level", "logger", "event", ...}`` plus
+the record's ``extra`` fields (ids such as ``xid``, ``wid``, ``operation``,
+``request_id``), so a log pipeline can filter by work unit or request without
+parsing text. Log calls use dotted event names (``reconciler.flush``) and pass
+ids as ``extra``.
+
+Also here: :class:`RequestLogMiddleware` (one line per HTTP request, with a
+request id taken from ``X-Request-ID`` or generated, echoed in the response)
+and the Celery signal handlers that write one line per task
+(:func:`connect_task_logging`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+#: Attributes every LogRecord has; anything else came in through ``extra``.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+request_log = logging.getLogger("xmc.request")
+
+
+class RequestLogMiddleware:
+    """One ``http.request`` line per request: method, path, status, duration, identity."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request_id = request.headers.get("X-Request-ID", "")[:128] or uuid.uuid4().hex
+        request.META["XMC_REQUEST_ID"] = request_id
+        started = time.perf_counter()
+        response = self.get_response(request)
+        response["X-Request-ID"] = request_id
+        if request.path not in ("/healthz", "/readyz", "/metrics"):
+            user = getattr(request, "user", None)
+            request_log.info("http.request", extra={
+                "request_id": request_id,
+                "method": request.method,
+                "path": request.path,
+                "status": response.status_code,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "identity": getattr(user, "email", "") or "",
+            })
+        return response
+
+
+task_log = logging.getLogger("xmc.task")
+_task_started: dict[str, float] = {}
+
+
+def connect_task_logging() -> None:
+    """Connect one ``celery.task`` line (and metric) per finished task (called by xmc.celery)."""
+    from celery import signals
+
+    @signals.task_prerun.connect(weak=False)
+    def _prerun(task_id: str | None = None, **_: Any) -> None:
+        if task_id:
+            _task_started[task_id] = time.perf_counter()
+
+    @signals.task_postrun.connect(weak=False)
+    def _postrun(task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+        from xmc import ops
+
+        started = _task_started.pop(task_id or "", None)
+        seconds = time.perf_counter() - started if started else None
+        name = getattr(task, "name", "")
+        ops.observe_task(name, state or "", seconds)
+        task_log.info("celery.task", extra={
+            "task": name,
+            "task_id": task_id,
+            "state": state,
+            "duration_ms": round(seconds * 1000, 1) if seconds is not None else None,
+            "retries": getattr(getattr(task, "request", None), "retries", 0),
+        })
