@@ -30,6 +30,7 @@ from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecuti
 from xmc import convert, listing, pb
 from xmc.pb import api
 from xmc.pb import longrunning as lro
+from xmc.api import reads
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
 from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
@@ -145,12 +146,12 @@ def update_launch_state(request: api.UpdateExperimentLaunchStateRequest, caller:
 
 @rpc(ESS, "GetExperiment", api.GetExperimentRequest, pb.experiment.Experiment)
 def get_experiment(request: api.GetExperimentRequest, caller: Caller) -> pb.experiment.Experiment:
-    return convert.experiment_to_proto(_experiment(parse_experiment(request.name), caller, Role.READER))
+    return reads.get_experiment(parse_experiment(request.name), caller.identity)
 
 
 @rpc(ESS, "GetExperimentStatus", api.GetExperimentStatusRequest, pb.status.ExperimentStatus)
 def get_experiment_status(request: api.GetExperimentStatusRequest, caller: Caller) -> pb.status.ExperimentStatus:
-    return convert.experiment_status_to_proto(_experiment(parse_experiment(request.name), caller, Role.READER))
+    return reads.get_experiment_status(parse_experiment(request.name), caller.identity)
 
 
 def _list_experiments(request: api.ListExperimentsRequest, caller: Caller) -> api.ListExperimentsResponse:
@@ -235,23 +236,20 @@ def create_work_unit(request: api.CreateWorkUnitRequest, caller: Caller) -> lro.
 
 @rpc(ESS, "GetWorkUnit", api.GetWorkUnitRequest, pb.work_unit.WorkUnit)
 def get_work_unit(request: api.GetWorkUnitRequest, caller: Caller) -> pb.work_unit.WorkUnit:
-    return _work_unit_proto(_work_unit(*parse_work_unit(request.name), caller, Role.READER))
+    return reads.work_unit(*parse_work_unit(request.name), caller.identity)
 
 
 @rpc(ESS, "GetCurrentWorkUnitExecution", api.GetCurrentWorkUnitExecutionRequest,
      pb.work_unit_execution.WorkUnitExecution)
 def get_current_execution(request: api.GetCurrentWorkUnitExecutionRequest,
                           caller: Caller) -> pb.work_unit_execution.WorkUnitExecution:
-    wu = _work_unit(*parse_work_unit(request.name), caller, Role.READER)
-    return convert.execution_to_proto(wu_services.current_execution(wu), wu)
+    return reads.current_execution(*parse_work_unit(request.name), caller.identity)
 
 
 @rpc(ESS, "ListWorkUnitExecutions", api.ListWorkUnitExecutionsRequest, api.ListWorkUnitExecutionsResponse)
 def list_executions(request: api.ListWorkUnitExecutionsRequest, caller: Caller) -> api.ListWorkUnitExecutionsResponse:
-    wu = _work_unit(*parse_work_unit(request.parent, "parent"), caller, Role.READER)
-    executions = WorkUnitExecution.objects.filter(work_unit=wu).order_by("eid")
     return api.ListWorkUnitExecutionsResponse(
-        work_unit_executions=[convert.execution_to_proto(ex, wu) for ex in executions]
+        work_unit_executions=reads.executions(*parse_work_unit(request.parent, "parent"), caller.identity)
     )
 
 
