@@ -120,3 +120,16 @@ def test_it_answers_not_found_naming_the_missing_resource() -> None:
             call()
         assert missing.value.message == f"{name} not found"
         assert missing.value.field == "name"
+
+
+def test_it_lists_work_units_with_their_current_execution_exactly_as_the_model_path() -> None:
+    exp, _ = _rich_world()
+    expected = [
+        convert.work_unit_to_proto(wu, WorkUnitExecution.objects.filter(work_unit=wu, execution_state="ACTIVE").first())
+        for wu in WorkUnit.objects.filter(experiment=exp).order_by("wid")
+    ]
+    listed = invoke(ESS, "ListWorkUnits", api.ListWorkUnitsRequest(parent=exp.name), Caller(ALICE))
+    assert list(listed.work_units) == expected
+    with CaptureQueriesContext(connection) as queries:
+        invoke(ESS, "ListWorkUnits", api.ListWorkUnitsRequest(parent=exp.name), Caller(ALICE))
+    assert len(queries.captured_queries) <= 3  # the ACL read, the page, the current executions

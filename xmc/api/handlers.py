@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Cast, Concat
@@ -74,10 +74,9 @@ def parse_artifact(name: str, field: str = "name") -> int:
 # --- Access -------------------------------------------------------------------------------
 
 
-def _experiment(xid: int, caller: Caller, needed: Role) -> Experiment:
-    exp = experiment_services.get_experiment(xid)
-    acl.require(caller.identity, exp.acls, needed, resource=exp.name)
-    return exp
+def _experiment(xid: int, caller: Caller, needed: Role) -> None:
+    """NOT_FOUND or PERMISSION_DENIED unless the caller holds ``needed`` on experiment ``xid`` (reads only its ACLs)."""
+    reads.require_experiment_role(xid, caller.identity, needed)
 
 
 def _work_unit(xid: int, wid: int, caller: Caller, needed: Role) -> WorkUnit:
@@ -201,20 +200,14 @@ def work_units_of(xid: int) -> QuerySet[WorkUnit]:
     ).values("state")[:1]
     return (
         WorkUnit.objects.filter(experiment_id=xid)
-        .select_related("experiment")
         .annotate(current_state=Subquery(current_state),
                   api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField())))
     )
 
 
 def _with_current(work_units: Sequence[WorkUnit]) -> list[pb.work_unit.WorkUnit]:
-    currents = {
-        ex.work_unit_id: ex
-        for ex in WorkUnitExecution.objects.filter(
-            work_unit__in=[wu.id for wu in work_units], execution_state=ExecutionState.ACTIVE
-        )
-    }
-    return [convert.work_unit_to_proto(wu, currents.get(wu.id)) for wu in work_units]
+    currents = reads.active_executions([wu.id for wu in work_units])
+    return [convert.work_unit_to_proto(wu, cast(Any, currents.get(wu.id))) for wu in work_units]
 
 
 def _work_unit_proto(wu: WorkUnit) -> pb.work_unit.WorkUnit:

@@ -58,6 +58,7 @@ class ExperimentRow:
                "status_update_time", "structured_status_message")
     JSON = frozenset({"acls", "urls", "resources", "child_state_counts", "message_severity_counts",
                       "structured_status_message"})
+    id: int
 
     @property
     def name(self) -> str:
@@ -70,6 +71,9 @@ class WorkUnitRow:
     COLUMNS = ("id", "wid", "work_unit_type", "priority", "create_time", "update_time", "urls", "executable",
                "tags", "notes", "current_eid")
     JSON = frozenset({"urls", "executable"})
+    experiment_id: int
+    wid: int
+    current_eid: int
 
     @property
     def name(self) -> str:
@@ -93,7 +97,7 @@ def _fill(record: type, values: Sequence[Any]) -> Any:
     columns: tuple[str, ...] = record.COLUMNS  # type: ignore[attr-defined]
     if values[0] is None:
         return None
-    obj = record.__new__(record)
+    obj: Any = object.__new__(record)
     json_columns: frozenset[str] = record.JSON  # type: ignore[attr-defined]
     for column, value in zip(columns, values):
         setattr(obj, column, _json(value) if column in json_columns else value)
@@ -128,6 +132,16 @@ def experiment(xid: int, identity: Identity, needed: Role = Role.READER) -> Expe
     name = f"experiments/{xid}"
     _require(identity, exp.acls if exp else None, needed, missing=None if exp else name, resource=name)
     return cast(ExperimentRow, exp)
+
+
+_ACLS_SQL = f"SELECT e.acls FROM {_EXPERIMENTS} e WHERE e.id = %s"
+
+
+def require_experiment_role(xid: int, identity: Identity, needed: Role) -> None:
+    """The access check alone, reading only the experiment's ACLs (one statement)."""
+    row = _fetch(_ACLS_SQL, [xid])
+    name = f"experiments/{xid}"
+    _require(identity, _json(row[0]) if row else None, needed, missing=None if row else name, resource=name)
 
 
 def get_experiment(xid: int, identity: Identity) -> pb.experiment.Experiment:
@@ -208,3 +222,17 @@ def executions(xid: int, wid: int, identity: Identity) -> list[pb.work_unit_exec
     """ListWorkUnitExecutions: every execution of the work unit, by eid."""
     wu, rows = _work_unit_rows(_EXECUTIONS_SQL, xid, wid, identity, Role.READER, many=True)
     return [convert.execution_to_proto(cast(Any, ex), cast(Any, wu)) for ex in rows]
+
+
+_ACTIVE_EXECUTIONS_SQL = (
+    f"SELECT x.work_unit_id, {_EX} FROM {_EXECUTIONS} x "
+    f"WHERE x.work_unit_id = ANY(%s) AND x.execution_state = '{_ACTIVE}'"
+)
+
+
+def active_executions(work_unit_ids: Sequence[int]) -> dict[int, ExecutionRow]:
+    """The ACTIVE execution of each work unit (by work unit id) as row records, in one statement."""
+    if not work_unit_ids:
+        return {}
+    return {row[0]: _fill(ExecutionRow, row[1:]) for row in _fetch(_ACTIVE_EXECUTIONS_SQL, [list(work_unit_ids)],
+                                                                     many=True)}
