@@ -3,11 +3,15 @@
     ./dev bench api        (or: python bench/api.py [--concurrency 8] [--requests 2000])
 
 Starts, each in its own process and on a throw-away database: the real gRPC
-server (``manage.py grpcserver``), the web app under gunicorn, and a bare
-grpcio echo server with the same thread pool (the baseline: what gRPC
-itself costs on this machine). Then drives each with the same number of
-client threads and prints throughput, p50 and p99 latency, and the ratio of
-each to the echo baseline. Rate limiting is turned off for the run.
+server (``manage.py grpcserver``), two more of them sharing one port
+(``--reuse-port``: the kernel spreads connections over the processes), the
+web app under gunicorn, and a bare grpcio echo server with the same thread
+pool (the baseline: what gRPC itself costs on this machine). Then drives each
+with the same number of client threads, each thread on its own channel (its
+own TCP connection, so the two-process port sees several connections), and
+prints throughput, p50 and p99 latency, and the ratio of each to the echo
+baseline. Rate limiting is on, with limits no client reaches: every call
+pays the metering (a Redis round trip) but none is refused.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from typing import Any
 from concurrent import futures
 from pathlib import Path
 
@@ -125,11 +130,18 @@ def main() -> None:
         db = connection.settings_dict
         url = urllib.parse.urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/xmc"))
         env = {**os.environ, "DATABASE_URL": urllib.parse.urlunsplit(url._replace(path="/" + db["NAME"])),
-               "XMC_RATE_LIMIT_BURST": "0", "XMC_GRPC_MAX_WORKERS": str(args.workers), "XMC_LOG_LEVEL": "WARNING"}
-        ports = {"grpc": free_port(), "web": free_port(), "echo": free_port()}
+               # Metered, never refused: the limiter's cost is part of every call.
+               "XMC_RATE_LIMIT_PER_S": "1000000", "XMC_RATE_LIMIT_BURST": "1000000",
+               "XMC_GRPC_MAX_WORKERS": str(args.workers), "XMC_LOG_LEVEL": "WARNING"}
+        ports = {"grpc": free_port(), "grpc2": free_port(), "web": free_port(), "echo": free_port()}
+
+        def grpcserver(port: int, *extra: str) -> subprocess.Popen[bytes]:
+            return subprocess.Popen([sys.executable, "manage.py", "grpcserver", "--host", "127.0.0.1",
+                                     "--port", str(port), *extra], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+
         procs = [
-            subprocess.Popen([sys.executable, "manage.py", "grpcserver", "--port", str(ports["grpc"])],
-                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
+            grpcserver(ports["grpc"]),
+            grpcserver(ports["grpc2"], "--reuse-port"),
             subprocess.Popen([sys.executable, "-m", "gunicorn", "xmc.wsgi", "-b", f"127.0.0.1:{ports['web']}",
                               "-w", "2", "--threads", str(args.workers // 2), "--log-level", "warning"],
                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
@@ -139,14 +151,34 @@ def main() -> None:
         try:
             for proc, port in zip(procs, ports.values()):
                 wait_port(port, proc)
+            # The second process on the shared port starts once the first listens.
+            procs.append(grpcserver(ports["grpc2"], "--reuse-port"))
+            time.sleep(3)  # no port to wait for: it is open already
+            if procs[-1].poll() is not None:
+                raise SystemExit("the second --reuse-port server did not start")
             token = issue_token(factories.ALICE)
             exp = factories.experiment()
             wu_message = factories.work_unit_message()
             metadata = (("authorization", f"Bearer {token}"),)
-            channel = grpc.insecure_channel(f"127.0.0.1:{ports['grpc']}")
-            stub = pb.api_grpc.ExperimentStateServiceStub(channel)
-            echo_channel = grpc.insecure_channel(f"127.0.0.1:{ports['echo']}")
-            echo = echo_channel.unary_unary(ECHO)
+            channels: list[grpc.Channel] = []
+            local = threading.local()
+
+            def channel_to(port: int) -> grpc.Channel:
+                """This client thread's own channel (TCP connection) to ``port``."""
+                per_thread = local.__dict__.setdefault("channels", {})
+                if port not in per_thread:
+                    # A local subchannel pool: channels to one target do not share a connection.
+                    per_thread[port] = grpc.insecure_channel(f"127.0.0.1:{port}",
+                                                             options=[("grpc.use_local_subchannel_pool", 1)])
+                    channels.append(per_thread[port])
+                return per_thread[port]
+
+            def stub(port: str) -> Any:
+                return pb.api_grpc.ExperimentStateServiceStub(channel_to(ports[port]))
+
+            def echo(payload: bytes) -> bytes:
+                return channel_to(ports["echo"]).unary_unary(ECHO)(payload)
+
             base = f"http://127.0.0.1:{ports['web']}/v1"
             session_local = threading.local()
 
@@ -157,8 +189,8 @@ def main() -> None:
                 return session_local.s
 
             get_request = pb.api.GetWorkUnitRequest(name=f"{exp.name}/workUnits/1")
-            stub.CreateWorkUnit(pb.api.CreateWorkUnitRequest(parent=exp.name, work_unit=wu_message, work_unit_id=1),
-                                metadata=metadata)
+            stub("grpc").CreateWorkUnit(pb.api.CreateWorkUnitRequest(parent=exp.name, work_unit=wu_message,
+                                                                     work_unit_id=1), metadata=metadata)
             payload = get_request.SerializeToString()
             body = {"executable": {"jobset": {"jobs": [{"name": "trainer", "replicas": 1, "spec": {
                 "dockerImage": "gcr.io/p/t:v1",
@@ -170,13 +202,18 @@ def main() -> None:
 
             n, c = args.requests, args.concurrency
             print(f"{n} requests per row, {c} client threads, {args.workers} server threads", flush=True)
+            def create(port: str, first_id: int) -> Callable[[int], None]:
+                return lambda i: stub(port).CreateWorkUnit(pb.api.CreateWorkUnitRequest(
+                    parent=exp.name, work_unit=wu_message, work_unit_id=first_id + i), metadata=metadata)
+
             results = {
                 "echo (baseline)": drive("grpc echo (baseline)", lambda i: echo(payload), n, c),
-                "grpc GetWorkUnit": drive("grpc GetWorkUnit",
-                                          lambda i: stub.GetWorkUnit(get_request, metadata=metadata), n, c),
-                "grpc CreateWorkUnit": drive("grpc CreateWorkUnit", lambda i: stub.CreateWorkUnit(
-                    pb.api.CreateWorkUnitRequest(parent=exp.name, work_unit=wu_message, work_unit_id=10_000 + i),
-                    metadata=metadata), n // 2, c),
+                "grpc GetWorkUnit": drive("grpc GetWorkUnit", lambda i: stub("grpc").GetWorkUnit(
+                    get_request, metadata=metadata), n, c),
+                "grpc CreateWorkUnit": drive("grpc CreateWorkUnit", create("grpc", 100_000), n // 2, c),
+                "grpc x2 GetWorkUnit": drive("grpc x2 GetWorkUnit", lambda i: stub("grpc2").GetWorkUnit(
+                    get_request, metadata=metadata), n, c),
+                "grpc x2 CreateWorkUnit": drive("grpc x2 CreateWorkUnit", create("grpc2", 200_000), n // 2, c),
                 "rest GetWorkUnit": drive("rest GetWorkUnit", lambda i: check(
                     session().get(f"{base}/{exp.name}/workUnits/1")), n, c),
                 "rest CreateWorkUnit": drive("rest CreateWorkUnit", lambda i: check(session().post(
@@ -187,8 +224,15 @@ def main() -> None:
             for name, r in results.items():
                 print(f"  {name:<28} throughput {r['rps'] / baseline['rps']:6.3f}x   "
                       f"p50 {r['p50'] / baseline['p50']:7.1f}x   p99 {r['p99'] / baseline['p99']:7.1f}x")
-            channel.close()
-            echo_channel.close()
+            for target in ("grpc GetWorkUnit", "grpc CreateWorkUnit"):
+                goal = 0.25 if "Get" in target else 0.1
+                ratio = results[target]["rps"] / baseline["rps"]
+                print(f"  target {target}: >= {goal}x echo -> {ratio:.3f}x {'met' if ratio >= goal else 'NOT met'}")
+            for method in ("GetWorkUnit", "CreateWorkUnit"):
+                scale = results[f"grpc x2 {method}"]["rps"] / results[f"grpc {method}"]["rps"]
+                print(f"  2 processes on one port (--reuse-port) vs 1: {method} {scale:.2f}x")
+            for ch in channels:
+                ch.close()
         finally:
             for proc in procs:
                 proc.terminate()

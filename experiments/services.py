@@ -125,6 +125,23 @@ def apply_rollup(
     highest current message severity before and after. Recomputes the active
     state; entering INACTIVE sets ``complete_time``, leaving it clears it.
     """
+    exp.save(update_fields=fold_rollup(exp, state_moves=state_moves, severity_moves=severity_moves, now=now,
+                                       extra_fields=extra_fields))
+
+
+def fold_rollup(
+    exp: Experiment,
+    *,
+    state_moves: Iterable[tuple[str | None, str | None]],
+    severity_moves: Iterable[tuple[str | None, str | None]],
+    now: datetime,
+    extra_fields: Sequence[str] = (),
+) -> list[str]:
+    """`apply_rollup` without the save: fold the moves into ``exp``, return the fields to write.
+
+    For a caller that writes the experiment row in a statement of its own
+    (``workunits.services.create_work_unit`` folds it into its insert).
+    """
     state_moves = list(state_moves)
     changed_states = any(old != new for old, new in state_moves)
     exp.child_state_counts = rollup.fold_counts(exp.child_state_counts, state_moves)
@@ -140,7 +157,7 @@ def apply_rollup(
     if changed_states:
         exp.last_child_status_update_time = now
     exp.status_update_time = now
-    exp.save(update_fields=[
+    return [
         "child_state_counts", "message_severity_counts", "active_state", "complete_time",
         "last_child_status_update_time", "status_update_time", *extra_fields,
-    ])
+    ]

@@ -19,6 +19,14 @@ def _no_outbox_delivery(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     return delivered
 
 
+@pytest.fixture(autouse=True)
+def _fresh_identity_cache() -> None:
+    """Each test starts with an empty identity cache (a rolled-back user fires no signal)."""
+    from xmc.auth.identity import clear_identity_cache
+
+    clear_identity_cache()
+
+
 @pytest.fixture
 def delivered(_no_outbox_delivery: list[list[int]]) -> list[list[int]]:
     """Operation ids handed to the outbox (run on-commit work with

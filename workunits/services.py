@@ -134,34 +134,13 @@ def create_work_unit(
     with transaction.atomic(durable=True):
         # The experiment lock serializes creates of one experiment: a second
         # create of the same wid waits here and then finds the first one.
-        try:
-            exp = Experiment.objects.select_for_update(no_key=True).get(id=xid)
-        except Experiment.DoesNotExist:
-            raise NotFound(f"experiments/{xid} not found", field="parent") from None
-        if work_unit_id:
-            existing = WorkUnit.objects.filter(experiment=exp, wid=work_unit_id).first()
-            if existing is not None:
-                op = (
-                    Operation.objects.filter(work_unit=existing, action_type=ActionType.CREATE)
-                    .select_related("work_unit").order_by("id").first()
-                )
-                if op is None:
-                    # The client deleted the CREATE operation (DeleteOperation)
-                    # and retries: still idempotent. The work unit exists, so
-                    # answer with a fresh, already-done operation carrying it.
-                    op = Operation.objects.create(
-                        experiment=exp, work_unit=existing, action_type=ActionType.CREATE, target=existing.name,
-                        create_time=now, end_time=now, done=True,
-                        response=convert.packed_json(convert.work_unit_to_proto(existing)),
-                        original_requester=requester.email, asserted_email=requester.asserted_email,
-                        dispatched_time=now,
-                    )
-                    log.info("workunit.create_replayed", extra={"xid": xid, "wid": existing.wid, "operation": op.id})
-                return op
+        exp, existing_id = _lock_for_create(xid, work_unit_id)
+        if existing_id is not None:
+            return Operation.objects.select_related("work_unit").get(id=existing_id)
         wid = work_unit_id or exp.last_wid + 1
         if wid > limits.MAX_ID:  # pragma: no cover - explicit ids are bounded far below
             raise FailedPrecondition(f"experiments/{xid} has no work unit ids left", field="parent")
-        wu = WorkUnit.objects.create(
+        wu = WorkUnit(
             experiment=exp,
             wid=wid,
             work_unit_type=wu_type,
@@ -174,9 +153,8 @@ def create_work_unit(
             notes=message.notes,
             current_eid=1,
         )
-        op = Operation.objects.create(
+        op = Operation(
             experiment=exp,
-            work_unit=wu,
             action_type=ActionType.CREATE,
             target=wu.name,
             create_time=now,
@@ -185,14 +163,179 @@ def create_work_unit(
             task_type=TaskType.CREATE,
             eid=1,
         )
-        ex = _insert_execution(wu, 1, S.INITIALIZING, now, op)
         exp.last_wid = max(exp.last_wid, wid)
-        experiment_services.apply_rollup(
-            exp, state_moves=[(None, ex.state)], severity_moves=(), now=now, extra_fields=("last_wid",)
+        rollup_fields = experiment_services.fold_rollup(
+            exp, state_moves=[(None, S.INITIALIZING)], severity_moves=(), now=now, extra_fields=("last_wid",)
         )
+        if not _insert_created(exp, rollup_fields, wu, op, now):
+            # The wid exists although the lock read saw no CREATE operation for it:
+            # created by a transaction that committed while this one waited for
+            # the lock (the lock read's snapshot predates it), or damaged.
+            replay = (
+                Operation.objects.filter(experiment_id=xid, work_unit__wid=wid, action_type=ActionType.CREATE)
+                .select_related("work_unit").order_by("id").first()
+            )
+            if replay is None:
+                replay = _replay_deleted_create(exp, wid, requester, now)
+            return replay
         outbox.send_on_commit([op.id])
         log.info("workunit.created", extra={"xid": xid, "wid": wid, "operation": op.id})
         return op
+
+
+def _replay_deleted_create(exp: Experiment, wid: int, requester: Requester, now: datetime) -> Operation:
+    """The work unit exists but the client deleted its CREATE operation (DeleteOperation) and
+    retries: still idempotent. Answer with a fresh, already-done operation carrying the work unit."""
+    existing = WorkUnit.objects.get(experiment_id=exp.id, wid=wid)
+    op = Operation.objects.create(
+        experiment_id=exp.id, work_unit=existing, action_type=ActionType.CREATE, target=existing.name,
+        create_time=now, end_time=now, done=True,
+        response=convert.packed_json(convert.work_unit_to_proto(existing)),
+        original_requester=requester.email, asserted_email=requester.asserted_email,
+        dispatched_time=now,
+    )
+    log.info("workunit.create_replayed", extra={"xid": exp.id, "wid": wid, "operation": op.id})
+    return op
+
+
+#: What the roll-up and the create read from the locked experiment, in model order (as ``from_db`` takes them).
+_CREATE_LOCK_FIELDS = tuple(
+    f.attname for f in Experiment._meta.concrete_fields
+    if f.attname in {"id", "priority", "launch_state", "active_state", "child_state_counts",
+                     "message_severity_counts", "complete_time", "last_child_status_update_time",
+                     "status_update_time", "last_wid"}
+)
+
+
+#: Statements built once per process from the models (see `_lock_for_create`, `_create_sql`).
+_SQL: dict[Any, Any] = {}
+
+
+def _lock_for_create(xid: int, work_unit_id: int) -> tuple[Experiment, int | None]:
+    """Lock experiment ``xid`` and read what a create needs, in one statement.
+
+    Returns the experiment (only `_CREATE_LOCK_FIELDS` loaded) and the id of
+    the CREATE operation of work unit ``work_unit_id`` if it exists already.
+    """
+    sql = _SQL.get("lock")
+    if sql is None:
+        qn = connection.ops.quote_name
+        fields: list[Any] = [Experiment._meta.get_field(name) for name in _CREATE_LOCK_FIELDS]
+        sql = _SQL["lock"] = (
+            f"SELECT {', '.join('e.' + qn(f.column) for f in fields)}, "
+            f"(SELECT o.id FROM {qn(Operation._meta.db_table)} o JOIN {qn(WorkUnit._meta.db_table)} w "
+            f"ON o.work_unit_id = w.id WHERE w.experiment_id = e.id AND w.wid = %s "
+            f"AND o.action_type = '{ActionType.CREATE.value}' ORDER BY o.id LIMIT 1) "
+            f"FROM {qn(Experiment._meta.db_table)} e WHERE e.id = %s FOR NO KEY UPDATE OF e"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [work_unit_id, xid])
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound(f"experiments/{xid} not found", field="parent")
+    values = [
+        json.loads(value) if isinstance(value, str) and name in ("child_state_counts", "message_severity_counts")
+        else value
+        for name, value in zip(_CREATE_LOCK_FIELDS, row)
+    ]
+    exp = Experiment.from_db(connection.alias, list(_CREATE_LOCK_FIELDS), values)
+    return exp, (row[-1] if work_unit_id else None)
+
+
+def _insert_sql(alias: str, model: Any, refs: dict[str, str], source: str) -> tuple[str, list[Any]]:
+    """One ``alias AS (INSERT ...)`` part of the create statement and the fields whose values it takes.
+
+    Values are typed placeholders (``CAST(%s AS type)``, adapted as the ORM
+    adapts them, model defaults included); ``refs`` replaces a column's value
+    with an SQL expression (the id another part of the statement returned).
+    """
+    qn = connection.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    values = [refs.get(f.column) or f"CAST(%s AS {f.db_type(connection)})" for f in fields]
+    columns = ", ".join(qn(f.column) for f in fields)
+    table = qn(model._meta.db_table)
+    if source:
+        sql = f"{alias} AS (INSERT INTO {table} ({columns}) SELECT {', '.join(values)}{source} RETURNING id)"
+    else:
+        sql = (f"{alias} AS (INSERT INTO {table} ({columns}) VALUES ({', '.join(values)}) "
+               f"ON CONFLICT (experiment_id, wid) DO NOTHING RETURNING id)")
+    return sql, [f for f in fields if f.column not in refs]
+
+
+def _create_sql(rollup_fields: tuple[str, ...]) -> tuple[str, list[tuple[str, list[Any]]]]:
+    """The create statement (cached per roll-up field list) and, per row, the fields it binds."""
+    cached = _SQL.get(rollup_fields)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    qn = connection.ops.quote_name
+    parts = [
+        ("w", WorkUnit, {}, ""),
+        ("o", Operation, {"work_unit_id": "w.id"}, " FROM w"),
+        ("x", WorkUnitExecution, {"work_unit_id": "w.id"}, " FROM w"),
+        ("h", StatusHistory, {"execution_id": "x.id", "operation_id": "o.id"}, " FROM x, o"),
+    ]
+    ctes, binds = [], []
+    for alias, model, refs, source in parts:
+        sql, fields = _insert_sql(alias, model, refs, source)
+        ctes.append(sql)
+        binds.append((alias, fields))
+    exp_fields: list[Any] = [Experiment._meta.get_field(name) for name in rollup_fields]
+    assignments = ", ".join(f"{qn(f.column)} = CAST(%s AS {f.db_type(connection)})" for f in exp_fields)
+    ctes.append(f"e AS (UPDATE {qn(Experiment._meta.db_table)} SET {assignments} "
+                f"WHERE id = %s AND EXISTS (SELECT 1 FROM w) RETURNING id)")
+    binds.append(("e", exp_fields))
+    result = (f"WITH {', '.join(ctes)} SELECT w.id, o.id FROM w, o, x, h, e", binds)
+    _SQL[rollup_fields] = result
+    return result
+
+
+def _insert_created(exp: Experiment, rollup_fields: Sequence[str], wu: WorkUnit, op: Operation,
+                    now: datetime) -> bool:
+    """Insert a work unit, its CREATE operation, execution 1 and its first history row, and write the
+    experiment's roll-up, all in one statement; False (and nothing written) if the wid exists.
+
+    One ``WITH ... INSERT`` chain: the work unit's insert is ``ON CONFLICT DO
+    NOTHING`` on ``(xid, wid)`` and every other part reads its id, so a taken
+    wid writes nothing at all. Sets the ids on ``wu`` and ``op`` as
+    ``objects.create`` would.
+    """
+    ex = WorkUnitExecution(
+        eid=1,
+        execution_state=ExecutionState.ACTIVE,
+        create_time=now,
+        update_time=now,
+        state=S.INITIALIZING,
+        state_update_time_ns=_now_ns(now),
+        metadata=_execution_metadata(wu),
+    )
+    history = StatusHistory(time=now, from_state="", to_state=S.INITIALIZING, writer=Writer.STATE_SERVER,
+                            extra={"insert": True})
+    sql, binds = _create_sql(tuple(rollup_fields))
+    rows = {"w": wu, "o": op, "x": ex, "h": history, "e": exp}
+    params: list[Any] = []
+    for alias, fields in binds:
+        obj = rows[alias]
+        params += [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
+    params.append(exp.id)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    wu.id, op.id = row
+    wu._state.adding = op._state.adding = False
+    wu._state.db = op._state.db = connection.alias
+    op.work_unit = wu
+    return True
+
+
+def _execution_metadata(wu: WorkUnit) -> dict[str, Any]:
+    return convert.to_json(
+        pb.work_unit_execution.WorkUnitExecutionMetadata(
+            type=pb.work_unit_execution.WorkUnitExecutionMetadata.WorkUnitExecutionType.JOB_SET,
+            resource_name=f"xmc-{wu.experiment_id}-{wu.wid}",
+        )
+    )
 
 
 def _insert_execution(wu: WorkUnit, eid: int, initial: str, now: datetime, op: Operation) -> WorkUnitExecution:
@@ -204,12 +347,7 @@ def _insert_execution(wu: WorkUnit, eid: int, initial: str, now: datetime, op: O
         update_time=now,
         state=initial,
         state_update_time_ns=_now_ns(now),
-        metadata=convert.to_json(
-            pb.work_unit_execution.WorkUnitExecutionMetadata(
-                type=pb.work_unit_execution.WorkUnitExecutionMetadata.WorkUnitExecutionType.JOB_SET,
-                resource_name=f"xmc-{wu.experiment_id}-{wu.wid}",
-            )
-        ),
+        metadata=_execution_metadata(wu),
     )
     StatusHistory.objects.create(
         execution=ex, time=now, from_state="", to_state=initial, writer=Writer.STATE_SERVER, operation=op,

@@ -71,6 +71,8 @@ XMC_TOKEN_TTL_S = env.int("XMC_TOKEN_TTL_S", default=30 * 24 * 3600)
 XMC_JWT_ISSUER = env.str("XMC_JWT_ISSUER", default="xmc")
 XMC_LOGIN_CODE_TTL_S = env.int("XMC_LOGIN_CODE_TTL_S", default=300)
 # Per-identity request rate (token bucket) for gRPC and REST.
+# Seconds a process remembers a caller's identity (staff, groups, deactivation); 0: no cache.
+XMC_IDENTITY_CACHE_S = env.float("XMC_IDENTITY_CACHE_S", default=5.0)
 XMC_RATE_LIMIT_PER_S = env.float("XMC_RATE_LIMIT_PER_S", default=50.0)
 XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
 # Failed sign-ins (/api/cli/signin, /admin/login/) per account and per client

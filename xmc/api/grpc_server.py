@@ -21,9 +21,12 @@ Database connections: grpcio runs handlers on a fixed thread pool whose
 threads live as long as the server, and Django keeps one connection per
 thread. `_DbConnectionsInterceptor` (outermost, so it also covers the
 interceptor's user lookup) calls `django.db.close_old_connections` before and
-after every RPC, exactly as Django does around an HTTP request: a broken or
+after every RPC, as Django does around an HTTP request: a broken or
 expired connection is dropped, ``CONN_MAX_AGE`` is honoured, and the number
-of connections never exceeds the number of worker threads.
+of connections never exceeds the number of worker threads. Unlike an HTTP
+request, an RPC skips the ``CONN_HEALTH_CHECKS`` ``SELECT 1`` (see
+`_skip_health_checks`). Both interceptors build each method's wrapped
+handler once and reuse it.
 """
 from __future__ import annotations
 
@@ -180,7 +183,18 @@ def _bound(delegate: _Delegate) -> Callable[[Any, Message, grpc.ServicerContext]
 
 
 class _DbConnectionsInterceptor(grpc.ServerInterceptor):
-    """``close_old_connections`` around every unary-unary RPC, like Django's request signals."""
+    """``close_old_connections`` around every unary-unary RPC, like Django's request signals.
+
+    Without Django's per-request health check (``CONN_HEALTH_CHECKS``, a
+    ``SELECT 1`` before the first query of each request, kept for REST): the
+    ``close_old_connections`` after every RPC already tests a connection that
+    saw an error and closes it when it is broken (`_skip_health_checks`).
+    The wrapped handler of each method is built once and reused.
+    """
+
+    def __init__(self) -> None:
+        # method -> (the handler it wraps, the wrapper); a dict write is atomic.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     def intercept_service(
         self,
@@ -190,20 +204,30 @@ class _DbConnectionsInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler  # health Watch and reflection streams never touch the database
-        inner = handler.unary_unary
+        cached = self._wrapped.get(handler_call_details.method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = _with_connection_care(handler)
+        self._wrapped[handler_call_details.method] = (handler, wrapped)
+        return wrapped
 
-        def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
+
+def _with_connection_care(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    inner = handler.unary_unary
+
+    def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
+        _close_old_connections()
+        _skip_health_checks()
+        try:
+            return inner(request, context)
+        finally:
             _close_old_connections()
-            try:
-                return inner(request, context)
-            finally:
-                _close_old_connections()
 
-        return grpc.unary_unary_rpc_method_handler(
-            unary_unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+    return grpc.unary_unary_rpc_method_handler(
+        unary_unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 def _close_old_connections() -> None:
@@ -212,6 +236,21 @@ def _close_old_connections() -> None:
         close_old_connections()
     except DatabaseError:
         logger.warning("grpc.close_old_connections_failed", exc_info=True)
+
+
+def _skip_health_checks() -> None:
+    """Mark this thread's open connections as checked, so the RPC's first query is not a ``SELECT 1``.
+
+    Safe here because every RPC ends with `_close_old_connections`, which
+    checks (``is_usable``) and closes a connection that raised a database
+    error. What it gives up: a connection that broke while idle (the
+    database restarted) fails the one RPC that next uses it with UNAVAILABLE
+    ("retry later", `_Delegate`); that RPC's error gets the connection
+    closed, and the retry opens a new one.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None:
+            conn.health_check_done = True  # type: ignore[attr-defined]  # no stub; see close_if_health_check_failed
 
 
 # --- The server --------------------------------------------------------------

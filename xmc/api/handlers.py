@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
@@ -31,7 +31,7 @@ from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecuti
 from xmc import convert, limits, listing, pb
 from xmc.pb import api
 from xmc.pb import longrunning as lro
-from xmc.api import access, waits
+from xmc.api import access, reads, waits
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
 from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
@@ -80,19 +80,18 @@ def parse_artifact(name: str, field: str = "name") -> int:
 # --- Access -------------------------------------------------------------------------------
 
 
-# Permission first (AIP-211): every lookup below answers through xmc.api.access,
-# so a caller who could not read a resource learns nothing about its existence.
+# Permission first (AIP-211): every lookup below answers through xmc.api.access
+# (xmc.api.reads for the one-statement reads), so a caller who could not read
+# a resource learns nothing about its existence.
 
 
 def _experiment_acls(xid: int) -> dict[str, Any] | None:
     return Experiment.objects.filter(id=xid).values_list("acls", flat=True).first()
 
 
-def _experiment(xid: int, caller: Caller, needed: Role, field: str = "name") -> Experiment:
-    exp = Experiment.objects.filter(id=xid).first()
-    access.require(caller.identity, exp.acls if exp else None, needed, resource=f"experiments/{xid}", field=field)
-    assert exp is not None
-    return exp
+def _experiment(xid: int, caller: Caller, needed: Role, field: str = "name") -> None:
+    """PERMISSION_DENIED (NOT_FOUND for staff) unless the caller holds ``needed`` on experiment ``xid``."""
+    reads.require_experiment_role(xid, caller.identity, needed, field=field)
 
 
 def _work_unit(xid: int, wid: int, caller: Caller, needed: Role) -> WorkUnit:
@@ -164,12 +163,12 @@ def update_launch_state(request: api.UpdateExperimentLaunchStateRequest, caller:
 
 @rpc(ESS, "GetExperiment", api.GetExperimentRequest, pb.experiment.Experiment)
 def get_experiment(request: api.GetExperimentRequest, caller: Caller) -> pb.experiment.Experiment:
-    return convert.experiment_to_proto(_experiment(parse_experiment(request.name), caller, Role.READER))
+    return reads.get_experiment(parse_experiment(request.name), caller.identity)
 
 
 @rpc(ESS, "GetExperimentStatus", api.GetExperimentStatusRequest, pb.status.ExperimentStatus)
 def get_experiment_status(request: api.GetExperimentStatusRequest, caller: Caller) -> pb.status.ExperimentStatus:
-    return convert.experiment_status_to_proto(_experiment(parse_experiment(request.name), caller, Role.READER))
+    return reads.get_experiment_status(parse_experiment(request.name), caller.identity)
 
 
 def _list_experiments(request: api.ListExperimentsRequest, caller: Caller) -> api.ListExperimentsResponse:
@@ -219,20 +218,14 @@ def work_units_of(xid: int) -> QuerySet[WorkUnit]:
     ).values("state")[:1]
     return (
         WorkUnit.objects.filter(experiment_id=xid)
-        .select_related("experiment")
         .annotate(current_state=Subquery(current_state),
                   api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField())))
     )
 
 
 def _with_current(work_units: Sequence[WorkUnit]) -> list[pb.work_unit.WorkUnit]:
-    currents = {
-        ex.work_unit_id: ex
-        for ex in WorkUnitExecution.objects.filter(
-            work_unit__in=[wu.id for wu in work_units], execution_state=ExecutionState.ACTIVE
-        )
-    }
-    return [convert.work_unit_to_proto(wu, currents.get(wu.id)) for wu in work_units]
+    currents = reads.active_executions([wu.id for wu in work_units])
+    return [convert.work_unit_to_proto(wu, cast(Any, currents.get(wu.id))) for wu in work_units]
 
 
 def _work_unit_proto(wu: WorkUnit) -> pb.work_unit.WorkUnit:
@@ -254,23 +247,20 @@ def create_work_unit(request: api.CreateWorkUnitRequest, caller: Caller) -> lro.
 
 @rpc(ESS, "GetWorkUnit", api.GetWorkUnitRequest, pb.work_unit.WorkUnit)
 def get_work_unit(request: api.GetWorkUnitRequest, caller: Caller) -> pb.work_unit.WorkUnit:
-    return _work_unit_proto(_work_unit(*parse_work_unit(request.name), caller, Role.READER))
+    return reads.work_unit(*parse_work_unit(request.name), caller.identity)
 
 
 @rpc(ESS, "GetCurrentWorkUnitExecution", api.GetCurrentWorkUnitExecutionRequest,
      pb.work_unit_execution.WorkUnitExecution)
 def get_current_execution(request: api.GetCurrentWorkUnitExecutionRequest,
                           caller: Caller) -> pb.work_unit_execution.WorkUnitExecution:
-    wu = _work_unit(*parse_work_unit(request.name), caller, Role.READER)
-    return convert.execution_to_proto(wu_services.current_execution(wu), wu)
+    return reads.current_execution(*parse_work_unit(request.name), caller.identity)
 
 
 @rpc(ESS, "ListWorkUnitExecutions", api.ListWorkUnitExecutionsRequest, api.ListWorkUnitExecutionsResponse)
 def list_executions(request: api.ListWorkUnitExecutionsRequest, caller: Caller) -> api.ListWorkUnitExecutionsResponse:
-    wu = _work_unit(*parse_work_unit(request.parent, "parent"), caller, Role.READER)
-    executions = WorkUnitExecution.objects.filter(work_unit=wu).order_by("eid")
     return api.ListWorkUnitExecutionsResponse(
-        work_unit_executions=[convert.execution_to_proto(ex, wu) for ex in executions]
+        work_unit_executions=reads.executions(*parse_work_unit(request.parent, "parent"), caller.identity)
     )
 
 

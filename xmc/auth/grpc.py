@@ -53,7 +53,9 @@ class AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates (bearer JWT) and rate-limits every non-exempt RPC.
 
     ``rate_limit=False`` turns metering off (for servers that must never
-    refuse, e.g. an internal admin port).
+    refuse, e.g. an internal admin port). The wrapped handler of each method
+    is built once, on its first call, and reused: per call only the
+    metadata is read (from the call's context) and the caller checked.
     """
 
     def __init__(
@@ -64,6 +66,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
     ) -> None:
         self._exempt_prefixes = tuple(exempt_prefixes)
         self._rate_limit = rate_limit
+        # method -> (the handler it wraps, the wrapper); a dict write is atomic.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     def intercept_service(
         self,
@@ -74,9 +78,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
         method: str = handler_call_details.method
         if handler is None or method.startswith(self._exempt_prefixes):
             return handler
-        authorization, asserted_email, duplicate = _read_metadata(handler_call_details.invocation_metadata or ())
-        gate = _Gate(method, authorization, asserted_email, duplicate, self._rate_limit)
-        return _wrap_handler(handler, gate)
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = _wrap_handler(handler, _Gate(method, self._rate_limit))
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
 
 
 def _read_metadata(metadata: Sequence[Any]) -> tuple[str | None, str | None, bool]:
@@ -92,30 +99,21 @@ def _read_metadata(metadata: Sequence[Any]) -> tuple[str | None, str | None, boo
 
 
 class _Gate:
-    """The per-RPC check, run on the handler's thread before the handler."""
+    """The per-RPC check of one method, run on the handler's thread before the handler."""
 
-    def __init__(
-        self,
-        method: str,
-        authorization: str | None,
-        asserted_email: str | None,
-        duplicate_authorization: bool,
-        rate_limit: bool,
-    ) -> None:
+    def __init__(self, method: str, rate_limit: bool) -> None:
         self.method = method
-        self.authorization = authorization
-        self.asserted_email = asserted_email
-        self.duplicate_authorization = duplicate_authorization
         self.rate_limit = rate_limit
 
-    def admit(self, context: grpc.ServicerContext) -> Identity:
-        """The caller's identity, or abort the RPC (``context.abort`` raises)."""
-        if self.duplicate_authorization:
+    def admit(self, context: grpc.ServicerContext) -> tuple[Identity, str | None]:
+        """The caller's identity and asserted email, or abort the RPC (``context.abort`` raises)."""
+        authorization, asserted_email, duplicate = _read_metadata(context.invocation_metadata() or ())
+        if duplicate:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "more than one authorization header")
         try:
             # The rate limit is checked between the token checks and the user
             # lookup, so refused calls cost no database query.
-            identity = authenticate_bearer(self.authorization, admit=self._meter if self.rate_limit else None)
+            identity = authenticate_bearer(authorization, admit=self._meter if self.rate_limit else None)
         except Unauthenticated as exc:
             logger.info("auth.grpc.rejected method=%s peer=%s reason=%s", self.method, context.peer(), exc)
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
@@ -130,7 +128,7 @@ class _Gate:
         except DatabaseError:
             logger.exception("auth.grpc.lookup_failed method=%s", self.method)
             context.abort(grpc.StatusCode.UNAVAILABLE, "identity lookup failed; retry later")
-        return identity
+        return identity, asserted_email
 
     @staticmethod
     def _meter(email: str) -> None:
@@ -152,8 +150,8 @@ def _wrap_handler(handler: grpc.RpcMethodHandler, gate: _Gate) -> grpc.RpcMethod
         inner_uu = handler.unary_unary
 
         def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
-            identity = gate.admit(context)
-            with bound_identity(identity, gate.asserted_email):
+            identity, asserted_email = gate.admit(context)
+            with bound_identity(identity, asserted_email):
                 return inner_uu(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -165,8 +163,8 @@ def _wrap_handler(handler: grpc.RpcMethodHandler, gate: _Gate) -> grpc.RpcMethod
         inner_us = handler.unary_stream
 
         def unary_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            identity = gate.admit(context)
-            return _bound_iterator(identity, gate.asserted_email, lambda: inner_us(request, context))
+            identity, asserted_email = gate.admit(context)
+            return _bound_iterator(identity, asserted_email, lambda: inner_us(request, context))
 
         return grpc.unary_stream_rpc_method_handler(
             unary_stream,
@@ -177,8 +175,8 @@ def _wrap_handler(handler: grpc.RpcMethodHandler, gate: _Gate) -> grpc.RpcMethod
         inner_su = handler.stream_unary
 
         def stream_unary(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
-            identity = gate.admit(context)
-            with bound_identity(identity, gate.asserted_email):
+            identity, asserted_email = gate.admit(context)
+            with bound_identity(identity, asserted_email):
                 return inner_su(request_iterator, context)
 
         return grpc.stream_unary_rpc_method_handler(
@@ -189,8 +187,8 @@ def _wrap_handler(handler: grpc.RpcMethodHandler, gate: _Gate) -> grpc.RpcMethod
     inner_ss = handler.stream_stream
 
     def stream_stream(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        identity = gate.admit(context)
-        return _bound_iterator(identity, gate.asserted_email, lambda: inner_ss(request_iterator, context))
+        identity, asserted_email = gate.admit(context)
+        return _bound_iterator(identity, asserted_email, lambda: inner_ss(request_iterator, context))
 
     return grpc.stream_stream_rpc_method_handler(
         stream_stream,

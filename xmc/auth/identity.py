@@ -12,15 +12,27 @@ interceptor binds it in a context variable for exactly the duration of one RPC.
 The email the client *asserts* in ``x-goog-user-email`` is kept beside it for
 audit only (`xmc.auth.identity.current_asserted_email`) and is never used to
 decide anything.
+
+The lookup is cached per process for ``XMC_IDENTITY_CACHE_S`` seconds
+(`xmc.auth.identity.IDENTITY_CACHE`, a thin layer around the one query of
+`xmc.auth.identity.identity_for_email`): every RPC authenticates, and the
+lookup was a third of a GetWorkUnit. A change made in another process
+(deactivation, staff rights, groups, a token revocation) takes effect within
+that window; in this process it takes effect at once, because saving a user or
+group, changing a user's groups, or revoking tokens empties the cache
+(`clear_identity_cache`).
 """
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import connection
@@ -83,8 +95,36 @@ LEFT JOIN auth_group grp ON grp.id = ug.group_id
 """
 
 
+#: What one lookup learns: the email's current token generation, and the
+#: identity (or the refusal of a deactivated account).
+Lookup = tuple[int, "Identity | Unauthenticated"]
+
+
+def _lookup(email: str) -> Lookup:
+    """The one query behind an identity (``email`` already normalized)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_IDENTITY_SQL, [email])
+        rows = cursor.fetchall()
+    generation = int(rows[0][0] or 0)
+    if rows[0][1] is None:
+        return generation, Identity(email=email)
+    if not rows[0][2]:
+        return generation, Unauthenticated(f"the account {email} is deactivated")
+    groups = frozenset(name for *_, name in rows if name)
+    return generation, Identity(email=email, is_staff=bool(rows[0][3]), groups=groups)
+
+
+def _resolve(email: str, found: Lookup, token_generation: int | None) -> Identity:
+    generation, outcome = found
+    if token_generation is not None and token_generation < generation:
+        raise Unauthenticated(f"the token for {email} was revoked; sign in again (xmanager login)")
+    if isinstance(outcome, Unauthenticated):
+        raise Unauthenticated(str(outcome))
+    return outcome
+
+
 def identity_for_email(email: str, *, token_generation: int | None = None) -> Identity:
-    """Build the `Identity` for a verified email, with one database query.
+    """Build the `Identity` for a verified email, with one database query (uncached).
 
     The Django user is matched on the stored normalized email, exactly (one
     user per email: a unique index). No user means "not staff, no groups" --
@@ -94,18 +134,56 @@ def identity_for_email(email: str, *, token_generation: int | None = None) -> Id
     current generation means the token was revoked (`xmc.auth.services.do_revoke_tokens`).
     """
     email = normalize_email(email)
-    with connection.cursor() as cursor:
-        cursor.execute(_IDENTITY_SQL, [email])
-        rows = cursor.fetchall()
-    generation = rows[0][0] or 0
-    if token_generation is not None and token_generation < generation:
-        raise Unauthenticated(f"the token for {email} was revoked; sign in again (xmanager login)")
-    if rows[0][1] is None:
-        return Identity(email=email)
-    if not rows[0][2]:
-        raise Unauthenticated(f"the account {email} is deactivated")
-    groups = frozenset(name for *_, name in rows if name)
-    return Identity(email=email, is_staff=bool(rows[0][3]), groups=groups)
+    return _resolve(email, _lookup(email), token_generation)
+
+
+class IdentityCache:
+    """What `identity_for_email` reads, remembered per email for ``XMC_IDENTITY_CACHE_S`` seconds.
+
+    The cached value is the lookup (token generation and identity or
+    refusal), so a refused caller costs no query per call either, and a
+    revoked token is refused as soon as its entry is read again.
+    ``XMC_IDENTITY_CACHE_S=0`` turns caching off. Bounded: past
+    ``max_entries`` emails it starts over. The clock is injectable for tests.
+    """
+
+    def __init__(self, load: Callable[[str], Lookup], *, max_entries: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._load = load
+        self._max_entries = max_entries
+        self.clock = clock
+        self._entries: dict[str, tuple[float, Lookup]] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, email: str, *, token_generation: int | None = None) -> Identity:
+        key = normalize_email(email)
+        ttl_s: float = settings.XMC_IDENTITY_CACHE_S
+        if ttl_s <= 0:
+            return _resolve(key, self._load(key), token_generation)
+        now = self.clock()
+        entry = self._entries.get(key)
+        if entry is None or entry[0] <= now:
+            found = self._load(key)
+            with self._lock:
+                if len(self._entries) >= self._max_entries:
+                    self._entries.clear()
+                self._entries[key] = (now + ttl_s, found)
+        else:
+            found = entry[1]
+        return _resolve(key, found, token_generation)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+#: The process-wide cache `authenticate_bearer` reads identities through.
+IDENTITY_CACHE = IdentityCache(_lookup)
+
+
+def clear_identity_cache(*_args: object, **_kwargs: object) -> None:
+    """Forget every cached identity (user and group changes, `xmc.apps`; revocations)."""
+    IDENTITY_CACHE.clear()
 
 
 def bearer_token_from_header(authorization_header_value: str | None) -> str:
@@ -139,7 +217,7 @@ def authenticate_bearer(
     checks and *before* the database lookup, and may raise to refuse the call:
     the gRPC interceptor meters the rate limit there, so a client hammering the
     API is turned away for the price of a signature check and one Redis round
-    trip, without a query.
+    trip, without a query. The lookup goes through `IDENTITY_CACHE`.
     """
     # Imported here, not at the top: `xmc.auth.tokens` builds `Identity`
     # objects from this module, so a top-level import would be circular.
@@ -152,7 +230,7 @@ def authenticate_bearer(
         raise Unauthenticated(f"invalid bearer token: {exc}") from exc
     if admit is not None:
         admit(claims.email)
-    return identity_for_email(claims.email, token_generation=claims.generation)
+    return IDENTITY_CACHE.lookup(claims.email, token_generation=claims.generation)
 
 
 # --- The caller of the current gRPC handler ---------------------------------

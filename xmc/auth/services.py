@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from xmc.auth.identity import Unauthenticated, identity_for_email, normalize_email
+from xmc.auth.identity import Unauthenticated, clear_identity_cache, identity_for_email, normalize_email
 from xmc.auth.tokens import issue_token
 from xmc.models import CliAuthorizationCode, TokenGeneration
 
@@ -147,5 +147,10 @@ def do_revoke_tokens(email: str, *, reason: str = "revoked", now: datetime | Non
             TokenGeneration.objects.filter(pk=row.pk).update(generation=F("generation") + 1, changed_at=now,
                                                              reason=reason[:64])
             row.refresh_from_db(fields=["generation"])
+    # This process refuses the old tokens at once (cleared now and again at
+    # commit, so no lookup in between re-caches the old generation); other
+    # processes within XMC_IDENTITY_CACHE_S.
+    clear_identity_cache()
+    transaction.on_commit(clear_identity_cache)
     logger.info("auth.tokens.revoked", extra={"email": email, "generation": row.generation, "reason": reason})
     return int(row.generation)
