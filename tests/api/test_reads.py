@@ -109,17 +109,32 @@ def test_it_keeps_the_acl_answers_of_every_persona(persona: str) -> None:
 
 def test_it_answers_not_found_naming_the_missing_resource() -> None:
     exp, _ = _rich_world()
-    for call, name in [
-        (lambda: reads.work_unit(exp.id, 999, ALICE), f"experiments/{exp.id}/workUnits/999"),
-        (lambda: reads.work_unit(987654321, 1, ALICE), "experiments/987654321/workUnits/1"),
-        (lambda: reads.current_execution(exp.id, 999, ALICE), f"experiments/{exp.id}/workUnits/999"),
-        (lambda: reads.executions(987654321, 1, ALICE), "experiments/987654321/workUnits/1"),
-        (lambda: reads.get_experiment(987654321, ALICE), "experiments/987654321"),
+    staff = Identity("sre@example.com", is_staff=True)
+    for who, call, name in [
+        (ALICE, lambda who: reads.work_unit(exp.id, 999, who), f"experiments/{exp.id}/workUnits/999"),
+        (ALICE, lambda who: reads.current_execution(exp.id, 999, who), f"experiments/{exp.id}/workUnits/999"),
+        # A missing experiment is NOT_FOUND only for staff, who may read everything (AIP-211).
+        (staff, lambda who: reads.work_unit(987654321, 1, who), "experiments/987654321/workUnits/1"),
+        (staff, lambda who: reads.executions(987654321, 1, who), "experiments/987654321/workUnits/1"),
+        (staff, lambda who: reads.get_experiment(987654321, who), "experiments/987654321"),
     ]:
         with pytest.raises(NotFound) as missing:
-            call()
+            call(who)
         assert missing.value.message == f"{name} not found"
         assert missing.value.field == "name"
+
+
+def test_it_answers_a_stranger_permission_denied_whether_or_not_the_experiment_exists() -> None:
+    exp, _ = _rich_world()
+    stranger = Identity("mallory@example.net")
+    answers = []
+    for xid in (exp.id, 987654321):
+        for call in (lambda: reads.work_unit(xid, 1, stranger), lambda: reads.get_experiment(xid, stranger),
+                     lambda: reads.executions(xid, 1, stranger)):
+            with pytest.raises(PermissionDenied) as denied:
+                call()
+            answers.append(denied.value.message.replace(str(xid), "X"))
+    assert answers[:3] == answers[3:]  # not a byte of difference between "exists" and "missing"
 
 
 def test_it_lists_work_units_with_their_current_execution_exactly_as_the_model_path() -> None:

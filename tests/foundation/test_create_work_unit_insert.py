@@ -101,11 +101,13 @@ def test_it_rolls_up_as_apply_rollup_did() -> None:
     assert services.create_work_unit(exp.id, factories.work_unit_message()).work_unit.wid == 10
 
 
-def test_it_writes_nothing_when_the_wid_exists_without_a_create_operation() -> None:
+def test_it_writes_no_second_work_unit_when_the_wid_exists_without_a_create_operation() -> None:
     exp = factories.experiment()
     services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)
-    Operation.objects.filter(experiment=exp).delete()  # a state no service leaves; the insert must not half-happen
-    with pytest.raises(FailedPrecondition, match="workUnits/1"):
-        services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)
+    Operation.objects.filter(experiment=exp).delete()  # the client deleted the CREATE operation (DeleteOperation)
+    op = services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)
+    # The insert did not half-happen, and the retry is answered with the existing work unit (issue: idempotent
+    # CreateWorkUnit after DeleteOperation): one fresh operation, already done.
     assert WorkUnitExecution.objects.filter(work_unit__experiment=exp).count() == 1
-    assert Operation.objects.filter(experiment=exp).count() == 0
+    assert list(Operation.objects.filter(experiment=exp).values_list("id", "done")) == [(op.id, True)]
+    assert op.work_unit is not None and op.work_unit.wid == 1
