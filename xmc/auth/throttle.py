@@ -51,7 +51,10 @@ def is_locked_out(username: str, address: str) -> int:
     try:
         client = _client()
         pipe = client.pipeline()
-        pipe.get(account_key).ttl(account_key).get(address_key).ttl(address_key)
+        pipe.get(account_key)
+        pipe.ttl(account_key)
+        pipe.get(address_key)
+        pipe.ttl(address_key)
         account, account_ttl, by_address, address_ttl = pipe.execute()
     except (redis.RedisError, OSError) as exc:
         logger.warning("auth.login_throttle.redis_unavailable error=%s", exc)
