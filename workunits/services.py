@@ -451,7 +451,7 @@ def _lock_work_unit_rows(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int
     ordered = sorted(set(keys))
     if not ordered:
         return {}
-    with connection.cursor() as cursor:
+    with _bound_cursor() as cursor:
         cursor.execute(_LOCK_SQL, [[k[0] for k in ordered], [k[1] for k in ordered]])
         return {(xid, wid): _Locked(id_, xid, wid, eid) for id_, xid, wid, eid in cursor.fetchall()}
 
@@ -519,13 +519,27 @@ ORDER BY m.n
 _HISTORY_AND_MESSAGES_INSERT = f"WITH history AS ({_HISTORY_INSERT}) {_MESSAGE_INSERT}"
 
 
+def _bound_cursor() -> Any:
+    """A Django cursor with server-side parameter binding, for the write path's statements.
+
+    Django's default psycopg cursor binds on the client: it quotes every
+    parameter into the SQL text, which for the batch's large JSON recordsets
+    cost ~6% of the write path's CPU. The wrapper keeps Django's query
+    logging and execute wrappers.
+    """
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    connection.ensure_connection()
+    return connection._prepare_cursor(ServerBindingCursor(connection.connection))  # type: ignore[attr-defined]
+
+
 def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
 def _read_executions(work_unit_ids: Sequence[int]) -> dict[int, tuple[int, int, ExecutionRecord]]:
     """work unit id -> (execution id, eid, record) of its ACTIVE execution."""
-    with connection.cursor() as cursor:
+    with _bound_cursor() as cursor:
         cursor.execute(_READ_SQL, [list(work_unit_ids)])
         rows = cursor.fetchall()
     return {
@@ -632,7 +646,7 @@ def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tr
         raise InvalidUpdates(invalid)
     if not records:
         return []
-    with connection.cursor() as cursor:
+    with _bound_cursor() as cursor:
         cursor.execute(_UPDATE_SQL, [now, _dumps([_execution_row(executions[w][0], r) for w, r in records.items()])])
         if messages:
             cursor.execute(_HISTORY_AND_MESSAGES_INSERT, {
