@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.db import close_old_connections
+from kombu import pools as kombu_pools
 
 from k8s_bridge.jobset_builder import LABEL_EID
 from tests import factories
@@ -105,21 +106,22 @@ def private_redis(tmp_path: Any) -> Iterator[PrivateRedis]:
     r.stop()
 
 
-def _use_broker(url: str) -> None:
+def _use_broker(url: str | None, write_url: str | None) -> None:
     """Point this process's Celery producer at ``url`` (the worker gets it by env)."""
     app.pool.force_close_all()
     app.conf.broker_url = url
-    app.conf.broker_write_url = url
+    app.conf.broker_write_url = write_url
     app._pool = None
     app.amqp._producer_pool = None
+    kombu_pools.reset()  # the global producer pools keyed by connection
 
 
 @pytest.fixture
 def private_broker(private_redis: PrivateRedis) -> Iterator[PrivateRedis]:
-    old = app.conf.broker_url
-    _use_broker(private_redis.url)
+    old = (app.conf.broker_url, app.conf.broker_write_url)
+    _use_broker(private_redis.url, private_redis.url)
     yield private_redis
-    _use_broker(old)
+    _use_broker(*old)
 
 
 def test_it_carries_out_a_create_committed_while_redis_was_down(

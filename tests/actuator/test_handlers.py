@@ -247,3 +247,15 @@ def test_it_refuses_an_invalid_executable_at_create_work_unit_naming_the_field()
     with pytest.raises(service_errors.InvalidArgument) as info:
         services.create_work_unit(exp.id, message)
     assert info.value.field == "work_unit.executable.jobset.jobs[0].host_network"
+
+
+def test_it_cancels_a_pending_restart_without_touching_the_running_jobset(cluster: Any) -> None:
+    xid, create = new_work_unit()
+    run(create)
+    uid = get_jobset(cluster, xid, 1)["metadata"]["uid"]
+    restart = services.restart_work_units(xid, [1], batch=False).id
+    services.request_operation_cancellation(restart)
+    run(restart)
+    assert op(restart).error["code"] == 1
+    js = get_jobset(cluster, xid, 1)
+    assert js["metadata"]["uid"] == uid and not js["metadata"].get("deletionTimestamp")

@@ -296,14 +296,24 @@ def test_it_replaces_work_unit_fields_on_update() -> None:
         services.update_work_unit(exp.id, wu.wid, pb.work_unit.WorkUnit(), ["executable"])
 
 
-def test_it_records_an_enqueue_failure_as_an_error_without_force() -> None:
+def test_it_records_an_enqueue_failure_of_a_create_as_fatal_without_force() -> None:
+    # STATES.md: FATAL for a Create or Restart that could not be enqueued, ERROR on Stop.
     exp = factories.experiment()
     op = services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)
     services.record_enqueue_failure(op.id, "broker down")
     ex = current(op.work_unit)
+    assert ex.system_message["severity"] == "FATAL" and "broker down" in ex.system_message["userFacingText"]
+
+
+def test_it_records_an_enqueue_failure_of_a_stop_as_an_error_without_force() -> None:
+    exp = factories.experiment()
+    create = services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)
+    stop = services.stop_work_units(exp.id, [1], batch=False)
+    services.record_enqueue_failure(stop.id, "broker down")
+    ex = current(create.work_unit)
     assert ex.system_message["severity"] == "ERROR" and "broker down" in ex.system_message["userFacingText"]
-    services.record_enqueue_failure(op.id, "second failure")
-    assert "broker down" in current(op.work_unit).system_message["userFacingText"]  # deferred
+    services.record_enqueue_failure(stop.id, "second failure")
+    assert "broker down" in current(create.work_unit).system_message["userFacingText"]  # deferred
 
 
 def test_it_keeps_undelivered_operations_in_the_outbox(monkeypatch, django_capture_on_commit_callbacks) -> None:
