@@ -49,6 +49,7 @@ from lifecycle import hooks
 from workunits import services
 from workunits import state as guards
 from workunits.choices import WorkUnitState, Writer
+from workunits.models import WorkUnitExecution
 from workunits.services import Transition
 from xmc import convert
 
@@ -368,7 +369,7 @@ class Reconciler:
             mask += (guards.SYSTEM_MESSAGE,)
         update = guards.ExecutionUpdate(
             xid=ek.xid, wid=ek.wid, eid=ek.eid, mask=mask, state=state,
-            state_update_time_ns=convert.ns_from_datetime(self._now()), detailed_status=mapping.jobset_status(jobset),
+            state_update_time_ns=self._terminal_time_ns(ek), detailed_status=mapping.jobset_status(jobset),
             scheduling_information=None, system_message=message, writer=Writer.FINALIZER,
             extra={"jobset": key[1], "uid": uid},
         )
@@ -408,6 +409,22 @@ class Reconciler:
         metrics.FINALIZERS.labels(why).inc()
         log.info("reconciler.finalizer_removed", extra={"jobset": key[1], "xid": ek.xid, "wid": ek.wid,
                                                          "eid": ek.eid, "state": state, "why": why})
+
+    def _terminal_time_ns(self, ek: ExecutionKey, floor_ns: int = 0) -> int:
+        """The time of a terminal write from the finalizer path or the sweep.
+
+        These writes are the last word on an execution whose JobSet is going
+        or gone, so they must not be dropped as stale because this host's clock
+        runs behind the state server that wrote STOPPING: never earlier than
+        the stored state's time.
+        """
+        now_ns = convert.ns_from_datetime(self._now())
+        if not floor_ns:
+            stored = (WorkUnitExecution.objects
+                      .filter(work_unit__experiment_id=ek.xid, work_unit__wid=ek.wid, eid=ek.eid)
+                      .values_list("state_update_time_ns", flat=True).first())
+            floor_ns = int(stored or 0)
+        return max(now_ns, floor_ns + 1)
 
     # --- after commit ----------------------------------------------------------------------------
 
@@ -466,7 +483,6 @@ class Reconciler:
     def _repair(self, repairs: Sequence[sweep.Repair]) -> None:
         if not repairs or not self.can_write():
             return
-        now_ns = convert.ns_from_datetime(self._now())
         updates = []
         for r in repairs:
             metrics.SWEEP.labels(r.case).inc()
@@ -490,7 +506,8 @@ class Reconciler:
                 mask += (guards.SYSTEM_MESSAGE,)
                 message = {"severity": "ERROR", "source": "XMANAGER_BACKEND", "userFacingText": r.message}
             updates.append(guards.ExecutionUpdate(
-                xid=r.key.xid, wid=r.key.wid, eid=r.key.eid, mask=mask, state=r.state, state_update_time_ns=now_ns,
+                xid=r.key.xid, wid=r.key.wid, eid=r.key.eid, mask=mask, state=r.state,
+                state_update_time_ns=self._terminal_time_ns(r.key, r.state_update_time_ns),
                 system_message=message, force_status_message_update=True, writer=Writer.SWEEP,
                 extra={"case": r.case},
             ))

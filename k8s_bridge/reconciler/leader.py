@@ -113,7 +113,7 @@ class LeaderElector:
                     return False  # someone else created it first
                 raise
             self._set_leader(started + self.lease_duration_s)
-            log.info("reconciler.leader_acquired", extra={"identity": self.identity, "created": True})
+            log.info("reconciler.leader_acquired", extra={"identity": self.identity, "lease_created": True})
             return True
         spec = lease.spec
         holder = spec.holder_identity or ""

@@ -44,6 +44,8 @@ class Candidate:
     pending: bool
     #: the error of its done create/restart operation, if any
     operation_error: str = ""
+    #: the stored state's time (a repair is never older)
+    state_update_time_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class Repair:
     key: ExecutionKey
     state: str = ""
     message: str = ""
+    #: the stored state's time of the execution repaired (0: unknown)
+    state_update_time_ns: int = 0
     #: for a JobSet to delete: (namespace, name, uid)
     jobset: tuple[str, str, str] | None = None
 
@@ -69,7 +73,7 @@ def snapshot(default_namespace: str) -> Snapshot:
     """Read the current executions (and pending operations) in one go."""
     rows = (
         WorkUnitExecution.objects.filter(execution_state=ExecutionState.ACTIVE)
-        .values_list("work_unit__experiment_id", "work_unit__wid", "eid", "state", "metadata")
+        .values_list("work_unit__experiment_id", "work_unit__wid", "eid", "state", "metadata", "state_update_time_ns")
     )
     pending_ops = Operation.objects.filter(
         done=False, task_type__in=(TaskType.CREATE, TaskType.RESTART), work_unit__isnull=False
@@ -78,9 +82,10 @@ def snapshot(default_namespace: str) -> Snapshot:
     busy = frozenset((x, w) for x, w, _ in pending)
     executions: dict[tuple[int, int], Candidate] = {}
     need_error: list[tuple[int, int, int]] = []
-    for xid, wid, eid, state, metadata in rows:
+    for xid, wid, eid, state, metadata, time_ns in rows:
         namespace = str((metadata or {}).get("namespace") or default_namespace)
-        executions[(xid, wid)] = Candidate(ExecutionKey(xid, wid, eid), state, namespace, (xid, wid, eid) in pending)
+        executions[(xid, wid)] = Candidate(ExecutionKey(xid, wid, eid), state, namespace, (xid, wid, eid) in pending,
+                                           state_update_time_ns=int(time_ns or 0))
         if state in (S.INITIALIZING, S.RESTARTING):
             need_error.append((xid, wid, eid))
     if need_error:
@@ -131,16 +136,19 @@ def plan(snap: Snapshot, jobsets: Iterable[Mapping[str, Any]], namespaces: Itera
         if c.state in TERMINAL or c.state == S.SCHEDULING_PAUSED:
             continue
         if c.state == S.STOPPING:
-            repairs.append(Repair("stopping_without_jobset", c.key, S.STOPPED))
+            repairs.append(Repair("stopping_without_jobset", c.key, S.STOPPED,
+                                  state_update_time_ns=c.state_update_time_ns))
         elif c.state in (S.INITIALIZING, S.RESTARTING):
             why = f": {c.operation_error}" if c.operation_error else ""
             op = "restart" if c.state == S.RESTARTING else "create"
             repairs.append(Repair("created_without_jobset", c.key, S.FAILED,
-                                  f"The {op} operation finished but no JobSet exists{why}"))
+                                  f"The {op} operation finished but no JobSet exists{why}",
+                                  state_update_time_ns=c.state_update_time_ns))
         else:
             repairs.append(Repair(
                 "jobset_vanished", c.key, S.FAILED,
                 f"The JobSet of this execution disappeared without passing the XMC finalizer (last state {c.state});"
                 " it was deleted outside XMC with its finalizer removed",
+                state_update_time_ns=c.state_update_time_ns,
             ))
     return repairs

@@ -232,3 +232,28 @@ def test_it_explains_a_stopped_queue(cluster: Cluster, reconciler) -> None:
         return ex.state == S.SCHEDULING and "cluster-queue is inactive" in text and text
 
     assert "cpu-queue" in eventually(explained, what="SCHEDULING, queue stopped")
+
+
+def test_the_finalizer_and_sweep_write_terminal_states_even_with_a_clock_behind(cluster: Cluster, make_reconciler) -> None:
+    from datetime import timedelta
+
+    from workunits import services
+    from workunits.choices import TaskType
+    from workunits.models import Operation
+
+    rec = make_reconciler()
+    exp = factories.experiment()
+    deleted, vanished = factories.work_unit(exp), factories.work_unit(exp)
+    for wu in (deleted, vanished):
+        cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    Operation.objects.filter(task_type=TaskType.CREATE).update(done=True)
+    eventually(lambda: state_of(deleted) == S.RUNNING and state_of(vanished) == S.RUNNING, what="RUNNING")
+    rec.stop(drain=False)
+    services.stop_work_units(exp.id, [deleted.wid, vanished.wid], batch=True)
+    cluster.strip_finalizer_and_delete(vanished)
+    eventually(lambda: cluster.jobset(vanished) is None, what="vanished")
+    behind = make_reconciler(now=lambda: cluster.now() - timedelta(hours=1))  # this host's clock is an hour behind
+    cluster.delete_jobset(deleted)
+    eventually(lambda: state_of(deleted) == S.STOPPED, what="STOPPED by the finalizer path")
+    assert state_of(vanished) == S.STOPPED  # by the sweep of the start-up resync
+    assert behind.resyncs >= 1
