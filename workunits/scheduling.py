@@ -260,6 +260,13 @@ def _canonical(task: task_pb2.Task) -> bytes:
     return unsigned.SerializeToString(deterministic=True)
 
 
+def _same_task(payload: bytes, canonical: bytes) -> bool:
+    try:
+        return _canonical(task_signing.decode(payload)) == canonical
+    except task_signing.InvalidTask:
+        return False  # an unreadable row is never "the same task"; resumption skips it
+
+
 def paused_message(reason: str) -> dict[str, object]:
     text = "Scheduling is paused cluster-wide"
     text += f" ({reason})" if reason else ""
@@ -301,7 +308,7 @@ def hold_task(task: task_pb2.Task, *, now: datetime | None = None) -> bool:
         siblings = PausedTask.objects.filter(
             processed_time__isnull=True, task_type=task_type, xid=task.xid, wid=task.wid, eid=task.eid
         ).values_list("payload", flat=True)
-        if any(_canonical(task_signing.decode(bytes(p))) == canonical for p in siblings):
+        if any(_same_task(bytes(p), canonical) for p in siblings):
             log.info("pause_handler.duplicate", extra={"xid": task.xid, "wid": task.wid, "eid": task.eid})
             return True
         held = PausedTask.objects.create(

@@ -216,3 +216,13 @@ def test_it_fails_a_pause_that_cannot_drain_and_changes_nothing(settings) -> Non
     finally:
         finish.set()
         worker.join(30)
+
+
+@pytest.mark.django_db
+def test_it_releases_the_gate_when_the_celery_task_ends() -> None:
+    from celery.signals import task_postrun
+
+    wu = factories.work_unit(factories.experiment())
+    assert hold_if_paused(task_for(wu, "CREATE")) is False and scheduling.holds_gate()
+    task_postrun.send(sender=None, task_id="t1", task=None, args=(), kwargs={}, retval=None, state="SUCCESS")
+    assert not scheduling.holds_gate()
