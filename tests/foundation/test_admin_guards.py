@@ -52,3 +52,15 @@ def test_it_never_rewinds_current_eid_from_a_stale_change_form() -> None:
     model_admin.save_model(request, stale, form, change=True)
     assert WorkUnit.objects.get(id=wu.id).current_eid == 2
     assert WorkUnitExecution.objects.get(work_unit=wu, execution_state="ACTIVE").eid == 2
+
+
+def test_it_explains_a_bad_or_taken_email_on_the_user_form() -> None:
+    from xmc.admin import NormalizedEmailUserChangeForm
+
+    User.objects.create_user("first", "taken@example.com", "pw-not-checked-here")
+    user = User.objects.create_user("second", "second@example.com", "pw-not-checked-here")
+    for email, why in (("not-an-email", "valid email address"), ("TAKEN@example.com", "already has the email")):
+        form = NormalizedEmailUserChangeForm(instance=user, data={"username": "second", "email": email,
+                                                                   "date_joined": "2026-01-01 00:00:00"})
+        assert not form.is_valid()
+        assert why in str(form.errors["email"])
