@@ -71,7 +71,8 @@ def _get(url: str) -> tuple[int, bytes, str]:
 
 @pytest.mark.timeout(420)
 def test_it_runs_on_embedded_services_and_goes_away_on_sigterm(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    # A fresh machine: no services and no secret key configured.
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "XMC_SECRET_KEY")}
     env.update(_ports_env(tmp_path))
     env["XMC_EMBEDDED_REDIS_PORT"] = str(_free_port())
     proc = subprocess.Popen(["./dev", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,

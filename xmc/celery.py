@@ -62,30 +62,6 @@ def _refuse_an_insecure_secret(**kwargs: object) -> None:
     require_deploy_checks()
 
 
-#: Periodic sweeps run by ``celery -A xmc beat`` (task name -> interval setting).
-SWEEP_TASKS = {
-    "xmc.actuator.sweep_outbox": "XMC_OUTBOX_SWEEP_INTERVAL_S",
-    "xmc.actuator.purge_operations": None,  # hourly
-}
-
-
-@app.on_after_configure.connect
-def _beat_schedule(sender: Celery, **_: object) -> None:
-    """The beat schedule, read from settings once Django's settings are loaded."""
-    from django.conf import settings
-
-    # Entries declared in settings (CELERY_BEAT_SCHEDULE: the paused-task
-    # clean-up) plus the actuator's sweeps, whose intervals are settings.
-    sender.conf.beat_schedule = {**settings.CELERY_BEAT_SCHEDULE} | {
-        name: {
-            "task": name,
-            "schedule": float(getattr(settings, interval)) if interval else 3600.0,
-            "options": {"queue": Queue.ACTUATOR.value, "expires": 300},
-        }
-        for name, interval in SWEEP_TASKS.items()
-    }
-
-
 @signals.setup_logging.connect(weak=False)
 def _django_logging(**_: object) -> None:
     """Workers and beat log through settings.LOGGING (plain or JSON), not Celery's own setup."""

@@ -222,11 +222,19 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
-#: Periodic sweeps run by ``celery -A xmc beat``.
+#: Every periodic task ``celery -A xmc beat`` runs: the backstops of the
+#: event-driven paths (STYLE.md 14). ``expires`` drops a tick that waited in
+#: the queue longer than that (the next tick does the same work).
 CELERY_BEAT_SCHEDULE = {
+    # Operations committed while the broker was down are sent again (workunits.outbox).
+    "outbox-sweep": {"task": "xmc.actuator.sweep_outbox", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,
+                     "options": {"queue": "actuator", "expires": 300}},
+    # Done operations are deleted XMC_OPERATION_RETENTION_DAYS after they ended.
+    "operation-purge": {"task": "xmc.actuator.purge_operations", "schedule": 3600.0,
+                        "options": {"queue": "actuator", "expires": 300}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
     "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,
-                            "options": {"queue": "resumption"}},
+                            "options": {"queue": "resumption", "expires": 300}},
 }
 
 # --- REST (DRF) ----------------------------------------------------------------

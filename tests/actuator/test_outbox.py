@@ -106,6 +106,8 @@ def test_it_purges_done_operations_after_the_retention(settings: Any) -> None:
 
 def test_it_schedules_both_sweeps_on_beat() -> None:
     app.loader.import_default_modules()
-    schedule = app.conf.beat_schedule
-    assert {entry["task"] for entry in schedule.values()} == {"xmc.actuator.sweep_outbox", "xmc.actuator.purge_operations"}
-    assert all(entry["options"]["queue"] == "actuator" for entry in schedule.values())
+    queues = {entry["task"]: entry["options"]["queue"] for entry in app.conf.beat_schedule.values()}
+    assert queues == {"xmc.actuator.sweep_outbox": "actuator", "xmc.actuator.purge_operations": "actuator",
+                      "xmc.resumption.cleanup": "resumption"}
+    registered = set(app.tasks)
+    assert set(queues) <= registered  # every scheduled name is a task a worker knows

@@ -6,7 +6,6 @@ the test database; the data comes from the real services.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -26,14 +25,14 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
     pytest.mark.django_db(transaction=True),
 ]
-# Playwright's sync API runs an event loop in this thread; the ORM calls here
-# are plain synchronous test set-up, not async code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
-
-
 @pytest.fixture
-def page(live_server: object) -> Iterator[object]:
+def page(live_server: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls
+    # in these tests are plain synchronous set-up, not async code. Only for
+    # these tests: the variable must never reach a deploy check.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
 
     User.objects.create_superuser("olivia", "olivia@example.com", "correct horse battery staple 42")
     with sync_playwright() as p:

@@ -80,7 +80,7 @@ def test_it_provides_every_setting_the_code_reads(objects: list[dict[str, Any]])
     missing = settings_read_from_environment() - provided
     assert not missing, f"settings read by xmc/settings.py but not in deploy/: {sorted(missing)}"
     # Credentials never sit in the ConfigMap.
-    for key in ("DATABASE_URL", "REDIS_URL", "XMC_SECRET_KEY", "XMC_TASK_SIGNING_KEY"):
+    for key in ("DATABASE_URL", "REDIS_URL", "XMC_SECRET_KEY", "XMC_TASK_SIGNING_KEY", "XMC_MLRUN_TOKEN"):
         assert key in secret and key not in config
     # Every Deployment reads both.
     for name, deployment in _of_kind(objects, "Deployment").items():

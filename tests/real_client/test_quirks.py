@@ -78,7 +78,8 @@ def test_it_refuses_a_client_whose_email_is_only_asserted(
     assert run.result["code"] == "UNAUTHENTICATED", why
 
 
-def test_it_answers_not_found_for_an_unknown_experiment(alice_client: Client) -> None:
+def test_it_answers_permission_denied_for_an_unknown_experiment(alice_client: Client) -> None:
+    # Permission first (AIP-211): a caller who could not read it learns nothing about its existence.
     run = alice_client.python(
         """
         import grpc
@@ -89,7 +90,7 @@ def test_it_answers_not_found_for_an_unknown_experiment(alice_client: Client) ->
             report({"code": exc.code().name, "details": exc.details()})
         """
     ).ok()
-    assert run.result["code"] == "NOT_FOUND"
+    assert run.result["code"] == "PERMISSION_DENIED"
     assert "987654321" in run.result["details"]
 
 

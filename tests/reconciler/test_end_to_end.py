@@ -31,7 +31,10 @@ def test_it_follows_a_jobset_from_queued_to_completed(cluster: Cluster, reconcil
     eventually(lambda: state_of(wu) == S.COMPLETED, what="COMPLETED")
     states = [s for s in history(wu)]
     assert states[0] == S.INITIALIZING
-    assert S.SCHEDULING in states and S.RUNNING in states
+    # Observations coalesce per flush (latest wins), so a short SCHEDULING or
+    # STARTING may never be written (a queued one is, with its position: see
+    # the quota tests); what is written follows the lifecycle order.
+    assert S.RUNNING in states
     order = [S.INITIALIZING, S.SCHEDULING, S.STARTING, S.RUNNING, S.COMPLETED]
     assert [s for s in states if s in order] == [s for s in order if s in states], states
     ex = execution(wu)
