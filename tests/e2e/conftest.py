@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -73,6 +74,8 @@ def system(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytes
         **extra,
     }
     env.pop("XMC_MLRUN_ENDPOINT", None)
+    # Tasks other tests left in this run's Redis database must not reach this system's worker.
+    redis.Redis.from_url(env.get("REDIS_URL", "redis://127.0.0.1:6379/0")).flushdb()
     proc = subprocess.Popen([sys.executable, "scripts/run_all.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output: list[str] = []

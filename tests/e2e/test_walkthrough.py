@@ -112,7 +112,7 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     client = _client(system, tmp_path)
     script = ROOT / "examples" / "walkthrough.py"
     with Watcher() as watcher:
-        launch = client.xmanager("launch", str(script), "--", "--preempt_after=6", f"--run_seconds={RUN_SECONDS}",
+        launch = client.xmanager("launch", str(script), "--", "--preempt_after=10", f"--run_seconds={RUN_SECONDS}",
                                  timeout=180).ok()
         result = launch.result
         xid = result["xid"]
@@ -131,15 +131,18 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
         wids["preempted"]: "COMPLETED", wids["profiled"]: "COMPLETED",
     }, (final, watcher.seen)
 
-    # succeeds: the whole path, every step written by the reconciler after the insert.
-    assert _history(xid, wids["succeeds"]) == [("", "INITIALIZING"), ("INITIALIZING", "STARTING"),
-                                               ("STARTING", "RUNNING"), ("RUNNING", "COMPLETED")]
+    # succeeds: the whole path, in order (SCHEDULING first when the reconciler
+    # sees the JobSet before Kueue admits it).
+    states = [to for _, to in _history(xid, wids["succeeds"])]
+    assert states in (["INITIALIZING", "STARTING", "RUNNING", "COMPLETED"],
+                      ["INITIALIZING", "SCHEDULING", "STARTING", "RUNNING", "COMPLETED"]), states
 
     # fails: FAILED, and the status says why (the JobSet's Failed condition;
     # a plain non-zero exit has no system message -- those explain OOM kills
     # and lost nodes only).
     failed = _execution(xid, wids["fails"])
-    assert _history(xid, wids["fails"])[-1] == ("RUNNING", "FAILED")
+    fails_states = [to for _, to in _history(xid, wids["fails"])]
+    assert "RUNNING" in fails_states and fails_states[-1] == "FAILED", fails_states
     conditions = (failed.detailed_status or {}).get("jobsetStatus", {}).get("conditions", [])
     [failure] = [c for c in conditions if c.get("type") == "Failed"]
     assert failure["status"] == "True" and failure["message"], failure
@@ -153,7 +156,7 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     preempted_history = _history(xid, wids["preempted"])
     assert ("RUNNING", "SCHEDULING") in preempted_history, preempted_history
     after = preempted_history[preempted_history.index(("RUNNING", "SCHEDULING")):]
-    assert ("STARTING", "RUNNING") in after and after[-1] == ("RUNNING", "COMPLETED"), preempted_history
+    assert "RUNNING" in [to for _, to in after] and after[-1][1] == "COMPLETED", preempted_history
     observed = watcher.seen[wids["preempted"]]
     ran_at = next(i for i, obs in enumerate(observed) if obs[1] == "RUNNING")
     evictions = [obs[2] for obs in observed[ran_at:] if obs[1] == "SCHEDULING"]
@@ -162,7 +165,8 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     assert {obs[0] for obs in observed} == {1}
 
     # profiled: completed, and its managed xprof has a MachineLearningRun link.
-    assert _history(xid, wids["profiled"])[-1] == ("RUNNING", "COMPLETED")
+    profiled_states = [to for _, to in _history(xid, wids["profiled"])]
+    assert "RUNNING" in profiled_states and profiled_states[-1] == "COMPLETED", profiled_states
 
     def xprof_url() -> str:
         close_old_connections()
@@ -182,20 +186,21 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     assert sorted(op.work_unit.wid for op in creates) == sorted(wids.values())
     assert all(op.done and not op.error for op in creates)
 
-    # Restart the completed one through the REST API: a second execution runs.
-    succeeds = wids["succeeds"]
-    _rest(system, "POST", f"/v1/experiments/{xid}/workUnits/{succeeds}:restart", {})
-    eventually(lambda: _snapshot(xid)[succeeds][:2] in {(2, "RUNNING"), (2, "STARTING")}, timeout=90,
+    # Restart a completed one through the REST API: a second execution runs
+    # (the preempted one: it runs longest, so the stop below finds it running).
+    again = wids["preempted"]
+    _rest(system, "POST", f"/v1/experiments/{xid}/workUnits/{again}:restart", {})
+    eventually(lambda: _snapshot(xid)[again][:2] in {(2, "RUNNING"), (2, "STARTING")}, timeout=90,
                what="execution 2 of the restarted work unit to start")
-    assert _execution(xid, succeeds, 1).state == "COMPLETED"
+    assert _execution(xid, again, 1).state == "COMPLETED"
     # ... and stop it: the JobSet is deleted, its finalizer lets the reconciler write STOPPED.
-    _rest(system, "POST", f"/v1/experiments/{xid}/workUnits/{succeeds}:stop", {})
-    eventually(lambda: _snapshot(xid)[succeeds][:2] == (2, "STOPPED"), timeout=90,
+    _rest(system, "POST", f"/v1/experiments/{xid}/workUnits/{again}:stop", {})
+    eventually(lambda: _snapshot(xid)[again][:2] == (2, "STOPPED"), timeout=90,
                what=f"execution 2 to be STOPPED; seen {_snapshot(xid)}")
     close_old_connections()
-    ops = {op.action_type: op for op in Operation.objects.filter(experiment_id=xid, work_unit__wid=succeeds)}
+    ops = {op.action_type: op for op in Operation.objects.filter(experiment_id=xid, work_unit__wid=again)}
     assert set(ops) == {"CREATE", "RESTART", "STOP"}
-    eventually(lambda: all(op.done for op in Operation.objects.filter(experiment_id=xid, work_unit__wid=succeeds)),
+    eventually(lambda: all(op.done for op in Operation.objects.filter(experiment_id=xid, work_unit__wid=again)),
                timeout=60, what="the restart and stop operations to be done")
     assert ops["RESTART"].target_eid == 1 and ops["RESTART"].eid == 2
 
