@@ -10,8 +10,9 @@ tells the bundled cluster simulator what each container does (a real cluster
 ignores it and runs the image). The four work units:
 
 1. ``succeeds`` — pulls, runs 20 s, exits 0: COMPLETED.
-2. ``fails`` — runs 5 s and exits 1 with no retries: FAILED, with the
-   reason in its status message.
+2. ``fails`` — runs 5 s and exits 1, retried once (a retry limit of 0 is
+   the proto default, which the server reads as "use the default", five per
+   replica): FAILED, with the reason in its status message.
 3. ``preempted`` — LOW priority, fills the small ``demo-queue``; it is RUNNING
    when ...
 4. ``profiled`` — HIGH priority in the same queue, with a managed_xprof
@@ -58,8 +59,8 @@ def main(_: list[str]) -> None:
     with experiment:
         experiment.add(_job("succeeds", f"pull=2s;run={run_s}s;exit=0"),
                        settings=xm_cloud.WorkUnitSettings(notes="runs to COMPLETED"))
-        experiment.add(_job("fails", "pull=1s;run=5s;exit=1", retries=0),
-                       settings=xm_cloud.WorkUnitSettings(notes="exits 1: FAILED"))
+        experiment.add(_job("fails", "pull=1s;run=5s;exit=1", retries=1),
+                       settings=xm_cloud.WorkUnitSettings(notes="exits 1 twice: FAILED"))
         experiment.add(_job("preempted", f"pull=1s;run={3 * run_s}s;exit=0", cpu=4),
                        settings=xm_cloud.WorkUnitSettings(priority=xm_cloud.Priority.LOW,
                                                           scheduling_constraints=demo,

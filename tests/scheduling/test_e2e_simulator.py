@@ -1,11 +1,10 @@
 """End to end on the simulator: pause, work arrives, resume; the right JobSets appear, once.
 
-NOT COLLECTED YET (the file name does not match ``test_*.py``): it needs the
-actuator (Celery tasks ``xmc.actuator.*`` and a real ``outbox.deliver``), the
-reconciler command (``manage.py reconcile``: it observes RUNNING and removes
-the finalizer so a Restart's delete completes) and the artifact lifecycle's
-Update task for a notify-when patch. Once those are merged, rename it to
-``test_e2e_simulator.py``; it must then pass, not be skipped.
+Real processes against the simulator (speed 20): a Celery worker on the
+``actuator`` and ``resumption`` queues (the real ``outbox.deliver``), the
+reconciler command (it observes RUNNING and removes the finalizer so a
+Restart's delete completes), and the artifact lifecycle on for the
+notify-when Update task (no lifecycle worker: nothing calls MLRun).
 
 The story (issue 12): pause; create three work units, restart a running
 one, attach an artifact that needs a notify-when patch (to a running one);
@@ -33,7 +32,7 @@ from django.db import connection
 from artifacts import services as artifact_services
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
 from tests import factories
-from tests.scheduling.conftest import OLIVIA
+from tests.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
 from workunits import resumption, scheduling, services
 from workunits.models import PausedTask, WorkUnit, WorkUnitExecution
 from workunits.outbox import deliver as REAL_DELIVER  # captured before the autouse fixture stubs it
@@ -43,9 +42,12 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"
 EXECUTION_LABEL = "xmc.google.com/execution-id"
 NOTIFY_WHEN = "xmc.google.com/notify-when"
+#: Pods that keep running for the whole story (the simulator runs at speed 20,
+#: so its default 10 s script would complete the "running" work unit at once).
+LONG: dict[str, Any] = {"annotations": {"sim.xmc.dev/script": "pull=1s;run=100000s;exit=0"}}
 
 
-def eventually(predicate: Callable[[], Any], what: str, timeout: float = 240.0) -> Any:
+def eventually(predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -62,26 +64,41 @@ def sim(tmp_path: Path) -> Iterator[SimulatorHandle]:
     handle.stop()
 
 
+#: The artifact lifecycle on (the notify-when patch needs ManagedXprofRule), which
+#: needs the MachineLearningRun project and location. No lifecycle worker runs
+#: here, so nothing calls the endpoint (a closed loopback port).
+LIFECYCLE = {"XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "xmc-test",
+             "XMC_MLRUN_LOCATION": "us-central1", "XMC_MLRUN_ENDPOINT": "http://127.0.0.1:9",
+             "XMC_MLRUN_TOKEN": "unused"}
+
+
 def _env(sim: SimulatorHandle) -> dict[str, str]:
     db = connection.settings_dict
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
             "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "KUBECONFIG": str(sim.kubeconfig_path),
-            "XMC_K8S_NAMESPACE": NAMESPACE, "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true"}
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "REDIS_URL": settings.CELERY_BROKER_URL,
+            "KUBECONFIG": str(sim.kubeconfig_path), "XMC_DB_CONN_MAX_AGE": "0",
+            # The processes verify what this process signs.
+            "XMC_TASK_SIGNING_KEY": settings.XMC_TASK_SIGNING_KEY,
+            "XMC_TASK_SIGNING_KEY_ID": settings.XMC_TASK_SIGNING_KEY_ID,
+            "XMC_K8S_NAMESPACE": NAMESPACE, **LIFECYCLE}
 
 
 @pytest.fixture
-def control_plane(sim: SimulatorHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def control_plane(sim: SimulatorHandle, broker: Any, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A real worker (actuator + resumption queues) and the reconciler, against the simulator."""
     monkeypatch.setattr("workunits.outbox.deliver", REAL_DELIVER)
-    monkeypatch.setattr(settings, "XMC_ARTIFACT_LIFECYCLE_ENABLED", True)
+    for name, value in LIFECYCLE.items():
+        monkeypatch.setattr(settings, name, True if value == "true" else value)
     env = _env(sim)
     procs = [
         subprocess.Popen([sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "actuator,resumption",
                           "--pool", "threads", "-c", "4", "--without-heartbeat", "--without-gossip",
                           "--without-mingle", "-n", f"e2e-{os.getpid()}@%h"],
                          cwd=ROOT, env=env, stdout=(tmp_path / "worker.log").open("w"), stderr=subprocess.STDOUT),
-        subprocess.Popen([sys.executable, "manage.py", "reconcile", "--namespace", NAMESPACE],
+        subprocess.Popen([sys.executable, "manage.py", "reconcile", "--namespace", NAMESPACE,
+                          "--metrics-port", "0"],
                          cwd=ROOT, env=env, stdout=(tmp_path / "reconciler.log").open("w"),
                          stderr=subprocess.STDOUT),
     ]
@@ -113,13 +130,13 @@ def state_of(wu: WorkUnit) -> str:
 @pytest.mark.django_db(transaction=True)
 def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, control_plane: None) -> None:
     exp = factories.experiment()
-    running, to_restart = factories.work_unit(exp), factories.work_unit(exp)
+    running, to_restart = factories.work_unit(exp, **LONG), factories.work_unit(exp, **LONG)
     for wu in (running, to_restart):
         eventually(lambda wu=wu: state_of(wu) == "RUNNING", f"{wu.name} RUNNING")
     created_uid = {wu.wid: jobset_of(sim, wu)["metadata"]["uid"] for wu in (running, to_restart)}
 
     scheduling.pause(reason="cluster upgrade", by=OLIVIA)
-    fresh = [factories.work_unit(exp) for _ in range(3)]
+    fresh = [factories.work_unit(exp, **LONG) for _ in range(3)]
     services.restart_work_units(exp.id, [to_restart.wid], batch=False)
     # A managed-XProf artifact: ManagedXprofRule wants state notifications, so the
     # lifecycle sends an Update task patching notify-when (held while paused).
