@@ -24,7 +24,7 @@ def test_it_fails_an_on_failure_job_when_restarts_reach_the_backoff_limit(cluste
 
     cluster.handle.store.add_listener(record)
     cluster.create_jobset("crashy", [rjob("main", script="pull=0s;crash=every:3s", restart_policy="OnFailure", backoff_limit=2)])
-    job = cluster.eventually(lambda: (j := cluster.job("crashy-main-0")) and any(c.type == "Failed" for c in j.status.conditions or [])
+    job = cluster.eventually(lambda: (j := cluster.job("crashy-main-0")) and any(c.type == "Failed" for c in (j.status and j.status.conditions) or [])
                              and j, what="Job failed")
     assert next(c for c in job.status.conditions if c.type == "Failed").reason == "BackoffLimitExceeded"
     assert target == [2]
