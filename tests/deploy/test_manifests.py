@@ -106,3 +106,52 @@ def test_it_builds_a_pinned_non_root_image() -> None:
     user = re.findall(r"^USER (\S+)", dockerfile, re.M)
     assert user and not user[-1].startswith(("root", "0"))
     assert "--no-deps -r requirements-xmanager.txt" in dockerfile
+
+
+#: Every Kubernetes call the production code makes, as (API group, resource, verb), with where.
+#: A call added to k8s_bridge/ needs its row here and its rule in deploy/base/rbac.yaml.
+CALLS = {
+    ("jobset.x-k8s.io", "jobsets", "get"),      # actuator: read_jobset
+    ("jobset.x-k8s.io", "jobsets", "create"),   # actuator: create
+    ("jobset.x-k8s.io", "jobsets", "delete"),   # actuator: delete with a UID precondition
+    ("jobset.x-k8s.io", "jobsets", "patch"),    # actuator: notify-when; reconciler: finalizer removal
+    ("jobset.x-k8s.io", "jobsets", "list"),     # reconciler watchers
+    ("jobset.x-k8s.io", "jobsets", "watch"),
+    ("kueue.x-k8s.io", "workloads", "list"),
+    ("kueue.x-k8s.io", "workloads", "watch"),
+    ("kueue.x-k8s.io", "localqueues", "get"),   # reconciler: a LocalQueue's ClusterQueue
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("coordination.k8s.io", "leases", "get"),   # leader election
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+    ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get"),  # queue positions
+}
+
+#: The SDK methods behind CALLS; a method the code uses that is not here fails the test below.
+SDK_METHODS = {
+    "get_namespaced_custom_object", "create_namespaced_custom_object", "delete_namespaced_custom_object",
+    "patch_namespaced_custom_object", "list_namespaced_custom_object", "list_namespaced_pod",
+    "read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease",
+}
+
+
+def test_it_grants_exactly_the_verbs_the_code_uses(objects: list[dict[str, Any]]) -> None:
+    granted = set()
+    for kind in ("Role", "ClusterRole"):
+        for role in _of_kind(objects, kind).values():
+            for rule in role["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        granted |= {(group, resource, verb) for verb in rule["verbs"]}
+    assert granted == CALLS  # nothing missing, nothing more
+
+
+def test_it_knows_every_kubernetes_call_of_the_production_code() -> None:
+    used = set()
+    for path in (ROOT / "k8s_bridge").rglob("*.py"):
+        if "sim" in path.relative_to(ROOT / "k8s_bridge").parts[:1]:
+            continue  # the simulator is not production code
+        used |= set(re.findall(r"\b((?:get|create|delete|patch|list|read|replace|watch)_[a-z_]+)\(", path.read_text()))
+    sdk_calls = {m for m in used if m.endswith(("_custom_object", "_pod", "_lease"))}
+    assert sdk_calls <= SDK_METHODS, sorted(sdk_calls - SDK_METHODS)
