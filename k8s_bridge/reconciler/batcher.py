@@ -146,6 +146,7 @@ class UpdateBatcher:
                 return False
             self.failures = 0
             metrics.FLUSHES.labels("committed").inc()
+            log.info("reconciler.flush", extra={"batch": len(batch), "settled": len(done)})
             with self._lock:
                 for key, slot in done:
                     current = self._slots.get(key)

@@ -50,7 +50,7 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from xmc import pb
+from xmc import ops, pb
 from xmc.api import registry
 from xmc.auth.grpc import AuthInterceptor
 from xmc.auth.identity import Unauthenticated, current_asserted_email, current_identity
@@ -120,13 +120,12 @@ class _Delegate:
         # `_run` (whose broad ``except`` would swallow it): decide, then abort.
         started = time.perf_counter()
         outcome = self._run(request)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "grpc.rpc method=%s code=%s ms=%.1f",
-                self.full_name,
-                outcome.code.name if isinstance(outcome, _Failure) else "OK",
-                (time.perf_counter() - started) * 1000,
-            )
+        seconds = time.perf_counter() - started
+        code = outcome.code.name if isinstance(outcome, _Failure) else "OK"
+        ops.observe_rpc("grpc", self.service, self.method, code, seconds)
+        # One line per call (JSON with XMC_LOG_FORMAT=json): method, code, duration.
+        logger.info("grpc.rpc", extra={"method": self.full_name, "code": code,
+                                       "duration_ms": round(seconds * 1000, 1)})
         if isinstance(outcome, _Failure):
             if outcome.field:
                 context.set_trailing_metadata(((STATUS_DETAILS_KEY, _rich_status(outcome)),))

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from xmc.api.grpc_server import build_server, serve_until_signalled
 from xmc.checks import require_deploy_checks
+from xmc.ops import serve_metrics
 
 
 class Command(BaseCommand):
@@ -30,6 +31,10 @@ class Command(BaseCommand):
             "--max-workers", type=int, default=None, help="handler threads (default XMC_GRPC_MAX_WORKERS)"
         )
         parser.add_argument("--grace", type=float, default=10.0, help="seconds running RPCs get on shutdown")
+        parser.add_argument(
+            "--metrics-port", type=int, default=0,
+            help="serve Prometheus /metrics (RPCs by method and code, latencies) on this port (0: none)",
+        )
         parser.add_argument(
             "--reuse-port",
             action="store_true",
@@ -51,6 +56,8 @@ class Command(BaseCommand):
             server, bound = build_server(port, workers, host=options["host"], reuse_port=options["reuse_port"])
         except OSError as exc:
             raise CommandError(str(exc)) from exc
+        if options["metrics_port"]:
+            serve_metrics(options["metrics_port"])
         host = options["host"]
         self.stdout.write(f"gRPC server listening on {host}:{bound}")
         self.stdout.flush()
