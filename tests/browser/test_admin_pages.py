@@ -100,3 +100,31 @@ def test_it_stops_and_restarts_from_the_page(page: object, live_server: object) 
     page.click("button[name=index]")  # type: ignore[attr-defined]
     assert "Restarted 1 work unit" in page.inner_text("ul.messagelist")  # type: ignore[attr-defined]
     assert WorkUnitExecution.objects.get(work_unit=wu, eid=2).state == "RESTARTING"
+
+
+def test_it_pauses_and_resumes_scheduling_from_the_page(page: object, live_server: object,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from workunits import scheduling
+    from workunits.models import SchedulingSwitch, SchedulingSwitchChange
+
+    dispatched: list[object] = []
+    monkeypatch.setattr(scheduling, "_dispatch_run", lambda run_id, batch_size: dispatched.append(run_id))
+    scheduling.ensure_switch()
+    switch = SchedulingSwitch.objects.get()
+    page.goto(f"{live_server}/admin/workunits/schedulingswitch/")  # type: ignore[attr-defined]
+    page.check(f"input[name=_selected_action][value='{switch.pk}']")  # type: ignore[attr-defined]
+    page.select_option("select[name=action]", "pause_scheduling")  # type: ignore[attr-defined]
+    page.click("button[name=index]")  # type: ignore[attr-defined]
+    # The action asks for a reason before it pauses anything.
+    assert not scheduling.is_paused()
+    page.fill("#id_reason", "cluster upgrade")  # type: ignore[attr-defined]
+    page.click("input[name=apply]")  # type: ignore[attr-defined]
+    assert "Scheduling paused" in page.inner_text("ul.messagelist")  # type: ignore[attr-defined]
+    assert scheduling.is_paused()
+    assert SchedulingSwitchChange.objects.get(paused=True).reason == "cluster upgrade"
+
+    page.check(f"input[name=_selected_action][value='{switch.pk}']")  # type: ignore[attr-defined]
+    page.select_option("select[name=action]", "resume_scheduling")  # type: ignore[attr-defined]
+    page.click("button[name=index]")  # type: ignore[attr-defined]
+    assert "Scheduling resumed" in page.inner_text("ul.messagelist")  # type: ignore[attr-defined]
+    assert not scheduling.is_paused() and len(dispatched) == 1
