@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tests import factories
+from k8s_bridge import client
 from tests.reconciler.conftest import Cluster, eventually, execution, state_of
 from workunits.choices import WorkUnitState
 from workunits.models import StatusHistory
@@ -260,3 +261,21 @@ def test_the_finalizer_and_sweep_write_terminal_states_even_with_a_clock_behind(
     eventually(lambda: state_of(deleted) == S.STOPPED, what="STOPPED by the finalizer path")
     assert state_of(vanished) == S.STOPPED  # by the sweep of the start-up resync
     assert behind.resyncs >= 1
+
+
+def test_it_fails_a_work_unit_whose_running_pod_is_deleted_and_says_why(cluster: Cluster, reconciler) -> None:
+    # Upstream's Job controller counts a deleted pod as a failed one (kubernetes
+    # pkg/controller/job/job_controller.go, isPodFailed): with backoffLimit 0 the
+    # Job fails, the JobSet (no restarts) fails, and the execution is FAILED
+    # with the deleted pod named in its message.
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0", backoff_limit=0)
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    core = client.core()
+    [pod] = core.list_namespaced_pod("default", label_selector=f"jobset.sigs.k8s.io/jobset-name=xmc-{exp.id}-{wu.wid}").items
+    core.delete_namespaced_pod(pod.metadata.name, "default")
+
+    eventually(lambda: state_of(wu) == S.FAILED, timeout=120, what="FAILED after the pod was deleted")
+    text = (execution(wu).system_message or {}).get("userFacingText", "")
+    assert pod.metadata.name in text and "deleted" in text, text
