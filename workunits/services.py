@@ -31,6 +31,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+import orjson
 from django.db import connection, transaction
 from django.db.models import F, Field, Q
 from django.utils import timezone
@@ -452,7 +453,7 @@ def _lock_work_unit_rows(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int
     if not ordered:
         return {}
     with _bound_cursor() as cursor:
-        cursor.execute(_LOCK_SQL, [[k[0] for k in ordered], [k[1] for k in ordered]])
+        cursor.execute(_LOCK_SQL, [_int_array(k[0] for k in ordered), _int_array(k[1] for k in ordered)])
         return {(xid, wid): _Locked(id_, xid, wid, eid) for id_, xid, wid, eid in cursor.fetchall()}
 
 
@@ -475,7 +476,7 @@ _READ_SQL = f"""
 SELECT id, work_unit_id, eid, state, state_update_time_ns, system_message, user_message,
        scheduling_information, detailed_status, metadata ->> 'mlrunUrl', complete_time
 FROM {_EX}
-WHERE work_unit_id = ANY(%s) AND execution_state = '{ExecutionState.ACTIVE}'
+WHERE work_unit_id = ANY(%s::bigint[]) AND execution_state = '{ExecutionState.ACTIVE}'
 """
 
 _UPDATE_SQL = f"""
@@ -533,14 +534,23 @@ def _bound_cursor() -> Any:
     return connection._prepare_cursor(ServerBindingCursor(connection.connection))  # type: ignore[attr-defined]
 
 
+def _int_array(values: Iterable[int]) -> str:
+    """A Postgres array literal of ints (cast with ``::bigint[]`` in the SQL).
+
+    psycopg's list dumper inspects every element in Python; for the batch's
+    hundreds of ids the literal is several times cheaper.
+    """
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
+
+
 def _loads(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    return orjson.loads(value) if isinstance(value, str) else value
 
 
 def _read_executions(work_unit_ids: Sequence[int]) -> dict[int, tuple[int, int, ExecutionRecord]]:
     """work unit id -> (execution id, eid, record) of its ACTIVE execution."""
     with _bound_cursor() as cursor:
-        cursor.execute(_READ_SQL, [list(work_unit_ids)])
+        cursor.execute(_READ_SQL, [_int_array(work_unit_ids)])
         rows = cursor.fetchall()
     return {
         wu_id: (ex_id, eid, ExecutionRecord(
@@ -582,7 +592,11 @@ def _execution_row(ex_id: int, record: ExecutionRecord) -> dict[str, Any]:
 
 
 def _dumps(rows: Sequence[dict[str, Any]]) -> str:
-    return json.dumps(rows, separators=(",", ":"))
+    """Compact JSON text for a ``jsonb_to_recordset`` parameter (orjson: ~8x ``json.dumps``)."""
+    try:
+        return orjson.dumps(rows).decode()
+    except TypeError:  # an int beyond 64 bits (orjson refuses it): the standard encoder takes it
+        return json.dumps(rows, separators=(",", ":"))
 
 
 def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Transition]:
@@ -664,8 +678,7 @@ def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tr
         xid = xid_of[wu_id]
         state_moves[xid].append((before.state, record.state))
         severity_moves[xid].append((state.best_severity(before), state.best_severity(record)))
-    for xid, exp in experiment_services.lock_experiments(state_moves).items():
-        experiment_services.apply_rollup(exp, state_moves=state_moves[xid], severity_moves=severity_moves[xid], now=now)
+    experiment_services.apply_rollups({xid: (state_moves[xid], severity_moves[xid]) for xid in state_moves}, now=now)
     return transitions
 
 
