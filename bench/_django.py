@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,6 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
+# The servers a benchmark starts refuse the public development secret
+# (xmc.checks); a throw-away one per run, inherited by every child process.
+os.environ.setdefault("XMC_SECRET_KEY", secrets.token_urlsafe(48))
 
 
 @contextmanager

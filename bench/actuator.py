@@ -32,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from _django import ROOT, bench_database
 
@@ -152,21 +153,21 @@ def main() -> None:
                 time.sleep(0.05)
 
             committed: dict[int, float] = {}
-            real_deliver = outbox.deliver
+            real_deliver = outbox.deliver_committed
 
-            def timed_deliver(ids: list[int]) -> None:
+            def timed_deliver(ops: list[Any], notify_when: str | None = None) -> None:
                 now = time.time()
-                for op_id in ids:
-                    committed[op_id] = now
-                real_deliver(ids)
+                for op in ops:
+                    committed[op.id] = now
+                real_deliver(ops, notify_when=notify_when)
 
-            outbox.deliver = timed_deliver  # type: ignore[assignment]
+            outbox.deliver_committed = timed_deliver  # type: ignore[assignment]
             exp = factories.experiment()
             wids = {}
             for _ in range(n):
                 op = services.create_work_unit(exp.id, factories.work_unit_message())
                 wids[op.id] = op.work_unit.wid
-            outbox.deliver = real_deliver  # type: ignore[assignment]
+            outbox.deliver_committed = real_deliver  # type: ignore[assignment]
             names = {op_id: f"xmc-{exp.id}-{wid}" for op_id, wid in wids.items()}
             wait_for(list(names.values()), "live")
         finally:

@@ -1,4 +1,8 @@
-"""Run every benchmark in bench/ (or the ones named): ./dev bench [name ...]."""
+"""Run every benchmark in bench/ (or the ones named): ./dev bench [name ...] [--option ...].
+
+Options after the names go to every benchmark named, e.g.
+``./dev bench update_executions --updates 20000``.
+"""
 from __future__ import annotations
 
 import subprocess
@@ -10,11 +14,17 @@ BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuato
 
 
 def main(argv: list[str]) -> int:
-    names = argv or [b for b in BENCHES if (HERE / f"{b}.py").exists()]
+    split = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    names, options = argv[:split], argv[split:]
+    names = names or [b for b in BENCHES if (HERE / f"{b}.py").exists()]
+    unknown = [n for n in names if not (HERE / f"{n}.py").exists()]
+    if unknown:
+        print(f"no such benchmark: {', '.join(unknown)} (have: {', '.join(BENCHES)})", file=sys.stderr)
+        return 2
     status = 0
     for name in names:
         print(f"== bench/{name}.py", flush=True)
-        status |= subprocess.call([sys.executable, str(HERE / f"{name}.py")], cwd=HERE)
+        status |= subprocess.call([sys.executable, str(HERE / f"{name}.py"), *options], cwd=HERE)
     return status
 
 

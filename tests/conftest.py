@@ -15,6 +15,9 @@ os.environ.setdefault("XMC_SECRET_KEY", "xmc-test-suite-secret-key-0123456789abc
 def _no_outbox_delivery(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """Record what the outbox would hand to the actuator instead of sending it."""
     delivered: list[list[int]] = []
+    # Both ways in: the request path (the rows it wrote) and the sweep's (ids).
+    monkeypatch.setattr("workunits.outbox.deliver_committed",
+                        lambda ops, notify_when=None: delivered.append([op.id for op in ops]))
     monkeypatch.setattr("workunits.outbox.deliver", lambda ids: delivered.append(list(ids)))
     return delivered
 

@@ -1,8 +1,8 @@
 """The seam between committed operations and the worker processes.
 
-Services call ``send_on_commit(operation_ids)`` inside their transaction; the
-ids are handed to ``deliver`` only after the transaction commits, so nothing
-uncommitted is ever sent. The Operation row is the outbox: an operation that
+Services call ``send_on_commit(operations)`` inside their transaction; the
+rows are handed to ``deliver_committed`` only after the transaction
+commits, so nothing uncommitted is ever sent. The Operation row is the outbox: an operation that
 is not done and has no ``dispatched_time`` has not reached the broker, and
 the periodic sweep (``k8s_bridge.tasks.sweep_outbox``, run by beat) re-sends
 every row from ``undispatched_operations``: a request committed while the
@@ -29,27 +29,45 @@ log = logging.getLogger(__name__)
 
 
 def deliver(operation_ids: Sequence[int]) -> None:
-    """Hand committed operations to the actuator queue, one signed Task each.
+    """Hand committed operations (by id) to the actuator queue: the sweep's path.
 
-    For each operation that is not done: a pending Create/Restart whose
-    cancellation was requested ends CANCELLED instead of being sent; every
-    other one is built into a Task from its row and published. Only once the
-    broker took it is ``dispatched_time`` set. A publish that fails is
-    counted on the row (the sweep tries again); at
-    ``XMC_OUTBOX_FAILURES_BEFORE_MESSAGE`` failures the execution gets the
-    enqueue-failure system message (``services.record_enqueue_failure``).
+    Reads each operation that is not done, then as ``deliver_committed``.
     """
-    from workunits import services  # services imports this module
-
     rows = (
         Operation.objects.filter(id__in=list(operation_ids), done=False)
         .exclude(task_type="").select_related("work_unit").order_by("id")
     )
-    for op in rows:
+    _deliver_rows(list(rows), notify_when=None)
+
+
+def deliver_committed(operations: Sequence[Operation], *, notify_when: str | None = None) -> None:
+    """Hand committed operations to the actuator queue, one signed Task each: the request path.
+
+    ``operations`` are the objects the committed transaction wrote (with
+    ``work_unit`` set), used as they are, without reading them back. A pending Create/Restart whose cancellation was requested ends
+    CANCELLED instead of being sent (a cancellation committed after these
+    objects were written is caught by the actuator, which re-reads the
+    operation before acting: ``k8s_bridge.actuator.runner``); every other one
+    is built into a Task and published. Only once the broker took it is
+    ``dispatched_time`` set. A publish that fails is counted on the row (the
+    sweep tries again); at ``XMC_OUTBOX_FAILURES_BEFORE_MESSAGE`` failures the
+    execution gets the enqueue-failure system message
+    (``services.record_enqueue_failure``). ``notify_when``, when given, is
+    the Task's notify-when (see ``build_task``).
+    """
+    _deliver_rows(operations, notify_when=notify_when)
+
+
+def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None) -> None:
+    from workunits import services  # services imports this module
+
+    for op in operations:
+        if op.done or not op.task_type:
+            continue
         if op.requested_cancellation and services.cancel_pending_operation(op.id):
             continue
         try:
-            publish(build_task(op))
+            publish(build_task(op, notify_when=notify_when))
         except Exception as exc:
             attempts = services.record_dispatch_failure(op.id)
             log.warning("outbox.publish_failed",
@@ -60,8 +78,13 @@ def deliver(operation_ids: Sequence[int]) -> None:
         services.mark_operation_dispatched(op.id)
 
 
-def build_task(op: Operation) -> task_pb2.Task:
-    """The unsigned Task an operation row stands for (``publish`` signs it)."""
+def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Task:
+    """The unsigned Task an operation row stands for (``publish`` signs it).
+
+    ``notify_when`` is computed from the work unit's artifacts
+    (``lifecycle.hooks.notify_when_for``) unless the caller knows it: a work
+    unit created in the committing transaction has no artifacts yet ("").
+    """
     from lifecycle.hooks import notify_when_for
     from xmc import convert
 
@@ -76,7 +99,7 @@ def build_task(op: Operation) -> task_pb2.Task:
         target_eid=op.target_eid or 0,
         operation_name=op.name,
         operation_time_ns=convert.ns_from_datetime(op.create_time),
-        notify_when=notify_when_for(op.experiment_id, wu.wid),
+        notify_when=notify_when_for(op.experiment_id, wu.wid) if notify_when is None else notify_when,
     )
     if op.task_type in (TaskType.CREATE, TaskType.RESTART):
         task.work_unit.Pack(convert.work_unit_to_proto(wu))
@@ -130,18 +153,19 @@ def publish(task: task_pb2.Task) -> None:
 PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.4, "interval_max": 1.0}
 
 
-def send_on_commit(operation_ids: Sequence[int]) -> None:
-    ids = list(operation_ids)
-    if ids:
-        transaction.on_commit(lambda: _deliver_safely(ids))
+def send_on_commit(operations: Sequence[Operation], *, notify_when: str | None = None) -> None:
+    """Deliver ``operations`` (rows written in the current transaction) once it commits."""
+    ops = list(operations)
+    if ops:
+        transaction.on_commit(lambda: _deliver_safely(ops, notify_when))
 
 
-def _deliver_safely(ids: list[int]) -> None:
+def _deliver_safely(operations: list[Operation], notify_when: str | None) -> None:
     try:
-        deliver(ids)
+        deliver_committed(operations, notify_when=notify_when)
     except Exception:
         # The rows stay undispatched: the sweep re-sends them.
-        log.exception("outbox.deliver_failed", extra={"operation_ids": ids})
+        log.exception("outbox.deliver_failed", extra={"operation_ids": [op.id for op in operations]})
 
 
 def undispatched_operations(created_before: datetime) -> QuerySet[Operation]:

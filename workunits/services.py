@@ -179,7 +179,8 @@ def create_work_unit(
             if replay is None:
                 replay = _replay_deleted_create(exp, wid, requester, now)
             return replay
-        outbox.send_on_commit([op.id])
+        # Created in this transaction: no artifact can be attached yet, so no notify-when.
+        outbox.send_on_commit([op], notify_when="")
         log.info("workunit.created", extra={"xid": xid, "wid": wid, "operation": op.id})
         return op
 
@@ -318,7 +319,7 @@ def _insert_created(exp: Experiment, rollup_fields: Sequence[str], wu: WorkUnit,
         obj = rows[alias]
         params += [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
     params.append(exp.id)
-    with connection.cursor() as cursor:
+    with _bound_cursor() as cursor:  # server-side binding: no quoting of the executable JSON into the SQL
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -782,7 +783,7 @@ def stop_work_units(
         _apply_updates(updates, now)
         if parent is not None and not ops:
             _finish(parent, now, response=_batch_response(exp, []))
-        outbox.send_on_commit([op.id for op in ops])
+        outbox.send_on_commit(ops)
         if parent is not None:
             return parent
         return ops[0]
@@ -841,7 +842,7 @@ def restart_work_units(
         )
         for xid_, wid_, eid_ in superseded:
             transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
-        outbox.send_on_commit([op.id for op in ops])
+        outbox.send_on_commit(ops)
         if parent is not None:
             if not ops:
                 _finish(parent, now, response=_batch_response(exp, []))
@@ -911,9 +912,15 @@ def mark_operation_dispatched(operation_id: int, *, now: datetime | None = None)
     One conditional UPDATE (its own transaction): the hot path of every request.
     """
     now = now or timezone.now()
-    return bool(Operation.objects.filter(id=operation_id, dispatched_time__isnull=True).update(
-        dispatched_time=now, dispatch_attempts=F("dispatch_attempts") + 1,
-    ))
+    with connection.cursor() as cursor:  # the ORM's UPDATE compiled per call cost more than the statement
+        cursor.execute(_MARK_DISPATCHED_SQL, [now, operation_id])
+        return bool(cursor.rowcount)
+
+
+_MARK_DISPATCHED_SQL = (
+    f"UPDATE {Operation._meta.db_table} SET dispatched_time = %s, dispatch_attempts = dispatch_attempts + 1 "
+    "WHERE id = %s AND dispatched_time IS NULL"
+)
 
 
 def record_dispatch_failure(operation_id: int) -> int:
@@ -1050,7 +1057,7 @@ def requeue_dead_letter(dead_letter_id: int, *, now: datetime | None = None) -> 
                                                                        response=None)
         dead.requeued_time = now
         dead.save(update_fields=["requeued_time"])
-        outbox.send_on_commit([op.id])
+        outbox.send_on_commit([op])
         return op
 
 

@@ -7,10 +7,12 @@ JSON dicts (``to_json`` / ``from_json``); enums are stored by name.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 from google.protobuf import any_pb2, json_format, timestamp_pb2
 from google.protobuf.message import Message
 
@@ -229,10 +231,32 @@ def work_unit_to_proto(wu: WorkUnit, current: WorkUnitExecution | None = None) -
     _set(message, "create_time", timestamp(wu.create_time))
     _set(message, "update_time", timestamp(wu.update_time))
     message.urls.extend(_parse_list(pb.url.Url, wu.urls))
-    message.executable.CopyFrom(from_json(pb.work_unit.Executable, wu.executable))
+    message.executable.MergeFromString(_executable_wire(wu.executable))
     if current is not None:
         message.current_work_unit_execution.CopyFrom(execution_to_proto(current, wu))
     return message
+
+
+def _executable_wire(data: Mapping[str, Any] | None) -> bytes:
+    """A stored executable (proto3 JSON) as wire bytes, parsed once per distinct value.
+
+    Every GetWorkUnit and every Create/Restart task carries the executable;
+    ``json_format.ParseDict`` (pure Python) was the largest single cost of a
+    GetWorkUnit. The executable of a work unit never changes, so its parse is
+    cached per process, keyed by its canonical JSON.
+    """
+    if not data:
+        return b""
+    try:
+        key = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not plain JSON (an int beyond 64 bits): parse without the cache
+        return from_json(pb.work_unit.Executable, data).SerializeToString()
+    return _parse_executable(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_executable(canonical_json: bytes) -> bytes:
+    return from_json(pb.work_unit.Executable, orjson.loads(canonical_json)).SerializeToString()
 
 
 WORK_UNIT_MUTABLE = ("priority", "urls", "tags", "notes")

@@ -5,7 +5,7 @@
   ``kubernetes`` client at it (``settings.KUBECONFIG`` + ``client.reset``).
 * ``start_worker``: ``celery -A xmc worker -Q actuator`` subprocesses against
   the test database and the test's Redis db, killed at teardown.
-* ``real_deliver``: undo the suite-wide stand-in for ``outbox.deliver`` so
+* ``real_deliver``: undo the suite-wide stand-in for ``outbox.deliver_committed`` so
   committed operations really reach the broker.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from k8s_bridge import client
 from k8s_bridge.jobset_builder import FINALIZER, jobset_name
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
 from workunits.outbox import deliver as REAL_DELIVER
+from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"
@@ -53,6 +54,7 @@ def cluster(actuator_sim: SimulatorHandle, settings: Any) -> Iterator[SimulatorH
 
 @pytest.fixture
 def real_deliver(_no_outbox_delivery: list[list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("workunits.outbox.deliver_committed", REAL_DELIVER_COMMITTED)
     monkeypatch.setattr("workunits.outbox.deliver", REAL_DELIVER)
 
 

@@ -68,7 +68,7 @@ def test_it_dead_letters_a_bad_task_and_never_touches_the_cluster(
     workers: Workers, cluster: Any, damage: str, _no_outbox_delivery: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The operation is committed but not sent: the test sends a damaged task itself.
-    monkeypatch.setattr("workunits.outbox.deliver", lambda ids: None)
+    monkeypatch.setattr("workunits.outbox.deliver_committed", lambda ops, notify_when=None: None)
     exp = factories.experiment()
     op = services.create_work_unit(exp.id, factories.work_unit_message())
     task = _signed_create(Operation.objects.select_related("work_unit").get(id=op.id))

@@ -122,3 +122,26 @@ def test_it_refuses_to_issue_for_something_that_is_not_an_email() -> None:
         issue_token("alice")
     with pytest.raises(ValueError):
         issue_token("alice@example.com", ttl_s=0)
+
+
+def test_it_verifies_a_token_once_and_still_refuses_it_once_expired(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time_machine
+
+    token = issue_token("alice@example.com", ttl_s=60)
+    calls: list[str] = []
+    real_decode = jwt.decode
+    monkeypatch.setattr(jwt, "decode", lambda *a, **kw: calls.append("decode") or real_decode(*a, **kw))
+    first = decode_token(token)
+    assert decode_token(token) == first
+    assert calls == ["decode"]  # the second call was answered from the cache of verified tokens
+    with time_machine.travel(first.expires_at + 11):  # past exp and the leeway
+        with pytest.raises(InvalidToken, match="expired"):
+            decode_token(token)
+
+
+def test_a_token_verified_under_one_key_is_not_accepted_under_another() -> None:
+    token = issue_token("alice@example.com")
+    decode_token(token)
+    with override_settings(SECRET_KEY="another-secret-key-" + "x" * 40):
+        with pytest.raises(InvalidToken, match="bad signature"):
+            decode_token(token)

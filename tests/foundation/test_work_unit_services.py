@@ -321,10 +321,10 @@ def test_it_keeps_undelivered_operations_in_the_outbox(monkeypatch, django_captu
 
     from workunits import outbox
 
-    def broker_down(ids):
+    def broker_down(ops, notify_when=None):
         raise ConnectionError("redis is down")
 
-    monkeypatch.setattr("workunits.outbox.deliver", broker_down)
+    monkeypatch.setattr("workunits.outbox.deliver_committed", broker_down)
     exp = factories.experiment()
     with django_capture_on_commit_callbacks(execute=True):
         op = services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=1)

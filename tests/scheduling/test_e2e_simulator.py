@@ -1,7 +1,7 @@
 """End to end on the simulator: pause, work arrives, resume; the right JobSets appear, once.
 
 Real processes against the simulator (speed 20): a Celery worker on the
-``actuator`` and ``resumption`` queues (the real ``outbox.deliver``), the
+``actuator`` and ``resumption`` queues (the real ``outbox.deliver_committed``), the
 reconciler command (it observes RUNNING and removes the finalizer so a
 Restart's delete completes), and the artifact lifecycle on for the
 notify-when Update task (no lifecycle worker: nothing calls MLRun).
@@ -35,7 +35,8 @@ from tests import factories
 from tests.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
 from workunits import resumption, scheduling, services
 from workunits.models import PausedTask, WorkUnit, WorkUnitExecution
-from workunits.outbox import deliver as REAL_DELIVER  # captured before the autouse fixture stubs it
+from workunits.outbox import deliver as REAL_DELIVER  # both captured before the autouse fixture stubs them
+from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
 from xmc import pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +89,7 @@ def _env(sim: SimulatorHandle) -> dict[str, str]:
 def control_plane(sim: SimulatorHandle, broker: Any, tmp_path: Path,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A real worker (actuator + resumption queues) and the reconciler, against the simulator."""
+    monkeypatch.setattr("workunits.outbox.deliver_committed", REAL_DELIVER_COMMITTED)
     monkeypatch.setattr("workunits.outbox.deliver", REAL_DELIVER)
     for name, value in LIFECYCLE.items():
         monkeypatch.setattr(settings, name, True if value == "true" else value)

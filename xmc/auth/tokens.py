@@ -96,7 +96,33 @@ def decode_token(token: str) -> TokenClaims:
     Raises `InvalidToken` with one of: malformed, bad signature, expired, wrong
     issuer, missing claim, algorithm not allowed (``alg: none`` and anything but
     HS256 are refused before any signature check).
+
+    A token that verified once is remembered (per process, with the key and
+    issuer it verified under) until it expires: a client sends the same token
+    on every call, and the signature check was a tenth of a GetWorkUnit's CPU.
+    Expiry is still checked on every call; revocation is the token
+    generation's job (`xmc.auth.identity.IDENTITY_CACHE`), not this cache's.
     """
+    key = (token, settings.SECRET_KEY, settings.XMC_JWT_ISSUER)
+    cached = _VERIFIED.get(key)
+    if cached is not None:
+        if time.time() <= cached.expires_at + LEEWAY_S:
+            return cached
+        _VERIFIED.pop(key, None)
+    claims = _decode(token)
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        _VERIFIED.clear()  # a crude bound: many distinct live tokens just verify again
+    _VERIFIED[key] = claims
+    return claims
+
+
+#: Tokens that verified: (token, secret, issuer) -> claims. Dict operations are atomic under the GIL.
+_VERIFIED: dict[tuple[str, str, str], TokenClaims] = {}
+_VERIFIED_MAX = 10_000
+
+
+def _decode(token: str) -> TokenClaims:
+    """`decode_token` without the cache."""
     try:
         payload = jwt.decode(
             token,
