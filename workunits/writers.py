@@ -22,7 +22,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import close_old_connections, connections
@@ -32,22 +33,30 @@ from workunits.services import Transition
 from workunits.state import ExecutionUpdate
 
 
-def split_by_experiment(updates: Sequence[ExecutionUpdate], parts: int) -> list[list[ExecutionUpdate]]:
-    """At most ``parts`` non-empty lists; every experiment's updates in one list, in batch order.
+T = TypeVar("T")
+R = TypeVar("R")
 
-    Experiments are dealt largest first to the least loaded part, so parts
-    are about equal when the batch spans enough experiments.
+
+def split_by_experiment(
+    items: Sequence[T], parts: int, xid: Callable[[T], int] = attrgetter("xid")
+) -> list[list[T]]:
+    """At most ``parts`` non-empty lists; every experiment's items in one list, in batch order.
+
+    ``xid`` reads an item's experiment (default: its ``xid`` attribute, as on
+    an ``ExecutionUpdate``). Experiments are dealt largest first to the least
+    loaded part, so parts are about equal when the batch spans enough
+    experiments.
     """
-    by_xid: dict[int, list[ExecutionUpdate]] = {}
-    for update in updates:
-        by_xid.setdefault(update.xid, []).append(update)
-    buckets: list[list[ExecutionUpdate]] = [[] for _ in range(max(1, parts))]
+    by_xid: dict[int, list[T]] = {}
+    for item in items:
+        by_xid.setdefault(xid(item), []).append(item)
+    buckets: list[list[T]] = [[] for _ in range(max(1, parts))]
     loads = [0] * len(buckets)
-    for xid in sorted(by_xid, key=lambda x: (-len(by_xid[x]), x)):
+    for key in sorted(by_xid, key=lambda x: (-len(by_xid[x]), x)):
         target = loads.index(min(loads))
-        buckets[target].extend(by_xid[xid])
-        loads[target] += len(by_xid[xid])
-    # Each experiment's updates stay in batch order (experiments are independent).
+        buckets[target].extend(by_xid[key])
+        loads[target] += len(by_xid[key])
+    # Each experiment's items stay in batch order (experiments are independent).
     return [bucket for bucket in buckets if bucket]
 
 
@@ -112,23 +121,37 @@ class ParallelWriter:
     def write(self, updates: Sequence[ExecutionUpdate], *, now: datetime | None = None) -> WriteResult:
         result = WriteResult()
         parts = split_by_experiment(updates, self.connections)
+        for part, outcome in zip(parts, self.map(partial(services.update_work_unit_executions, now=now), parts)):
+            if isinstance(outcome, Exception):
+                result.failed.append((part, outcome))
+            else:
+                result.transitions.extend(outcome)
+        return result
+
+    def map(self, fn: Callable[[T], R], parts: Sequence[T]) -> list[R | Exception]:
+        """``fn(part)`` for each part, part i on connection i (at most ``connections`` parts).
+
+        Returns each part's result or the exception it raised, in order. The
+        caller splits its work by experiment (``split_by_experiment``) so
+        that no two parts lock the same rows.
+        """
+        if len(parts) > max(1, len(self._workers)):
+            raise ValueError(f"{len(parts)} parts for {self.connections} connection(s)")
+        outcomes: list[R | Exception] = []
         if not self._workers:
             for part in parts:
                 try:
-                    result.transitions.extend(services.update_work_unit_executions(part, now=now))
+                    outcomes.append(fn(part))
                 except Exception as exc:  # noqa: BLE001 - reported in the result
-                    result.failed.append((part, exc))
-            return result
-        futures = [
-            worker.submit(partial(services.update_work_unit_executions, part, now=now))
-            for worker, part in zip(self._workers, parts)
-        ]
-        for part, future in zip(parts, futures):
+                    outcomes.append(exc)
+            return outcomes
+        futures = [worker.submit(partial(fn, part)) for worker, part in zip(self._workers, parts)]
+        for future in futures:
             try:
-                result.transitions.extend(future.result())
+                outcomes.append(future.result())
             except Exception as exc:  # noqa: BLE001 - reported in the result
-                result.failed.append((part, exc))
-        return result
+                outcomes.append(exc)
+        return outcomes
 
     def close(self) -> None:
         for worker in self._workers:

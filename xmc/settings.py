@@ -50,6 +50,12 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"].get("HOST", ""))
 # stale ones with close_old_connections().
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("XMC_DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+#: After how many runs on one connection the hot write statements
+#: (``workunits.services._bound_cursor``) become server-side prepared
+#: statements, so Postgres stops planning them on every call; 0 turns
+#: preparing off (a connection pooler in transaction mode without
+#: prepared-statement support).
+XMC_DB_PREPARE_THRESHOLD = env.int("XMC_DB_PREPARE_THRESHOLD", default=5)
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 

@@ -3,14 +3,17 @@
 The reconciler never writes one observation per transaction. It puts each
 masked update into a slot keyed ``(xid, wid, source)`` (source ``jobset``,
 ``workload`` or ``pods``); a newer update for the same slot replaces the
-older one (latest wins). A flusher thread writes every pending slot in one
-``workunits.services.update_work_unit_executions`` call each
-``flush_interval`` or as soon as ``max_batch`` slots are pending.
+older one (latest wins). A flusher thread writes every pending slot
+each ``flush_interval`` or as soon as ``max_batch`` slots are pending: one
+``workunits.services.update_work_unit_executions`` call per part, the batch
+split by experiment over ``connections`` database connections
+(``workunits.writers.ParallelWriter``; ``XMC_RECONCILER_WRITE_CONNECTIONS``).
 
 Failure handling, decided here and nowhere else:
 
-* A failed flush (database down, serialization failure) keeps every slot and
-  is retried with backoff. Slots are removed only after commit, and only if
+* A failed flush (database down, serialization failure) keeps every slot of
+  the parts that failed and is retried with backoff; the parts that
+  committed are settled and reported. Slots are removed only after commit, and only if
   no newer update replaced them while the flush ran, so nothing is lost and
   nothing newer is overwritten by something older.
 * An update the service rejects as invalid (``InvalidArgument``) is dropped
@@ -22,8 +25,9 @@ Failure handling, decided here and nowhere else:
 * ``stop(drain=True)`` (SIGTERM) lets the current flush finish and writes
   what is pending once more before returning.
 
-After each committed write ``on_committed(transitions, updates)`` runs (the
-controller publishes lifecycle hooks from it); its failures are logged.
+After each committed write ``on_committed(transitions, updates)`` runs in the
+flushing thread (the controller publishes lifecycle hooks from it), for every
+committed part even when another part failed; its failures are logged.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from django.db import close_old_connections, connection
 from k8s_bridge.reconciler import metrics
 from workunits import state as guards
 from workunits.services import Transition
+from workunits.writers import ParallelWriter, split_by_experiment
 from xmc.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,10 @@ class _Slot:
     seen: float
 
 
+def _slot_xid(item: tuple[SlotKey, _Slot]) -> int:
+    return item[0][0]
+
+
 def _default_writer(updates: Sequence[guards.ExecutionUpdate]) -> list[Transition]:
     from workunits.services import update_work_unit_executions
 
@@ -81,6 +90,7 @@ class UpdateBatcher:
         can_write: Callable[[], bool] = lambda: True,
         retry_base_s: float = 0.2,
         retry_max_s: float = 5.0,
+        connections: int = 1,
     ) -> None:
         self._write = write or _default_writer
         self.flush_interval_s = flush_interval_s
@@ -96,6 +106,8 @@ class UpdateBatcher:
         self._stopping = threading.Event()
         self._flush_lock = threading.Lock()  # one flush at a time (thread or caller)
         self._thread: threading.Thread | None = None
+        self._connections = connections
+        self._writer: ParallelWriter | None = None
         self.failures = 0
 
     # --- producers -------------------------------------------------------------------
@@ -126,7 +138,14 @@ class UpdateBatcher:
     # --- flushing -------------------------------------------------------------------------
 
     def flush(self) -> bool:
-        """Write what is pending now; ``True`` when it committed (or nothing was pending)."""
+        """Write what is pending now; ``True`` when all of it committed (or nothing was pending).
+
+        The batch is split by experiment over the writer's connections
+        (``workunits.writers.split_by_experiment``); each part is its own
+        transaction. A part that commits is settled and reported to
+        ``on_committed`` even when another part fails; only the failed
+        parts' slots stay for the retry.
+        """
         with self._flush_lock:
             with self._lock:
                 batch = sorted(self._slots.items(), key=lambda kv: (kv[0][0], kv[0][1], _SOURCE_ORDER[kv[0][2]]))
@@ -136,46 +155,73 @@ class UpdateBatcher:
                 log.info("reconciler.flush_skipped_not_leader", extra={"pending": len(batch)})
                 return False
             metrics.BATCH_SIZE.observe(len(batch))
-            try:
-                done = self._write_all([(k, s) for k, s in batch])
-            except Exception:
-                self.failures += 1
-                metrics.FLUSHES.labels("failed").inc()
-                log.exception("reconciler.flush_failed", extra={"batch": len(batch), "failures": self.failures})
-                close_old_connections()
-                return False
-            self.failures = 0
-            metrics.FLUSHES.labels("committed").inc()
-            log.info("reconciler.flush", extra={"batch": len(batch), "settled": len(done)})
+            writer = self._parallel_writer()
+            parts = split_by_experiment(batch, writer.connections, xid=_slot_xid)
+            done: list[tuple[SlotKey, _Slot]] = []
+            commits: list[tuple[list[Transition], list[guards.ExecutionUpdate]]] = []
+            failed = 0
+            for part, outcome in zip(parts, writer.map(self._write_part, parts)):
+                if isinstance(outcome, Exception):
+                    failed += len(part)
+                    log.error("reconciler.flush_failed", exc_info=outcome,
+                              extra={"batch": len(batch), "part": len(part), "failures": self.failures + 1})
+                    continue
+                settled, part_commits = outcome
+                done += settled
+                commits += part_commits
+            for transitions, updates in commits:  # in this thread, whichever connection committed them
+                if self._on_committed is not None:
+                    try:
+                        self._on_committed(transitions, updates)
+                    except Exception:  # a hook must never undo or block a committed flush
+                        log.exception("reconciler.on_committed_failed")
             with self._lock:
                 for key, slot in done:
                     current = self._slots.get(key)
                     if current is not None and current.seq == slot.seq:
                         del self._slots[key]  # a newer update that arrived meanwhile stays
                 metrics.PENDING.set(len(self._slots))
+            if failed:
+                self.failures += 1
+                metrics.FLUSHES.labels("failed").inc()
+                close_old_connections()
+                return False
+            self.failures = 0
+            metrics.FLUSHES.labels("committed").inc()
+            log.info("reconciler.flush", extra={"batch": len(batch), "settled": len(done)})
             return True
 
-    def _write_all(self, batch: list[tuple[SlotKey, _Slot]]) -> list[tuple[SlotKey, _Slot]]:
+    def _parallel_writer(self) -> ParallelWriter:
+        if self._writer is None:
+            self._writer = ParallelWriter(self._connections)
+        return self._writer
+
+    def _write_part(self, part: list[tuple[SlotKey, _Slot]]) -> tuple[
+        list[tuple[SlotKey, _Slot]], list[tuple[list[Transition], list[guards.ExecutionUpdate]]]
+    ]:
+        """Write one part (one connection): the settled slots and the commits to report."""
+        commits: list[tuple[list[Transition], list[guards.ExecutionUpdate]]] = []
+        return self._write_all(part, commits), commits
+
+    def _write_all(self, batch: list[tuple[SlotKey, _Slot]],
+                   commits: list[tuple[list[Transition], list[guards.ExecutionUpdate]]]) -> list[tuple[SlotKey, _Slot]]:
         """Write ``batch``; returns the slots that are settled (committed or dropped)."""
         updates = [slot.update for _, slot in batch]
         started = time.monotonic()
         try:
             transitions = self._write(updates)
         except InvalidArgument as exc:
-            return self._split_invalid(batch, exc)
+            return self._split_invalid(batch, exc, commits)
         finished = time.monotonic()
         metrics.WRITE_SECONDS.observe(finished - started)
         for _, slot in batch:
             metrics.LAG_SECONDS.observe(max(0.0, finished - slot.seen))
         self._count_outcomes(updates, transitions)
-        if self._on_committed is not None:
-            try:
-                self._on_committed(transitions, updates)
-            except Exception:  # a hook must never undo or block a committed flush
-                log.exception("reconciler.on_committed_failed")
+        commits.append((transitions, updates))
         return batch
 
-    def _split_invalid(self, batch: list[tuple[SlotKey, _Slot]], exc: InvalidArgument) -> list[tuple[SlotKey, _Slot]]:
+    def _split_invalid(self, batch: list[tuple[SlotKey, _Slot]], exc: InvalidArgument,
+                       commits: list[tuple[list[Transition], list[guards.ExecutionUpdate]]]) -> list[tuple[SlotKey, _Slot]]:
         named = _NAMED_INDEX.search(f"{exc.field or ''} {exc.message}")
         if len(batch) == 1 or (named and int(named.group(1)) < len(batch)):
             index = 0 if len(batch) == 1 else int(named.group(1))  # type: ignore[union-attr]
@@ -188,9 +234,9 @@ class UpdateBatcher:
                        "error": str(exc), "field": exc.field},
             )
             rest = batch[:index] + batch[index + 1:]
-            return [(key, slot), *(self._write_all(rest) if rest else [])]
+            return [(key, slot), *(self._write_all(rest, commits) if rest else [])]
         middle = len(batch) // 2
-        return self._write_all(batch[:middle]) + self._write_all(batch[middle:])
+        return self._write_all(batch[:middle], commits) + self._write_all(batch[middle:], commits)
 
     @staticmethod
     def _count_outcomes(updates: Sequence[guards.ExecutionUpdate], transitions: Sequence[Transition]) -> None:
@@ -239,8 +285,15 @@ class UpdateBatcher:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        if not drain:
-            return
+        try:
+            if drain:
+                self._drain(timeout)
+        finally:
+            if self._writer is not None:
+                self._writer.close()  # its threads and their connections
+                self._writer = None
+
+    def _drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while self.pending() and time.monotonic() < deadline:
             if not self.flush():

@@ -74,6 +74,7 @@ class Options:
     position_refresh_s: float = 5.0
     watch_timeout_s: int = 30
     cluster_name: str = ""
+    write_connections: int = 1
 
     @classmethod
     def from_settings(cls, namespaces: Sequence[str] = ()) -> Options:
@@ -85,6 +86,7 @@ class Options:
             grace_s=float(settings.XMC_STARTUP_IMAGE_PULL_GRACE_S),
             max_stopped_write_retry_age_s=float(settings.XMC_MAX_STOPPED_WRITE_RETRY_AGE_S),
             cluster_name=settings.XMC_K8S_CLUSTER_NAME,
+            write_connections=settings.XMC_RECONCILER_WRITE_CONNECTIONS,
         )
 
 
@@ -107,7 +109,7 @@ class Reconciler:
         self._write = write or _writer
         self.batcher = UpdateBatcher(
             self._write, flush_interval_s=options.flush_interval_s, max_batch=options.max_batch,
-            on_committed=self._on_committed, can_write=can_write,
+            on_committed=self._on_committed, can_write=can_write, connections=options.write_connections,
         )
         self.jobsets: dict[str, Informer] = {}
         self.workloads: dict[str, Informer] = {}

@@ -168,3 +168,40 @@ def test_it_clears_queue_information_when_scheduling_and_running_meet_in_one_flu
     assert batcher.flush()
     ex = execution(wu)
     assert ex.state == S.RUNNING and ex.scheduling_information is None
+
+
+def test_with_two_connections_a_failed_part_keeps_its_slots_and_the_committed_part_is_reported() -> None:
+    from django.db import connection
+
+    first, second = factories.experiment(), factories.experiment()
+    a, b = factories.work_unit(first), factories.work_unit(second)
+    broken = {second.id}
+    connections_used: set[int] = set()
+
+    def write(updates):
+        connection.ensure_connection()
+        connections_used.add(id(connection.connection))  # this thread's own connection
+        if any(u.xid in broken for u in updates):
+            raise OperationalError("server closed the connection unexpectedly")
+        return services.update_work_unit_executions(updates)
+
+    reported: list[list[tuple[int, str]]] = []
+    batcher = UpdateBatcher(write, flush_interval_s=60, connections=2,
+                            on_committed=lambda ts, us: reported.append([(t.wid, t.new_state) for t in ts]))
+    try:
+        batcher.put("jobset", at(a, S.RUNNING))
+        batcher.put("jobset", at(b, S.RUNNING))
+        assert not batcher.flush()  # one part failed ...
+        assert len(connections_used) == 2  # ... each part on its own connection
+        # ... but the other committed, was reported, and is settled: only b's slot waits.
+        assert execution(a).state == S.RUNNING and execution(b).state != S.RUNNING
+        assert reported == [[(a.wid, S.RUNNING)]]
+        assert set(batcher.pending()) == {(second.id, b.wid, "jobset")}
+
+        broken.clear()
+        assert batcher.flush()
+        assert execution(b).state == S.RUNNING
+        assert reported == [[(a.wid, S.RUNNING)], [(b.wid, S.RUNNING)]]  # a is not reported twice
+        assert batcher.pending() == {}
+    finally:
+        batcher.stop(drain=False)
