@@ -13,7 +13,10 @@ Three parts, all acting only through the store:
   two-phase eviction (suspend the JobSet, then release quota once every
   replicated job reports `active == 0`, Requeued), unsuspending admitted
   JobSets with the podset labels and flavor node selectors, and suspending
-  running JobSets that are not admitted.
+  running JobSets that are not admitted; also the parts of Kueue's workload
+  controller that act on a Workload: waitForPodsReady timeouts, stopped
+  queues, deactivation, and admission checks in `Retry` (evict and requeue)
+  or `Rejected` (deactivate) state.
 * `KueueScheduler` (a thread) - admission cycles per ClusterQueue: pending
   Workloads ordered by priority, then creation time, then UID; flavor
   assignment against nominal quota plus what a one-level cohort lends
@@ -140,6 +143,14 @@ _PREEMPTION_REASONS = {
     "InCohortFairSharing": "Fair Sharing within the cohort",
     "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
 }
+
+
+def _checks_message(checks: list[dict[str, Any]], state: str) -> str:
+    """kueue pkg/controller/core/workload_controller.go `buildAdmissionChecksMessage`."""
+    parts = [f'"{c.get("name")}" ({c["message"]})' if c.get("message") else f'"{c.get("name")}"'
+             for c in sorted(checks, key=lambda c: str(c.get("name")))]
+    noun = "AdmissionChecks" if len(checks) > 1 else "AdmissionCheck"
+    return f"{noun} in {state} state: {'; '.join(parts)}"
 
 
 def _resource_requests(wl: Obj) -> list[dict[str, Any]]:
@@ -477,13 +488,28 @@ class KueueJobReconciler(Controller):
                               f"The {kind} was restarted after being stopped", now, observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
-            if ev and ev.get("status") == "True" and ev.get("reason") == "PodsReadyTimeout" and rq and rq.get("status") == "False":
+            if ev and ev.get("status") == "True" and ev.get("reason") in ("PodsReadyTimeout", "AdmissionCheck") \
+                    and rq and rq.get("status") == "False":
                 at = parse_time((((wl.get("status") or {}).get("requeueState")) or {}).get("requeueAt"))
                 if at is not None and now < at:
                     return at - now
                 new = status_copy(wl)
                 set_condition(new["status"]["conditions"], "Requeued", "True", "BackoffFinished",
                               "The workload backoff was finished", now, observed_generation=wl["metadata"].get("generation"))
+                self.ctx.update_status(WORKLOADS, new)
+                return None
+
+        if active_spec and _quota_reserved(wl) and not condition_true(wl, "Evicted") and self._check_based_eviction(wl, now):
+            return None
+        if not active_spec and not _quota_reserved(wl) and condition_true(wl, "Evicted"):
+            # kueue pkg/controller/core/workload_controller.go `syncQuotaReservedFalseCondition`:
+            # an inactive Workload without quota shows QuotaReserved=False/Deactivated.
+            qr = find_condition(wl, "QuotaReserved") or {}
+            reason = "Deactivated" if self.opts.granular_reasons else "Inadmissible"
+            if self.opts.granular_reasons and (qr.get("status"), qr.get("reason")) != ("False", reason):
+                new = status_copy(wl)
+                set_condition(new["status"].setdefault("conditions", []), "QuotaReserved", "False", reason,
+                              "The workload is deactivated", now, observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
 
@@ -607,29 +633,80 @@ class KueueJobReconciler(Controller):
         return True, None
 
     def _deactivate_requeuing_limit(self, wl: Obj, now: float) -> None:
-        """Requeuing limit exceeded: DeactivationTarget, then `spec.active=false` and the eviction.
+        """Requeuing limit exceeded (kueue pkg/controller/core/workload_controller.go `triggerDeactivation`)."""
+        self._deactivate(wl, "RequeuingLimitExceeded", "exceeding the maximum number of re-queuing retries", now)
 
-        kueue pkg/controller/core/workload_controller.go `triggerDeactivation`
-        sets `DeactivationTarget=True/RequeuingLimitExceeded`; the next pass
-        deactivates the Workload and evicts it with
-        `DeactivatedDueToRequeuingLimitExceeded`, clearing `requeueState`.
+    def _deactivate(self, wl: Obj, cause: str, target_message: str, now: float,
+                    event: tuple[str, str, str] | None = None) -> None:
+        """`DeactivationTarget=True/<cause>`, then `spec.active=false` and the eviction.
+
+        kueue pkg/controller/core/workload_controller.go: the DeactivationTarget
+        condition makes the next pass set `spec.active=false`; an inactive
+        Workload is then evicted with `Deactivated` plus the cause
+        (`DeactivatedDueTo<cause>`, "The workload is deactivated due to
+        <target message>"), `requeueState` cleared, DeactivationTarget removed,
+        the eviction counted as `{reason: Deactivated, underlyingCause: <cause>}`.
+        `event` is recorded once the DeactivationTarget is written.
         """
         md = wl["metadata"]
         new = status_copy(wl)
-        set_condition(new["status"].setdefault("conditions", []), "DeactivationTarget", "True", "RequeuingLimitExceeded",
-                      "exceeding the maximum number of re-queuing retries", now, observed_generation=md.get("generation"))
+        set_condition(new["status"].setdefault("conditions", []), "DeactivationTarget", "True", cause,
+                      target_message, now, observed_generation=md.get("generation"))
         wl = self.ctx.update_status(WORKLOADS, new)
+        if event is not None:
+            self.ctx.event(wl, WORKLOADS, *event, COMPONENT_JOB)
         wl = self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
-        message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+        message = f"The workload is deactivated due to {target_message}"
         new = status_copy(wl)
         st = new["status"]
         st.pop("requeueState", None)
         st["conditions"] = [c for c in st.get("conditions") or [] if c.get("type") != "DeactivationTarget"]
-        set_condition(st["conditions"], "Evicted", "True", "DeactivatedDueToRequeuingLimitExceeded", message, now,
+        set_condition(st["conditions"], "Evicted", "True", f"DeactivatedDueTo{cause}", message, now,
                       observed_generation=wl["metadata"].get("generation"))
-        _count_eviction(st, "Deactivated", "RequeuingLimitExceeded")
+        _reset_checks(st, now)
+        _count_eviction(st, "Deactivated", cause)
         self.ctx.update_status(WORKLOADS, new)
-        self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+        self.ctx.event(wl, WORKLOADS, "Normal", f"EvictedDueToDeactivatedDueTo{cause}", message, COMPONENT_JOB)
+
+    def _check_based_eviction(self, wl: Obj, now: float) -> bool:
+        """An admission check in `Rejected` or `Retry` state (kueue pkg/controller/core/workload_controller.go
+        `reconcileCheckBasedEviction`); returns whether it wrote.
+
+        Rejected: Warning event `AdmissionCheckRejected` "Deactivated due to
+        AdmissionCheck in Rejected state: "<check>" (<message>)" and the Workload is
+        deactivated (`DeactivatedDueToAdmissionCheck`; it is not requeued).
+        Retry: `Evicted=True/AdmissionCheck` "Evicted due to AdmissionCheck in Retry
+        state: ..." (states reset to Pending, `retryCount` +1), the two-phase stop,
+        `Requeued=False/AdmissionCheck` until `requeueState.requeueAt` (the latest
+        `lastTransitionTime + requeueAfterSeconds` of the Retry checks, kueue
+        pkg/workload/admissionchecks.go `NeedsRequeueAtUpdate`; none: at once), then
+        `Requeued=True/BackoffFinished` and back in the queue.
+        """
+        checks = (wl.get("status") or {}).get("admissionChecks") or []
+        rejected = [c for c in checks if c.get("state") == "Rejected"]
+        if rejected:
+            message = _checks_message(rejected, "Rejected")
+            self._deactivate(wl, "AdmissionCheck", message, now,
+                             event=("Warning", "AdmissionCheckRejected", f"Deactivated due to {message}"))
+            return True
+        retry = [c for c in checks if c.get("state") == "Retry"]
+        if not retry:
+            return False
+        message = f"Evicted due to {_checks_message(retry, 'Retry')}"
+        new = status_copy(wl)
+        st = new["status"]
+        retry_at = max((t + float(c["requeueAfterSeconds"]) for c in retry
+                        if c.get("requeueAfterSeconds") is not None and (t := parse_time(c.get("lastTransitionTime"))) is not None),
+                       default=None)
+        if retry_at is not None and retry_at > now:
+            st["requeueState"] = {**(st.get("requeueState") or {}), "requeueAt": format_time(retry_at)}
+        set_condition(st.setdefault("conditions", []), "Evicted", "True", "AdmissionCheck", message, now,
+                      observed_generation=wl["metadata"].get("generation"))
+        _reset_checks(st, now)
+        _count_eviction(st, "AdmissionCheck", "")
+        out = self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(out, WORKLOADS, "Normal", "EvictedDueToAdmissionCheck", message, COMPONENT_JOB)
+        return True
 
     def _missing_priority_class(self, js: Obj) -> tuple[str, str] | None:
         """(event reason, message) when the JobSet names a priority class that does not exist."""
