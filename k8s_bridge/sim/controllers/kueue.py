@@ -503,12 +503,12 @@ class KueueJobReconciler(Controller):
             return None
         if not active_spec and not _quota_reserved(wl) and condition_true(wl, "Evicted"):
             # kueue pkg/controller/core/workload_controller.go `syncQuotaReservedFalseCondition`:
-            # an inactive Workload without quota shows QuotaReserved=False/Deactivated.
+            # an inactive Workload without quota shows QuotaReserved=False/Deactivated (the
+            # legacy, non-granular reasons leave the condition as it is).
             qr = find_condition(wl, "QuotaReserved") or {}
-            reason = "Deactivated" if self.opts.granular_reasons else "Inadmissible"
-            if self.opts.granular_reasons and (qr.get("status"), qr.get("reason")) != ("False", reason):
+            if self.opts.granular_reasons and (qr.get("status"), qr.get("reason")) != ("False", "Deactivated"):
                 new = status_copy(wl)
-                set_condition(new["status"].setdefault("conditions", []), "QuotaReserved", "False", reason,
+                set_condition(new["status"].setdefault("conditions", []), "QuotaReserved", "False", "Deactivated",
                               "The workload is deactivated", now, observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
