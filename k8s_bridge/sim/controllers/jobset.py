@@ -356,25 +356,22 @@ class JobSetController(Controller):
             job_writes += [("delete", j) for j in previous if not is_deleting(j)]
             total = sum(int(r.get("replicas", 1)) for r in rjobs)
             if not suspended and sum(c["ready"] + c["succeeded"] for c in counters.values()) == total:
-                set_condition(conds, "RestartingJobSet", "False", "JobsReady", "all jobs are ready", now, append_false=False)
+                _set_condition(conds, events, "Normal", "RestartingJobSet", "False", "JobsReady", "all jobs are ready", now)
             if failed:
                 self._failure_policy(js, status, failed, now, events)
             elif succeeded and self._success(spec, counters, succeeded):
-                set_condition(conds, "Completed", "True", "AllJobsCompleted", "jobset completed successfully", now, append_false=False)
-                set_condition(conds, "RestartingJobSet", "False", "JobSetCompleted", "jobset completed successfully", now, append_false=False)
+                _set_condition(conds, events, "Normal", "Completed", "True", "AllJobsCompleted", "jobset completed successfully", now)
+                _set_condition(conds, events, "Normal", "RestartingJobSet", "False", "JobSetCompleted", "jobset completed successfully", now)
                 status["terminalState"] = "Completed"
-                events.append(("Normal", "AllJobsCompleted", "jobset completed successfully"))
             else:
                 job_writes += self._create_missing(js, rjobs, counters, children, previous, restarts)
                 if suspended:
                     job_writes += [("update", self._suspended_copy(j)) for j in active if not (j.get("spec") or {}).get("suspend")]
-                    if set_condition(conds, "Suspended", "True", "SuspendedJobs", "jobset is suspended", now, append_false=False):
-                        events.append(("Normal", "SuspendedJobs", "jobset is suspended"))
-                    set_condition(conds, "RestartingJobSet", "False", "JobSetSuspended", "jobset is suspended", now, append_false=False)
+                    _set_condition(conds, events, "Normal", "Suspended", "True", "SuspendedJobs", "jobset is suspended", now)
+                    _set_condition(conds, events, "Normal", "RestartingJobSet", "False", "JobSetSuspended", "jobset is suspended", now)
                 else:
                     job_writes += self._resume(js, rjobs, counters, active)
-                    if set_condition(conds, "Suspended", "False", "ResumeJobs", "jobset is resumed", now, append_false=False):
-                        events.append(("Normal", "ResumeJobs", "jobset is resumed"))
+                    _set_condition(conds, events, "Normal", "Suspended", "False", "ResumeJobs", "jobset is resumed", now)
             if condition_true({"status": status}, "Completed") or condition_true({"status": status}, "Failed"):
                 requeue = self._ttl({"spec": spec, "status": status}, now)
 
@@ -464,16 +461,17 @@ class JobSetController(Controller):
             status["restartsCountTowardsMax"] = counted + 1
         message = f"applying {label} failure policy action (first failed job: {job_name})"
         reason = f"FailurePolicy_{rule_name}" if rule_name else "DefaultFailurePolicy"
-        set_condition(conds, "RestartingJobSet", "True", reason, message, now, append_false=False)
+        # jobset pkg/controllers/failure_policy.go `failurePolicyRecreateAll`: the condition's own
+        # event (only when it changed) plus the action event on every restart, both Warning.
+        _set_condition(conds, events, "Warning", "RestartingJobSet", "True", reason, message, now)
         events.append(("Warning", f"{label}FailurePolicyAction", message))
 
     @staticmethod
     def _fail(status: dict[str, Any], reason: str, message: str, now: float, events: list[tuple[str, str, str]]) -> None:
         conds = status["conditions"]
-        set_condition(conds, "Failed", "True", reason, message, now, append_false=False)
-        set_condition(conds, "RestartingJobSet", "False", "JobSetFailed", "jobset failed", now, append_false=False)
+        _set_condition(conds, events, "Warning", "Failed", "True", reason, message, now)
+        _set_condition(conds, events, "Normal", "RestartingJobSet", "False", "JobSetFailed", "jobset failed", now)
         status["terminalState"] = "Failed"
-        events.append(("Warning", reason, message))
 
     def _create_missing(self, js: Obj, rjobs: list[dict[str, Any]], counters: dict[str, dict[str, int]],
                         children: list[Obj], previous: list[Obj], restarts: int) -> list[tuple[str, Obj]]:
@@ -615,6 +613,21 @@ class JobSetController(Controller):
             self.ctx.update(JOBS, job)
         else:
             self.ctx.update(JOBS, job)
+
+
+def _set_condition(conds: list[dict[str, Any]], events: list[tuple[str, str, str]], event_type: str,
+                   ctype: str, status: str, reason: str, message: str, now: float) -> bool:
+    """Set a JobSet condition and queue its event when it changed.
+
+    jobset pkg/controllers/jobset_controller.go `setCondition`: every condition
+    change (status, reason or message) enqueues an event with the condition's
+    reason and message, emitted only after the status update succeeds; a False
+    condition that does not exist yet is not added (and emits nothing).
+    """
+    changed = set_condition(conds, ctype, status, reason, message, now, append_false=False)
+    if changed:
+        events.append((event_type, reason, message))
+    return changed
 
 
 def _rule_matches(rule: dict[str, Any], job: Obj) -> bool:

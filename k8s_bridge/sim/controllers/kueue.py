@@ -13,11 +13,17 @@ Three parts, all acting only through the store:
   two-phase eviction (suspend the JobSet, then release quota once every
   replicated job reports `active == 0`, Requeued), unsuspending admitted
   JobSets with the podset labels and flavor node selectors, and suspending
-  running JobSets that are not admitted.
+  running JobSets that are not admitted; also the parts of Kueue's workload
+  controller that act on a Workload: waitForPodsReady timeouts, stopped
+  queues, deactivation, and admission checks in `Retry` (evict and requeue)
+  or `Rejected` (deactivate) state.
 * `KueueScheduler` (a thread) - admission cycles per ClusterQueue: pending
   Workloads ordered by priority, then creation time, then UID; flavor
-  assignment against nominal quota; preemption of lower-priority admitted
-  Workloads (`withinClusterQueue: LowerPriority`); `QuotaReserved` /
+  assignment against nominal quota plus what a one-level cohort lends
+  (`borrowingLimit`, `lendingLimit`; `_QuotaTree`); classical preemption
+  within the ClusterQueue and, with `reclaimWithinCohort` /
+  `borrowWithinCohort`, in the cohort (`InClusterQueue`,
+  `InCohortReclamation`, `InCohortReclaimWhileBorrowing`); `QuotaReserved` /
   `Admitted` / Inadmissible conditions; ClusterQueue and LocalQueue status;
   and the visibility API view (`KueueScheduler.pending_workloads`).
 
@@ -115,6 +121,36 @@ def _count_eviction(status: dict[str, Any], reason: str, cause: str) -> None:
         stats.append({"reason": reason, **({"underlyingCause": cause} if cause else {}), "count": 1})
     else:
         entry["count"] = int(entry.get("count") or 0) + 1
+
+
+def _reset_checks(status: dict[str, Any], now: float) -> None:
+    """Every admission check not Pending goes back to Pending on an eviction (kueue
+    pkg/workload/evict/evict.go `resetChecksOnEviction`; a Retry adds 1 to `retryCount`)."""
+    for check in status.get("admissionChecks") or []:
+        state = check.get("state")
+        if state == "Pending":
+            continue
+        if state == "Retry":
+            check["retryCount"] = int(check.get("retryCount") or 0) + 1
+        check.update(state="Pending", message=f"Reset to Pending after eviction. Previously: {state}",
+                     lastTransitionTime=format_time(now))
+
+
+# kueue pkg/scheduler/preemption/preemption.go `HumanReadablePreemptionReasons`
+_PREEMPTION_REASONS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+}
+
+
+def _checks_message(checks: list[dict[str, Any]], state: str) -> str:
+    """kueue pkg/controller/core/workload_controller.go `buildAdmissionChecksMessage`."""
+    parts = [f'"{c.get("name")}" ({c["message"]})' if c.get("message") else f'"{c.get("name")}"'
+             for c in sorted(checks, key=lambda c: str(c.get("name")))]
+    noun = "AdmissionChecks" if len(checks) > 1 else "AdmissionCheck"
+    return f"{noun} in {state} state: {'; '.join(parts)}"
 
 
 def _resource_requests(wl: Obj) -> list[dict[str, Any]]:
@@ -452,13 +488,28 @@ class KueueJobReconciler(Controller):
                               f"The {kind} was restarted after being stopped", now, observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
-            if ev and ev.get("status") == "True" and ev.get("reason") == "PodsReadyTimeout" and rq and rq.get("status") == "False":
+            if ev and ev.get("status") == "True" and ev.get("reason") in ("PodsReadyTimeout", "AdmissionCheck") \
+                    and rq and rq.get("status") == "False":
                 at = parse_time((((wl.get("status") or {}).get("requeueState")) or {}).get("requeueAt"))
                 if at is not None and now < at:
                     return at - now
                 new = status_copy(wl)
                 set_condition(new["status"]["conditions"], "Requeued", "True", "BackoffFinished",
                               "The workload backoff was finished", now, observed_generation=wl["metadata"].get("generation"))
+                self.ctx.update_status(WORKLOADS, new)
+                return None
+
+        if active_spec and _quota_reserved(wl) and not condition_true(wl, "Evicted") and self._check_based_eviction(wl, now):
+            return None
+        if not active_spec and not _quota_reserved(wl) and condition_true(wl, "Evicted"):
+            # kueue pkg/controller/core/workload_controller.go `syncQuotaReservedFalseCondition`:
+            # an inactive Workload without quota shows QuotaReserved=False/Deactivated (the
+            # legacy, non-granular reasons leave the condition as it is).
+            qr = find_condition(wl, "QuotaReserved") or {}
+            if self.opts.granular_reasons and (qr.get("status"), qr.get("reason")) != ("False", "Deactivated"):
+                new = status_copy(wl)
+                set_condition(new["status"].setdefault("conditions", []), "QuotaReserved", "False", "Deactivated",
+                              "The workload is deactivated", now, observed_generation=wl["metadata"].get("generation"))
                 self.ctx.update_status(WORKLOADS, new)
                 return None
 
@@ -582,29 +633,80 @@ class KueueJobReconciler(Controller):
         return True, None
 
     def _deactivate_requeuing_limit(self, wl: Obj, now: float) -> None:
-        """Requeuing limit exceeded: DeactivationTarget, then `spec.active=false` and the eviction.
+        """Requeuing limit exceeded (kueue pkg/controller/core/workload_controller.go `triggerDeactivation`)."""
+        self._deactivate(wl, "RequeuingLimitExceeded", "exceeding the maximum number of re-queuing retries", now)
 
-        kueue pkg/controller/core/workload_controller.go `triggerDeactivation`
-        sets `DeactivationTarget=True/RequeuingLimitExceeded`; the next pass
-        deactivates the Workload and evicts it with
-        `DeactivatedDueToRequeuingLimitExceeded`, clearing `requeueState`.
+    def _deactivate(self, wl: Obj, cause: str, target_message: str, now: float,
+                    event: tuple[str, str, str] | None = None) -> None:
+        """`DeactivationTarget=True/<cause>`, then `spec.active=false` and the eviction.
+
+        kueue pkg/controller/core/workload_controller.go: the DeactivationTarget
+        condition makes the next pass set `spec.active=false`; an inactive
+        Workload is then evicted with `Deactivated` plus the cause
+        (`DeactivatedDueTo<cause>`, "The workload is deactivated due to
+        <target message>"), `requeueState` cleared, DeactivationTarget removed,
+        the eviction counted as `{reason: Deactivated, underlyingCause: <cause>}`.
+        `event` is recorded once the DeactivationTarget is written.
         """
         md = wl["metadata"]
         new = status_copy(wl)
-        set_condition(new["status"].setdefault("conditions", []), "DeactivationTarget", "True", "RequeuingLimitExceeded",
-                      "exceeding the maximum number of re-queuing retries", now, observed_generation=md.get("generation"))
+        set_condition(new["status"].setdefault("conditions", []), "DeactivationTarget", "True", cause,
+                      target_message, now, observed_generation=md.get("generation"))
         wl = self.ctx.update_status(WORKLOADS, new)
+        if event is not None:
+            self.ctx.event(wl, WORKLOADS, *event, COMPONENT_JOB)
         wl = self.ctx.update(WORKLOADS, {**wl, "spec": {**(wl.get("spec") or {}), "active": False}})
-        message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+        message = f"The workload is deactivated due to {target_message}"
         new = status_copy(wl)
         st = new["status"]
         st.pop("requeueState", None)
         st["conditions"] = [c for c in st.get("conditions") or [] if c.get("type") != "DeactivationTarget"]
-        set_condition(st["conditions"], "Evicted", "True", "DeactivatedDueToRequeuingLimitExceeded", message, now,
+        set_condition(st["conditions"], "Evicted", "True", f"DeactivatedDueTo{cause}", message, now,
                       observed_generation=wl["metadata"].get("generation"))
-        _count_eviction(st, "Deactivated", "RequeuingLimitExceeded")
+        _reset_checks(st, now)
+        _count_eviction(st, "Deactivated", cause)
         self.ctx.update_status(WORKLOADS, new)
-        self.ctx.event(wl, WORKLOADS, "Normal", "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message, COMPONENT_JOB)
+        self.ctx.event(wl, WORKLOADS, "Normal", f"EvictedDueToDeactivatedDueTo{cause}", message, COMPONENT_JOB)
+
+    def _check_based_eviction(self, wl: Obj, now: float) -> bool:
+        """An admission check in `Rejected` or `Retry` state (kueue pkg/controller/core/workload_controller.go
+        `reconcileCheckBasedEviction`); returns whether it wrote.
+
+        Rejected: Warning event `AdmissionCheckRejected` "Deactivated due to
+        AdmissionCheck in Rejected state: "<check>" (<message>)" and the Workload is
+        deactivated (`DeactivatedDueToAdmissionCheck`; it is not requeued).
+        Retry: `Evicted=True/AdmissionCheck` "Evicted due to AdmissionCheck in Retry
+        state: ..." (states reset to Pending, `retryCount` +1), the two-phase stop,
+        `Requeued=False/AdmissionCheck` until `requeueState.requeueAt` (the latest
+        `lastTransitionTime + requeueAfterSeconds` of the Retry checks, kueue
+        pkg/workload/admissionchecks.go `NeedsRequeueAtUpdate`; none: at once), then
+        `Requeued=True/BackoffFinished` and back in the queue.
+        """
+        checks = (wl.get("status") or {}).get("admissionChecks") or []
+        rejected = [c for c in checks if c.get("state") == "Rejected"]
+        if rejected:
+            message = _checks_message(rejected, "Rejected")
+            self._deactivate(wl, "AdmissionCheck", message, now,
+                             event=("Warning", "AdmissionCheckRejected", f"Deactivated due to {message}"))
+            return True
+        retry = [c for c in checks if c.get("state") == "Retry"]
+        if not retry:
+            return False
+        message = f"Evicted due to {_checks_message(retry, 'Retry')}"
+        new = status_copy(wl)
+        st = new["status"]
+        retry_at = max((t + float(c["requeueAfterSeconds"]) for c in retry
+                        if c.get("requeueAfterSeconds") is not None and (t := parse_time(c.get("lastTransitionTime"))) is not None),
+                       default=None)
+        if retry_at is not None and retry_at > now:
+            st["requeueState"] = {**(st.get("requeueState") or {}), "requeueAt": format_time(retry_at)}
+        set_condition(st.setdefault("conditions", []), "Evicted", "True", "AdmissionCheck", message, now,
+                      observed_generation=wl["metadata"].get("generation"))
+        _reset_checks(st, now)
+        _count_eviction(st, "AdmissionCheck", "")
+        out = self.ctx.update_status(WORKLOADS, new)
+        self.ctx.event(out, WORKLOADS, "Normal", "EvictedDueToAdmissionCheck", message, COMPONENT_JOB)
+        return True
 
     def _missing_priority_class(self, js: Obj) -> tuple[str, str] | None:
         """(event reason, message) when the JobSet names a priority class that does not exist."""
@@ -733,10 +835,7 @@ class KueueJobReconciler(Controller):
         set_condition(conds, "QuotaReserved", "False", _reason(self.opts, "PendingEvaluation"), message, now, observed_generation=gen)
         set_condition(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, observed_generation=gen)
         st.pop("admission", None)
-        for check in st.get("admissionChecks") or []:
-            if check.get("state") != "Pending":
-                check.update(state="Pending", message=f"Reset to Pending after eviction. Previously: {check.get('state')}",
-                             lastTransitionTime=format_time(now))
+        _reset_checks(st, now)  # evictions written before this one already did it
         admitted_at = parse_time((find_condition(wl, "Admitted") or {}).get("lastTransitionTime"))
         if admitted_at is not None and condition_true(wl, "Admitted"):
             st["accumulatedPastExecutionTimeSeconds"] = int(st.get("accumulatedPastExecutionTimeSeconds") or 0) + int(max(0, now - admitted_at))
@@ -760,16 +859,124 @@ class _CQView:
     reserving: int = 0
     admitted_count: int = 0
 
-    def quota(self) -> dict[tuple[str, str], Fraction]:
+    def nominal(self) -> dict[tuple[str, str], Fraction]:
         out: dict[tuple[str, str], Fraction] = {}
         for group in (self.obj.get("spec") or {}).get("resourceGroups") or []:
             for flavor in group.get("flavors") or []:
                 for res in flavor.get("resources") or []:
-                    try:
-                        out[(flavor.get("name"), res.get("name"))] = parse_quantity(res.get("nominalQuota", 0))
-                    except ValueError:
-                        out[(flavor.get("name"), res.get("name"))] = Fraction(0)
+                    out[(flavor.get("name"), res.get("name"))] = _opt_quantity(res.get("nominalQuota", 0)) or Fraction(0)
         return out
+
+
+FR = tuple[str, str]  # (flavor, resource)
+
+
+def _opt_quantity(v: Any) -> Fraction | None:
+    if v is None:
+        return None
+    try:
+        return parse_quantity(v)
+    except ValueError:
+        return None
+
+
+class _QuotaTree:
+    """Nominal quota, borrowing and lending of every ClusterQueue in one scheduling cycle.
+
+    One level of cohorts, as kueue pkg/cache/scheduler/resource_node.go computes it
+    for ClusterQueues whose parent is a cohort without quota of its own: a
+    ClusterQueue keeps `nominal - lendingLimit` for itself (its local quota), lends
+    the rest to the cohort (the cohort's quota is the sum of what its members lend)
+    and stores in the cohort the usage past its local quota.  `available` is what it
+    can still use now (`available`), `potential` the most it could ever use
+    (`potentialAvailable`), both bounded by its `borrowingLimit` (unset: unlimited).
+    Usage changes are applied incrementally, so a check is O(1).
+    """
+
+    def __init__(self, views: dict[str, _CQView]) -> None:
+        self.views = views
+        self.cohort_of: dict[str, str | None] = {}
+        self.members: dict[str, list[str]] = {}
+        self.quota: dict[str, dict[FR, tuple[Fraction, Fraction | None, Fraction | None]]] = {}
+        self.usage: dict[str, dict[FR, Fraction]] = {}
+        self.c_quota: dict[str, dict[FR, Fraction]] = {}
+        self.c_usage: dict[str, dict[FR, Fraction]] = {}
+        for name, view in views.items():
+            spec = view.obj.get("spec") or {}
+            cohort = spec.get("cohortName") or None
+            self.cohort_of[name] = cohort
+            q: dict[FR, tuple[Fraction, Fraction | None, Fraction | None]] = {}
+            for group in spec.get("resourceGroups") or []:
+                for flavor in group.get("flavors") or []:
+                    for res in flavor.get("resources") or []:
+                        k = (flavor.get("name") or "", res.get("name") or "")
+                        q[k] = (_opt_quantity(res.get("nominalQuota", 0)) or Fraction(0),
+                                _opt_quantity(res.get("borrowingLimit")) if cohort else None,
+                                _opt_quantity(res.get("lendingLimit")) if cohort else None)
+            self.quota[name] = q
+            self.usage[name] = dict(view.usage)
+            if cohort is None:
+                continue
+            self.members.setdefault(cohort, []).append(name)
+            cq_, cu = self.c_quota.setdefault(cohort, {}), self.c_usage.setdefault(cohort, {})
+            for k, (nominal, _b, _l) in q.items():
+                cq_[k] = cq_.get(k, Fraction(0)) + nominal - self._local(name, k)
+            for k, used in self.usage[name].items():
+                cu[k] = cu.get(k, Fraction(0)) + max(Fraction(0), used - self._local(name, k))
+
+    def _local(self, cq: str, k: FR) -> Fraction:
+        """Quota only this ClusterQueue may use (`localQuota`): nominal - lendingLimit."""
+        nominal, _b, lend = self.quota[cq].get(k, (Fraction(0), None, None))
+        return max(Fraction(0), nominal - lend) if lend is not None else Fraction(0)
+
+    def nominal(self, cq: str, k: FR) -> Fraction:
+        return self.quota[cq].get(k, (Fraction(0), None, None))[0]
+
+    def used(self, cq: str, k: FR) -> Fraction:
+        return self.usage[cq].get(k, Fraction(0))
+
+    def borrowing(self, cq: str, k: FR) -> bool:
+        return self.used(cq, k) > self.nominal(cq, k)
+
+    def available(self, cq: str, k: FR) -> Fraction:
+        """Quota the ClusterQueue can use now, borrowing included (kueue `Available`)."""
+        nominal, borrow, _l = self.quota[cq].get(k, (Fraction(0), None, None))
+        used = self.used(cq, k)
+        cohort = self.cohort_of.get(cq)
+        if cohort is None:
+            return max(Fraction(0), nominal - used)
+        local = self._local(cq, k)
+        parent = self.c_quota[cohort].get(k, Fraction(0)) - self.c_usage[cohort].get(k, Fraction(0))
+        if borrow is not None:
+            parent = min(parent, (nominal - local) - max(Fraction(0), used - local) + borrow)
+        return max(Fraction(0), max(Fraction(0), local - used) + parent)
+
+    def potential(self, cq: str, k: FR) -> Fraction:
+        """The most the ClusterQueue could use with nothing else running (kueue `PotentialAvailable`)."""
+        nominal, borrow, _l = self.quota[cq].get(k, (Fraction(0), None, None))
+        cohort = self.cohort_of.get(cq)
+        if cohort is None:
+            return nominal
+        avail = self._local(cq, k) + self.c_quota[cohort].get(k, Fraction(0))
+        return min(avail, nominal + borrow) if borrow is not None else avail
+
+    def add(self, cq: str, usage: dict[FR, Fraction], sign: int = 1) -> None:
+        """Add (sign 1) or remove (sign -1) a Workload's usage (kueue `addUsage` / `removeUsage`)."""
+        cohort = self.cohort_of.get(cq)
+        mine = self.usage[cq]
+        for k, q in usage.items():
+            before = mine.get(k, Fraction(0))
+            after = before + sign * q
+            mine[k] = after
+            if cohort is not None:
+                local = self._local(cq, k)
+                cu = self.c_usage[cohort]
+                cu[k] = cu.get(k, Fraction(0)) + max(Fraction(0), after - local) - max(Fraction(0), before - local)
+
+    def path(self, cq: str) -> str:
+        """`/<cohort>/<cq>` (kueue pkg/scheduler/preemption/preemption.go `buildCQPath`)."""
+        cohort = self.cohort_of.get(cq)
+        return f"/{cohort}/{cq}" if cohort else f"/{cq}"
 
 
 def _creation_rv(wl: Obj) -> int:
@@ -834,6 +1041,7 @@ class KueueScheduler:
         self._last_status_write = 0.0
         self._status_dirty = True
         self._status_timer = False
+        self._cycle_evicted: set[str] = set()  # UIDs preempted in the current cycle
         self.cycles = 0
         for plural in (WORKLOADS.plural, CLUSTERQUEUES.plural, LOCALQUEUES.plural, RESOURCEFLAVORS.plural):
             self.cache.add_handler(plural, self._on_change)
@@ -987,8 +1195,22 @@ class KueueScheduler:
         again = False
         for wl, reason, message in misconfigured:
             self._set_pending(wl, _reason(self.opts, reason), message, now)
+        tree = _QuotaTree(cqs)
+        flavors = {o["metadata"]["name"]: o for o in self.cache.list(RESOURCEFLAVORS.plural)}
+        self._cycle_evicted = set()
+        # Workloads that only fit by borrowing from the cohort wait until every
+        # ClusterQueue of the cohort has admitted what fits in its own nominal quota
+        # (kueue pkg/scheduler/scheduler.go: the cycle's entries are ordered with
+        # "request under nominal quota before borrowing").
+        deferred: list[tuple[_CQView, Obj]] = []
         for view in cqs.values():
-            if self._cycle_cq(view, now):
+            later = deferred if tree.cohort_of.get(view.name) else None
+            if self._cycle_cq([(view, wl) for wl in view.pending], tree, flavors, now, later):
+                again = True
+        if deferred:
+            # Second pass: the borrowing ones, across ClusterQueues, by priority then queue time.
+            deferred.sort(key=lambda e: _queue_key(e[1]))
+            if self._cycle_cq(deferred, tree, flavors, now, None):
                 again = True
         if self._status_dirty and time.monotonic() - self._last_status_write >= self.opts.status_interval_wall:
             self._status_dirty = False
@@ -1004,60 +1226,82 @@ class KueueScheduler:
         self._status_timer = False
         self._wake.set()
 
-    def _cycle_cq(self, view: _CQView, now: float) -> bool:
-        spec = view.obj.get("spec") or {}
-        strict = spec.get("queueingStrategy") == "StrictFIFO"
-        quota = view.quota()
-        flavors = {o["metadata"]["name"]: o for o in self.cache.list(RESOURCEFLAVORS.plural)}
-        usage = dict(view.usage)
-        blocked = False
+    def _cycle_cq(self, pending: list[tuple[_CQView, Obj]], tree: _QuotaTree, flavors: dict[str, Obj], now: float,
+                  later: list[tuple[_CQView, Obj]] | None) -> bool:
+        """Admit, preempt for or mark pending each (ClusterQueue, Workload) of `pending` in order.
+
+        With `later` (a ClusterQueue in a cohort, first pass), a Workload that fits
+        only by borrowing is appended to `later` instead (and, under StrictFIFO,
+        everything behind it) for the second pass.
+        """
+        blocked: set[str] = set()
+        deferring: set[str] = set()
         admitted_any = False
-        for wl in view.pending:
-            if blocked:
+        for view, wl in pending:
+            strict = (view.obj.get("spec") or {}).get("queueingStrategy") == "StrictFIFO"
+            if later is not None and view.name in deferring:
+                later.append((view, wl))
+                continue
+            if view.name in blocked:
                 self._set_pending(wl, _reason(self.opts, "WaitingForQuota"),
                                   "Workload is waiting for higher-priority workloads in a StrictFIFO ClusterQueue", now)
                 continue
-            assignment, failure, needs = self._assign(view, wl, quota, usage, flavors)
+            assignment, failure, needs = self._assign(view, wl, tree, flavors)
             if assignment is not None:
+                total: dict[FR, Fraction] = {}
+                for psa in assignment:
+                    for res, qty in psa["_usage"].items():
+                        k = (psa["flavors"][res], res)
+                        total[k] = total.get(k, Fraction(0)) + qty
+                if later is not None and any(tree.used(view.name, k) + q > tree.nominal(view.name, k) for k, q in total.items()):
+                    later.append((view, wl))
+                    if strict:
+                        deferring.add(view.name)
+                    continue
                 try:
                     self._admit(view, wl, assignment, now)
                 except Exception as exc:
                     if api_code(exc) == 409:
                         return True
                     raise
-                for psa in assignment:
-                    for res, qty in psa["_usage"].items():
-                        k = (psa["flavors"][res], res)
-                        usage[k] = usage.get(k, Fraction(0)) + qty
+                tree.add(view.name, total)
                 admitted_any = True
                 continue
             reason, message = failure
             if needs is not None:
-                victims, waiting = self._preemption(view, wl, needs, quota, usage)
+                victims, waiting = self._preemption(view, wl, needs, tree)
                 if victims or waiting:
-                    for v in victims:
-                        self._evict(v, wl, view.name, now)
+                    for v, why, victim_cq in victims:
+                        self._evict(v, wl, why, tree.path(view.name), tree.path(victim_cq), now)
                     n = len(victims) + waiting
                     reason = "WaitingForPreemptedWorkloads"
                     message = f"{message}. Pending the preemption of {n} workload(s)"
             self._set_pending(wl, _reason(self.opts, reason), message, now)
             if strict:
-                blocked = True
+                blocked.add(view.name)
         return admitted_any
 
-    def _assign(self, view: _CQView, wl: Obj, quota: dict[tuple[str, str], Fraction],
-                usage: dict[tuple[str, str], Fraction], flavors: dict[str, Obj]
-                ) -> tuple[list[dict[str, Any]] | None, tuple[str, str], dict[tuple[str, str], Fraction] | None]:
-        """Flavor assignment against nominal quota.
+    def _assign(self, view: _CQView, wl: Obj, tree: _QuotaTree, flavors: dict[str, Obj]
+                ) -> tuple[list[dict[str, Any]] | None, tuple[str, str], dict[FR, Fraction] | None]:
+        """Flavor assignment against the quota the ClusterQueue can use (nominal, plus
+        what it may borrow from its cohort).
 
         Returns (assignment, _, None) when the workload fits, else
         (None, (reason, message), needs) where `needs` is the total request per
-        (flavor, resource) if preemption could make it fit, or None.
+        (flavor, resource) if preemption could make it fit, or None.  A flavor is
+        a preemption target (kueue pkg/scheduler/flavorassigner/flavorassigner.go
+        `fitsResourceQuota`) when the request is within the maximum capacity and
+        either within the nominal quota or `borrowWithinCohort` allows preempting
+        while borrowing.
         """
-        groups = (view.obj.get("spec") or {}).get("resourceGroups") or []
+        cq = view.name
+        spec = view.obj.get("spec") or {}
+        groups = spec.get("resourceGroups") or []
+        may_preempt_borrowing = ((spec.get("preemption") or {}).get("borrowWithinCohort") or {}).get("policy", "Never") not in ("Never", None) \
+            and tree.cohort_of.get(cq) is not None
         templates = {ps.get("name"): ps.get("template") or {} for ps in (wl.get("spec") or {}).get("podSets") or []}
-        extra: dict[tuple[str, str], Fraction] = {}
-        needs: dict[tuple[str, str], Fraction] = {}
+        extra: dict[FR, Fraction] = {}
+        needs: dict[FR, Fraction] = {}
         out: list[dict[str, Any]] = []
         first_failure: tuple[str, str] | None = None
         preemptable = True
@@ -1080,23 +1324,28 @@ class KueueScheduler:
                     if any(k in node_labels and node_labels[k] != v for k, v in selector.items()):
                         failure = failure or ("NoMatchingFlavor", f"couldn't assign flavors to pod set {ps_name}: flavor {fname} doesn't match node affinity")
                         continue
-                    exceeds, fits = False, True
+                    exceeds, fits, preempt_ok = False, True, True
                     for res in covered:
-                        cap = quota.get((fname, res), Fraction(0))
-                        used = usage.get((fname, res), Fraction(0)) + extra.get((fname, res), Fraction(0))
-                        if reqs[res] > cap:
+                        k = (fname, res)
+                        cap = tree.potential(cq, k)
+                        val = extra.get(k, Fraction(0)) + reqs[res]
+                        if val > cap:
                             exceeds, fits = True, False
                             failure = ("ExceedsMaxQuota", f"couldn't assign flavors to pod set {ps_name}: insufficient quota for {res} in flavor {fname}, "
-                                       f"request > maximum capacity ({format_quantity(reqs[res], res)} > {format_quantity(cap, res)})")
+                                       f"previously considered podsets requests ({format_quantity(extra.get(k, Fraction(0)), res)}) + "
+                                       f"current podset request ({format_quantity(reqs[res], res)}) > maximum capacity ({format_quantity(cap, res)})")
                             break
-                        if used + reqs[res] > cap:
+                        available = tree.available(cq, k)
+                        if val > available:
                             fits = False
                             failure = ("WaitingForQuota", f"couldn't assign flavors to pod set {ps_name}: insufficient unused quota for {res} in flavor {fname}, "
-                                       f"{format_quantity(used + reqs[res] - cap, res)} more needed")
+                                       f"{format_quantity(val - available, res)} more needed")
+                            if val > tree.nominal(cq, k) and not may_preempt_borrowing:
+                                preempt_ok = False
                     if fits:
                         picked = fname
                         break
-                    if not exceeds and preempt_flavor is None:
+                    if not exceeds and preempt_ok and preempt_flavor is None:
                         preempt_flavor = fname
                 target = picked or preempt_flavor
                 if picked is None:
@@ -1118,62 +1367,147 @@ class KueueScheduler:
             return None, first_failure, (needs if preemptable and needs else None)
         return out, ("", ""), None
 
-    def _preemption(self, view: _CQView, wl: Obj, needs: dict[tuple[str, str], Fraction],
-                    quota: dict[tuple[str, str], Fraction], usage: dict[tuple[str, str], Fraction]) -> tuple[list[Obj], int]:
-        """Victims to evict so `wl` fits (LowerPriority within the ClusterQueue).
+    def _preemption(self, view: _CQView, wl: Obj, needs: dict[FR, Fraction], tree: _QuotaTree
+                    ) -> tuple[list[tuple[Obj, str, str]], int]:
+        """Victims to evict so `wl` fits: [(victim, Preempted reason, its ClusterQueue)] and the
+        number of already-evicted Workloads it waits for; ([], 0) when preemption cannot help.
 
-        Returns (new victims, number of already-evicted workloads still releasing
-        quota that make it fit); ([], 0) when preemption cannot help.
+        Classical preemption as kueue pkg/scheduler/preemption/preemption.go
+        `classicalPreemptions` with the candidates of
+        pkg/scheduler/preemption/classical/hierarchical_preemption.go and
+        candidate_generator.go, for one level of cohort:
+
+        * same ClusterQueue (`withinClusterQueue`): reason `InClusterQueue`;
+        * other ClusterQueues of the cohort that are over their nominal quota in a
+          resource the preemptor needs (`reclaimWithinCohort` must allow the
+          candidate's priority): `InCohortReclamation` when the preemptor fits in its
+          own nominal quota (it reclaims what was lent) or may not borrow while
+          preempting; `InCohortReclaimWhileBorrowing` when `borrowWithinCohort` lets
+          it preempt lower-priority Workloads (at most `maxPriorityThreshold`) and
+          still borrow;
+        * order: already evicted first, other ClusterQueues before the own one,
+          lowest priority, most recently admitted; take until the Workload fits, then
+          put back (newest first) the ones it does not need.
         """
-        policy = ((view.obj.get("spec") or {}).get("preemption") or {}).get("withinClusterQueue") or "Never"
-        if policy == "Never":
-            return [], 0
+        cq = view.name
+        pre = (view.obj.get("spec") or {}).get("preemption") or {}
+        within = pre.get("withinClusterQueue") or "Never"
+        reclaim = pre.get("reclaimWithinCohort") or "Never"
+        bwc = pre.get("borrowWithinCohort") or {}
+        borrow_forbidden = (bwc.get("policy") or "Never") == "Never"
+        threshold = bwc.get("maxPriorityThreshold")
+        cohort = tree.cohort_of.get(cq)
+        frs_need = {k for k, q in needs.items() if q > tree.available(cq, k)} or set(needs)
         prio = workload_priority(wl)
         wl_ts = _queue_key(wl)[1]
 
-        def eligible(v: Obj) -> bool:
+        def satisfies(v: Obj, policy: str) -> bool:  # kueue pkg/scheduler/preemption/common/preemption_policy.go
             p = workload_priority(v)
-            if p < prio:
-                return True
-            return policy == "LowerOrNewerEqualPriority" and p == prio and _queue_key(v)[1] > wl_ts
+            if policy == "LowerPriority":
+                return p < prio
+            if policy == "LowerOrNewerEqualPriority":
+                return p < prio or (p == prio and _queue_key(v)[1] > wl_ts)
+            return policy == "Any"
 
-        frees = _admitted_usage
+        def evicted(v: Obj) -> bool:
+            return condition_true(v, "Evicted") or (v["metadata"].get("uid") or "") in self._cycle_evicted
 
-        def fits(free: dict[tuple[str, str], Fraction]) -> bool:
-            return all(usage.get(k, Fraction(0)) - free.get(k, Fraction(0)) + q <= quota.get(k, Fraction(0)) for k, q in needs.items())
+        def uses(v: Obj) -> bool:
+            return any(k in frs_need for k in _admitted_usage(v))
 
-        releasing = [v for v in view.admitted if condition_true(v, "Evicted")]
-        free: dict[tuple[str, str], Fraction] = {}
-        for v in releasing:
-            for k, q in frees(v).items():
-                free[k] = free.get(k, Fraction(0)) + q
-        if releasing and fits(free):
-            return [], len(releasing)
-        candidates = [v for v in view.admitted if not condition_true(v, "Evicted") and eligible(v)
-                      and any(k in needs for k in frees(v))]
+        def fits(allow_borrowing: bool) -> bool:  # kueue preemption.go `workloadFits`
+            for k, q in needs.items():
+                if not allow_borrowing and tree.used(cq, k) + q > tree.nominal(cq, k):
+                    return False
+                if q > tree.available(cq, k):
+                    return False
+            return True
+
+        def over_nominal(name: str) -> bool:
+            return any(tree.borrowing(name, k) for k in frs_need)
+
+        # Workloads already evicted and still releasing quota: wait for them when enough.
+        releasing = [(v, cq) for v in view.admitted if evicted(v)]
+        if cohort is not None:
+            releasing += [(v, other) for other in tree.members[cohort] if other != cq
+                          for v in tree.views[other].admitted if evicted(v) and uses(v)]
+        if releasing:
+            for v, name in releasing:
+                tree.add(name, _admitted_usage(v), -1)
+            enough = fits(True)
+            for v, name in releasing:
+                tree.add(name, _admitted_usage(v), 1)
+            if enough:
+                return [], len(releasing)
+
+        # (workload, its ClusterQueue, reason, may be taken while the preemptor borrows)
+        same: list[tuple[Obj, str, str, bool]] = []
+        if within != "Never":
+            same = [(v, cq, "InClusterQueue", True) for v in view.admitted if satisfies(v, within) and uses(v)]
+        hierarchy: list[tuple[Obj, str, str, bool]] = []
+        by_priority: list[tuple[Obj, str, str, bool]] = []
+        if cohort is not None and reclaim != "Never":
+            advantage = all(tree.used(cq, k) + q <= tree.nominal(cq, k) for k, q in needs.items())
+            for other in tree.members[cohort]:
+                if other == cq or not over_nominal(other):
+                    continue
+                for v in tree.views[other].admitted:
+                    if not uses(v) or not satisfies(v, reclaim):
+                        continue
+                    if advantage:
+                        hierarchy.append((v, other, "InCohortReclamation", True))
+                        continue
+                    p = workload_priority(v)
+                    above = p >= prio or (threshold is not None and p > int(threshold))
+                    if borrow_forbidden or above:
+                        by_priority.append((v, other, "InCohortReclamation", False))
+                    else:
+                        by_priority.append((v, other, "InCohortReclaimWhileBorrowing", True))
 
         def admitted_at(v: Obj) -> float:
             return parse_time((find_condition(v, "QuotaReserved") or {}).get("lastTransitionTime")) or 0.0
 
-        candidates.sort(key=lambda v: (workload_priority(v), -admitted_at(v)))
-        chosen: list[Obj] = []
-        for v in candidates:
-            chosen.append(v)
-            for k, q in frees(v).items():
-                free[k] = free.get(k, Fraction(0)) + q
-            if fits(free):
-                break
-        else:
+        def order(c: tuple[Obj, str, str, bool]) -> tuple[int, float, int]:
+            # kueue common/ordering.go `CandidatesOrdering` breaks ties by UID; the simulator
+            # takes the most recently created first, so runs are repeatable.
+            return (workload_priority(c[0]), -admitted_at(c[0]), -_creation_rv(c[0]))
+
+        lists = [sorted(x, key=order) for x in (hierarchy, by_priority, same)]
+        candidates = [c for x in lists for c in x if evicted(c[0])] + [c for x in lists for c in x if not evicted(c[0])]
+        if not candidates:
             return [], 0
-        # Drop victims that turned out unnecessary (reverse order), as Kueue does.
-        for v in list(reversed(chosen)):
-            trial = dict(free)
-            for k, q in frees(v).items():
-                trial[k] = trial.get(k, Fraction(0)) - q
-            if fits(trial):
-                chosen.remove(v)
-                free = trial
-        return chosen, len(releasing)
+        under_nominal = all(tree.used(cq, k) < tree.nominal(cq, k) for k in frs_need)
+        if not hierarchy and not by_priority or (borrow_forbidden and not under_nominal):
+            attempts = [True]
+        elif borrow_forbidden and not hierarchy:
+            attempts = [False, True]
+        else:
+            attempts = [True, False]
+        for allow_borrowing in attempts:
+            targets: list[tuple[Obj, str, str, bool]] = []
+            found = False
+            for c in candidates:
+                v, name, _reason_, while_borrowing = c
+                if name != cq and ((allow_borrowing and not while_borrowing) or not over_nominal(name)):
+                    continue
+                tree.add(name, _admitted_usage(v), -1)
+                targets.append(c)
+                if fits(allow_borrowing):
+                    found = True
+                    break
+            if found:
+                for c in list(reversed(targets[:-1])):
+                    tree.add(c[1], _admitted_usage(c[0]), 1)
+                    if fits(allow_borrowing):
+                        targets.remove(c)
+                    else:
+                        tree.add(c[1], _admitted_usage(c[0]), -1)
+            for c in targets:
+                tree.add(c[1], _admitted_usage(c[0]), 1)
+            if found:
+                victims = [(c[0], c[2], c[1]) for c in targets if not evicted(c[0])]
+                return victims, len(targets) - len(victims)
+        return [], 0
 
     # --- writes ---------------------------------------------------------------------
 
@@ -1214,24 +1548,37 @@ class KueueScheduler:
             self.ctx.event(out, WORKLOADS, "Normal", "Admitted",
                            f"Admitted by ClusterQueue {view.name}, wait time since reservation was 0s", COMPONENT_ADMISSION)
 
-    def _evict(self, victim: Obj, preemptor: Obj, cq: str, now: float) -> None:
-        owner: dict[str, Any] = next((r for r in preemptor["metadata"].get("ownerReferences") or () if r.get("controller")), {})
-        message = (f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: {owner.get('uid', '')}) "
-                   f"due to prioritization in the ClusterQueue; preemptor path: /{cq}; preemptee path: /{cq}")
+    def _evict(self, victim: Obj, preemptor: Obj, reason: str, preemptor_path: str, preemptee_path: str, now: float) -> None:
+        """Preempt `victim` (kueue pkg/scheduler/preemption/preemption.go `IssuePreemptions`,
+        pkg/workload/evict/evict.go `Evict`): `Evicted=True/Preempted` and `Preempted=True/<reason>`
+        with the upstream message, admission checks reset to Pending, the eviction counted, events
+        `Preempted` and `EvictedDueToPreempted` on the victim, `PreemptedWorkload` on the preemptor."""
+        pmd = preemptor["metadata"]
+        owner: dict[str, Any] = next((r for r in pmd.get("ownerReferences") or () if r.get("controller")), {})
+        job_uid = (pmd.get("labels") or {}).get(JOB_UID_LABEL) or owner.get("uid") or "UNKNOWN"
+        why = _PREEMPTION_REASONS.get(reason, "UNKNOWN")
+        message = (f"Preempted to accommodate a workload (UID: {pmd.get('uid') or 'UNKNOWN'}, JobUID: {job_uid}) "
+                   f"due to {why}; preemptor path: {preemptor_path}; preemptee path: {preemptee_path}")
         new = status_copy(victim)
         st = new.setdefault("status", {})
         conds = st.setdefault("conditions", [])
         gen = victim["metadata"].get("generation")
         set_condition(conds, "Evicted", "True", "Preempted", message, now, observed_generation=gen)
-        set_condition(conds, "Preempted", "True", "InClusterQueue", message, now, observed_generation=gen)
-        stats = st.setdefault("schedulingStats", {}).setdefault("evictions", [])
-        entry = next((e for e in stats if e.get("reason") == "Preempted" and e.get("underlyingCause") == "InClusterQueue"), None)
-        if entry is None:
-            stats.append({"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": 1})
-        else:
-            entry["count"] = int(entry.get("count") or 0) + 1
+        set_condition(conds, "Preempted", "True", reason, message, now)
+        _reset_checks(st, now)
+        _count_eviction(st, "Preempted", "")  # evict.Evict is called with no underlying cause
         out = self.ctx.update_status(WORKLOADS, new)
-        self.ctx.event(out, WORKLOADS, "Normal", "Preempted", message, COMPONENT_ADMISSION)
+        self._cycle_evicted.add(victim["metadata"].get("uid") or "")
+        pv, pp = workload_priority(victim), workload_priority(preemptor)
+        prios = (f"; preemptor effective priority: {pp} (base: {pp}, boost: 0); "
+                 f"preemptee effective priority: {pv} (base: {pv}, boost: 0)")
+        self.ctx.event(out, WORKLOADS, "Normal", "EvictedDueToPreempted", message, COMPONENT_ADMISSION)
+        self.ctx.event(out, WORKLOADS, "Normal", "Preempted", message + prios, COMPONENT_ADMISSION)
+        vmd = victim["metadata"]
+        cq = ((victim.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+        self.ctx.event(preemptor, WORKLOADS, "Normal", "PreemptedWorkload",
+                       f"Preempted workload {vmd.get('namespace')}/{vmd['name']} (UID: {vmd.get('uid')}) in ClusterQueue {cq}{prios}",
+                       COMPONENT_ADMISSION)
 
     def _set_pending(self, wl: Obj, reason: str, message: str, now: float) -> None:
         cur = find_condition(wl, "QuotaReserved")
@@ -1333,19 +1680,23 @@ class KueueScheduler:
 
 
 def _usage_list(usage: dict[tuple[str, str], Fraction], view: _CQView | None, with_borrowed: bool) -> list[dict[str, Any]]:
-    """`[{name: flavor, resources: [{name, total[, borrowed]}]}]` in the ClusterQueue's flavor order."""
+    """`[{name: flavor, resources: [{name, total[, borrowed]}]}]` in the ClusterQueue's flavor order
+    (`borrowed`: what the ClusterQueue uses past its nominal quota, from its cohort)."""
     order: list[tuple[str, list[str]]] = []
     if view is not None:
         for group in (view.obj.get("spec") or {}).get("resourceGroups") or []:
             for fl in group.get("flavors") or []:
                 order.append((fl.get("name") or "", [r.get("name") for r in fl.get("resources") or []]))
+    nominal = view.nominal() if view is not None and with_borrowed else {}
     out = []
     for fname, resources in order:
         entries = []
         for res in resources:
-            e: dict[str, Any] = {"name": res, "total": format_quantity(usage.get((fname, res), Fraction(0)), res)}
+            used = usage.get((fname, res), Fraction(0))
+            e: dict[str, Any] = {"name": res, "total": format_quantity(used, res)}
             if with_borrowed:
-                e["borrowed"] = "0"
+                # kueue apis/kueue/v1beta2/clusterqueue_types.go `borrowed`: usage past the nominal quota.
+                e["borrowed"] = format_quantity(max(Fraction(0), used - nominal.get((fname, res), Fraction(0))), res)
             entries.append(e)
         out.append({"name": fname, "resources": entries})
     return out
