@@ -1,6 +1,8 @@
 """The reconciler against the simulator and real Postgres: states as the cluster moves."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests import factories
@@ -279,3 +281,43 @@ def test_it_fails_a_work_unit_whose_running_pod_is_deleted_and_says_why(cluster:
     eventually(lambda: state_of(wu) == S.FAILED, timeout=120, what="FAILED after the pod was deleted")
     text = (execution(wu).system_message or {}).get("userFacingText", "")
     assert pod.metadata.name in text and "deleted" in text, text
+
+
+def test_it_fails_an_out_of_memory_work_unit_and_says_oom(cluster: Cluster, reconciler) -> None:
+    # The simulator's kubelet reports exit 137 with the `oom` flag as terminated reason
+    # OOMKilled, as the kubelet does for a container the kernel killed for memory.
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=1s;run=2s;exit=137;oom", backoff_limit=0)
+
+    eventually(lambda: state_of(wu) == S.FAILED, timeout=120, what="FAILED after the OOM kill")
+    message = execution(wu).system_message or {}
+    assert message.get("severity") == "ERROR", message
+    assert "OOMKilled" in message.get("userFacingText", ""), message
+
+
+def test_it_fails_a_work_unit_whose_node_is_lost_and_names_the_pod(cluster: Cluster, reconciler) -> None:
+    # A lost node: the taint manager marks the pod DisruptionTarget and deletes it. No kubelet
+    # confirms, so it stays Terminating and the Job only reaches FailureTarget (kubernetes
+    # pkg/controller/job/job_controller.go waits for its pods to be gone) until someone
+    # force-deletes the pod, as an operator (or the pod GC, once the Node object is removed)
+    # does. Then the Job fails (backoffLimit 0), and the JobSet with it.
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    cluster.create_jobset(wu, script="pull=1s;run=forever;node=lost:3s", backoff_limit=0)
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    core = client.core()
+    selector = f"jobset.sigs.k8s.io/jobset-name=xmc-{exp.id}-{wu.wid}"
+
+    def stranded() -> Any:
+        pods = core.list_namespaced_pod("default", label_selector=selector).items
+        return pods[0] if pods and pods[0].metadata.deletion_timestamp else None
+
+    eventually(stranded, timeout=60, what="the pod deleted by the taint manager")
+    pod = stranded()
+    assert state_of(wu) != S.FAILED  # a Terminating pod alone does not fail the Job
+    core.delete_namespaced_pod(pod.metadata.name, "default", grace_period_seconds=0)
+
+    eventually(lambda: state_of(wu) == S.FAILED, timeout=120, what="FAILED after the node was lost")
+    text = (execution(wu).system_message or {}).get("userFacingText", "")
+    assert pod.metadata.name in text and "lost with its node" in text, text
