@@ -70,7 +70,13 @@ class Cluster:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector or "").items)
 
     def job(self, name: str, namespace: str = "default") -> Any:
-        return self.batch.read_namespaced_job(name, namespace)
+        """The Job, or None while it does not exist (yet)."""
+        try:
+            return self.batch.read_namespaced_job(name, namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def events(self, kind: str, name: str, namespace: str = "default") -> list[Any]:
         return [e for e in self.core.list_namespaced_event(namespace).items
