@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from django.db import connection
@@ -142,6 +143,27 @@ def experiment(xid: int, identity: Identity, needed: Role = Role.READER) -> Expe
 
 
 _ACLS_SQL = f"SELECT e.acls FROM {_EXPERIMENTS} e WHERE e.id = %s"
+
+
+def require_acls(xid: int, acls: Any, identity: Identity, needed: Role, field: str = "name") -> None:
+    """The access check on ACLs already read (``None``: the experiment does not exist)."""
+    _require(identity, _json(acls), needed, missing=None, resource=f"experiments/{xid}", field=field)
+
+
+def execution_row(data: dict[str, Any] | None) -> ExecutionRow | None:
+    """An `ExecutionRow` from the JSON object a list query builds per row (`ExecutionRow.COLUMNS` as keys)."""
+    if data is None:
+        return None
+    obj: Any = object.__new__(ExecutionRow)
+    for column in ExecutionRow.COLUMNS:
+        value = data.get(column)
+        if column in _EXECUTION_TIMES and isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        setattr(obj, column, value)
+    return cast(ExecutionRow, obj)
+
+
+_EXECUTION_TIMES = frozenset({"create_time", "update_time", "complete_time"})
 
 
 def require_experiment_role(xid: int, identity: Identity, needed: Role, field: str = "name") -> None:
