@@ -105,9 +105,11 @@ def _lock(xid: int) -> Experiment:
         raise NotFound(f"experiments/{xid} not found", field="name") from None
 
 
-def lock_experiments(xids: Iterable[int]) -> dict[int, Experiment]:
-    """Lock experiment rows in xid order (always *after* their work units)."""
+def lock_experiments(xids: Iterable[int], *, only: Sequence[str] = ()) -> dict[int, Experiment]:
+    """Lock experiment rows in xid order (always *after* their work units); ``only`` limits the columns loaded."""
     rows = Experiment.objects.select_for_update(no_key=True).filter(id__in=sorted(set(xids))).order_by("id")
+    if only:
+        rows = rows.only(*only)
     return {exp.id: exp for exp in rows}
 
 
@@ -165,12 +167,8 @@ def apply_rollups(
     """
     if not moves:
         return
-    locked = (
-        Experiment.objects.select_for_update(no_key=True).filter(id__in=sorted(moves)).order_by("id")
-        .only(*_ROLLUP_COLUMNS)
-    )
     rows = []
-    for exp in locked:
+    for exp in lock_experiments(moves, only=_ROLLUP_COLUMNS).values():
         state_moves, severity_moves = moves[exp.id]
         fold_rollup(exp, state_moves=state_moves, severity_moves=severity_moves, now=now)
         rows.append({

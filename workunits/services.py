@@ -236,7 +236,7 @@ def _lock_for_create(xid: int, work_unit_id: int) -> tuple[Experiment, int | Non
     if row is None:
         raise NotFound(f"experiments/{xid} not found", field="parent")
     values = [
-        json.loads(value) if isinstance(value, str) and name in ("child_state_counts", "message_severity_counts")
+        _loads(value) if name in ("child_state_counts", "message_severity_counts")
         else value
         for name, value in zip(_CREATE_LOCK_FIELDS, row)
     ]
@@ -865,10 +865,7 @@ def restart_work_units(
             state_moves.append((old.state, S.RESTARTING))
             severity_moves.append((state.best_severity(convert.execution_record(old)), None))
             superseded.append((xid, wu.wid, old_eid))
-        experiment_services.apply_rollup(
-            experiment_services.lock_experiments([xid])[xid],
-            state_moves=state_moves, severity_moves=severity_moves, now=now,
-        )
+        experiment_services.apply_rollups({xid: (state_moves, severity_moves)}, now=now)
         for xid_, wid_, eid_ in superseded:
             transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
         outbox.send_on_commit(ops)

@@ -223,13 +223,8 @@ def work_units_of(xid: int) -> QuerySet[WorkUnit]:
     )
 
 
-def _with_current(work_units: Sequence[WorkUnit]) -> list[pb.work_unit.WorkUnit]:
-    currents = reads.active_executions([wu.id for wu in work_units])
-    return [convert.work_unit_to_proto(wu, cast(Any, currents.get(wu.id))) for wu in work_units]
-
-
 def _work_unit_proto(wu: WorkUnit) -> pb.work_unit.WorkUnit:
-    return _with_current([wu])[0]
+    return convert.work_unit_to_proto(wu, cast(Any, reads.active_executions([wu.id]).get(wu.id)))
 
 
 def _operation(op: Operation) -> lro.Operation:

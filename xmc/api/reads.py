@@ -169,8 +169,7 @@ _EXECUTION_TIMES = frozenset({"create_time", "update_time", "complete_time"})
 def require_experiment_role(xid: int, identity: Identity, needed: Role, field: str = "name") -> None:
     """The access check alone, reading only the experiment's ACLs (one statement)."""
     row = _fetch(_ACLS_SQL, [xid])
-    _require(identity, _json(row[0]) if row else None, needed, missing=None, resource=f"experiments/{xid}",
-             field=field)
+    require_acls(xid, row[0] if row else None, identity, needed, field=field)
 
 
 def get_experiment(xid: int, identity: Identity) -> pb.experiment.Experiment:
