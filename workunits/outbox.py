@@ -31,12 +31,10 @@ log = logging.getLogger(__name__)
 def deliver(operation_ids: Sequence[int]) -> None:
     """Hand committed operations (by id) to the actuator queue: the sweep's path.
 
-    Reads each operation that is not done, then as ``deliver_committed``.
+    Reads the rows (fresh: one may have finished since the sweep chose it),
+    then as ``deliver_committed``.
     """
-    rows = (
-        Operation.objects.filter(id__in=list(operation_ids), done=False)
-        .exclude(task_type="").select_related("work_unit").order_by("id")
-    )
+    rows = Operation.objects.filter(id__in=list(operation_ids)).select_related("work_unit").order_by("id")
     _deliver_rows(list(rows), notify_when=None)
 
 
@@ -44,8 +42,10 @@ def deliver_committed(operations: Sequence[Operation], *, notify_when: str | Non
     """Hand committed operations to the actuator queue, one signed Task each: the request path.
 
     ``operations`` are the objects the committed transaction wrote (with
-    ``work_unit`` set), used as they are, without reading them back. A pending Create/Restart whose cancellation was requested ends
-    CANCELLED instead of being sent (a cancellation committed after these
+    ``work_unit`` set), used as they are, without reading them back. One
+    that is done or carries no task is skipped. A pending Create/Restart
+    whose cancellation was requested ends CANCELLED instead of being sent
+    (a cancellation committed after these
     objects were written is caught by the actuator, which re-reads the
     operation before acting: ``k8s_bridge.actuator.runner``); every other one
     is built into a Task and published. Only once the broker took it is
