@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from _django import bench_database
 
@@ -54,7 +53,7 @@ def main() -> None:
         from workunits import services, state
         from workunits.models import WorkUnitExecution
         from workunits.state import ExecutionUpdate
-        from workunits.writers import _Worker, split_by_experiment
+        from workunits.writers import ParallelWriter, split_by_experiment
         from xmc import convert, pb
 
         with connection.cursor() as cursor:
@@ -138,23 +137,13 @@ def main() -> None:
             batches = [updates[i:i + args.batch] for i in range(0, n, args.batch)]
             write = writers[variant]
             before = hot_counts()
-            workers = [_Worker(f"bench-{i}") for i in range(n_conn)] if n_conn > 1 else []
-            for w in workers:
-                w.start()
-            t0 = time.perf_counter()
-            for batch in batches:
-                if workers:
-                    futures = [w.submit(partial(write, part))
-                               for w, part in zip(workers, split_by_experiment(batch, n_conn))]
-                    for f in futures:
-                        f.result()
-                else:
-                    write(batch)
-            elapsed = time.perf_counter() - t0
-            for w in workers:
-                w.jobs.put(None)
-            for w in workers:
-                w.join()
+            with ParallelWriter(n_conn) as writer:
+                t0 = time.perf_counter()
+                for batch in batches:
+                    for outcome in writer.map(write, split_by_experiment(batch, n_conn)):
+                        if isinstance(outcome, Exception):
+                            raise outcome
+                elapsed = time.perf_counter() - t0
             time.sleep(0.6)  # statistics are flushed to the shared view about every half second
             after = hot_counts()
             upd, hot = after[0] - before[0], after[1] - before[1]
