@@ -18,6 +18,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
+from kombu import Producer
 
 from workunits.choices import TaskType
 from workunits.models import Operation
@@ -61,21 +62,25 @@ def deliver_committed(operations: Sequence[Operation], *, notify_when: str | Non
 def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None) -> None:
     from workunits import services  # services imports this module
 
-    for op in operations:
-        if op.done or not op.task_type:
-            continue
-        if op.requested_cancellation and services.cancel_pending_operation(op.id):
-            continue
-        try:
-            publish(build_task(op, notify_when=notify_when))
-        except Exception as exc:
-            attempts = services.record_dispatch_failure(op.id)
-            log.warning("outbox.publish_failed",
-                        extra={"operation": op.id, "attempts": attempts, "error": str(exc)})
-            if attempts == settings.XMC_OUTBOX_FAILURES_BEFORE_MESSAGE:
-                services.record_enqueue_failure(op.id, f"{type(exc).__name__}: {exc}")
-            continue
-        services.mark_operation_dispatched(op.id)
+    sent: list[int] = []
+    with app.producer_or_acquire() as producer:  # one producer (and broker connection) for them all
+        for op in operations:
+            if op.done or not op.task_type:
+                continue
+            if op.requested_cancellation and services.cancel_pending_operation(op.id):
+                continue
+            try:
+                publish(build_task(op, notify_when=notify_when), producer=producer)
+            except Exception as exc:
+                attempts = services.record_dispatch_failure(op.id)
+                log.warning("outbox.publish_failed",
+                            extra={"operation": op.id, "attempts": attempts, "error": str(exc)})
+                if attempts == settings.XMC_OUTBOX_FAILURES_BEFORE_MESSAGE:
+                    services.record_enqueue_failure(op.id, f"{type(exc).__name__}: {exc}")
+                continue
+            sent.append(op.id)
+    if sent:  # one mark for them all
+        services.mark_operations_dispatched(sent)
 
 
 def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Task:
@@ -135,8 +140,8 @@ def decode_task(text: str) -> task_pb2.Task:
     return task_signing.decode(payload)
 
 
-def publish(task: task_pb2.Task) -> None:
-    """Sign ``task`` (fresh expiry) and hand it to the broker.
+def publish(task: task_pb2.Task, *, producer: Producer | None = None) -> None:
+    """Sign ``task`` (fresh expiry) and hand it to the broker (through ``producer`` when given).
 
     Raises when the broker does not take it; callers that must not lose it
     rely on the Operation row (outbox) or the PausedTask row staying behind.
@@ -144,7 +149,11 @@ def publish(task: task_pb2.Task) -> None:
     task_signing.sign(task)
     app.send_task(
         ACTUATOR_TASK_NAMES[task.type], args=[encode_task(task)], queue=Queue.ACTUATOR.value,
-        retry=True, retry_policy=PUBLISH_RETRY_POLICY,
+        retry=True, retry_policy=PUBLISH_RETRY_POLICY, producer=producer,
+        # No result is ever read, and the workers declare the queue they consume.
+        ignore_result=True, declare=[],
+        # What logs and monitors show for the argument instead of its base64 text.
+        argsrepr=f"({task.operation_name!r},)",
     )
 
 
@@ -157,10 +166,12 @@ def send_on_commit(operations: Sequence[Operation], *, notify_when: str | None =
     """Deliver ``operations`` (rows written in the current transaction) once it commits."""
     ops = list(operations)
     if ops:
-        transaction.on_commit(lambda: _deliver_safely(ops, notify_when))
+        transaction.on_commit(lambda: deliver_safely(ops, notify_when=notify_when))
 
 
-def _deliver_safely(operations: list[Operation], notify_when: str | None) -> None:
+def deliver_safely(operations: Sequence[Operation], *, notify_when: str | None) -> None:
+    """``deliver_committed`` that never raises, for code that runs after its own commit: what it
+    could not deliver stays in the outbox, for the sweep."""
     try:
         deliver_committed(operations, notify_when=notify_when)
     except Exception:

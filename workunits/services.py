@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
@@ -40,6 +40,7 @@ from experiments import services as experiment_services
 from experiments.models import Experiment
 from lifecycle.hooks import on_execution_superseded
 from workunits import outbox, state
+from workunits.group_commit import GroupCommit
 from workunits.choices import (
     TERMINAL,
     ActionType,
@@ -53,7 +54,7 @@ from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.validation import validate_executable, validate_work_unit_request
 from xmc import convert, limits, pb
-from xmc.errors import FailedPrecondition, InvalidArgument, NotFound
+from xmc.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
 S = WorkUnitState
@@ -102,6 +103,25 @@ def current_execution(wu: WorkUnit) -> WorkUnitExecution:
 # --- Create --------------------------------------------------------------------------
 
 
+#: At most this many creates of one experiment share a transaction (see `create_work_unit`).
+CREATE_BATCH_MAX = 64
+
+
+@dataclass(frozen=True)
+class _Create:
+    """One validated CreateWorkUnit, as the batch that carries it out needs it."""
+
+    work_unit_id: int
+    work_unit_type: str
+    priority: str | None
+    urls: list[Any]
+    executable: dict[str, Any]
+    tags: list[str]
+    notes: str
+    requester: Requester
+    now: datetime
+
+
 def create_work_unit(
     xid: int,
     message: pb.work_unit.WorkUnit,
@@ -117,72 +137,122 @@ def create_work_unit(
     that operation, a fresh done one for the existing work unit). ``work_unit_id == 0`` allocates
     the next wid. Accepted in any launch state (the client marks the launch
     finished before its work units arrive).
+
+    Validated here, in the caller's thread; then written by group commit
+    (`workunits.group_commit`): concurrent creates of one experiment in this
+    process share one transaction, each with the result it would have had
+    alone, in arrival order. The transaction is durable: a caller inside a
+    transaction of its own is refused (RuntimeError), and never joins a batch
+    of another thread. (A test's transaction, which Django does not hold
+    durable, runs the create alone, in it.)
     """
     validate_work_unit_request(message, work_unit_id)
     validate_executable(message.executable)
-    now = now or timezone.now()
-    wu_type = (
-        convert.enum_name(pb.work_unit.WorkUnit.WorkUnitType, message.work_unit_type, field="work_unit.work_unit_type")
-        if message.work_unit_type else WorkUnitType.STANDARD
+    request = _Create(
+        work_unit_id=work_unit_id,
+        work_unit_type=(
+            convert.enum_name(pb.work_unit.WorkUnit.WorkUnitType, message.work_unit_type,
+                              field="work_unit.work_unit_type")
+            if message.work_unit_type else WorkUnitType.STANDARD
+        ),
+        priority=(
+            convert.enum_name(pb.priority.Priority, message.priority, field="work_unit.priority")
+            if message.priority else None
+        ),
+        urls=[convert.to_json(u) for u in message.urls],
+        executable=convert.to_json(message.executable),
+        tags=list(message.tags),
+        notes=message.notes,
+        requester=requester,
+        now=now or timezone.now(),
     )
-    priority = (
-        convert.enum_name(pb.priority.Priority, message.priority, field="work_unit.priority")
-        if message.priority else None
-    )
-    urls = [convert.to_json(u) for u in message.urls]
-    executable = convert.to_json(message.executable)
+    if connection.in_atomic_block:  # durable: refused, or (in a test) in this thread's transaction
+        [op], deliver = _create_batch(xid, [request])
+        if deliver is not None:
+            transaction.on_commit(deliver)
+        return op
+    return _CREATES.submit(xid, request)
 
-    with transaction.atomic(durable=True):
-        # The experiment lock serializes creates of one experiment: a second
-        # create of the same wid waits here and then finds the first one.
-        exp, existing_id = _lock_for_create(xid, work_unit_id)
-        if existing_id is not None:
-            return Operation.objects.select_related("work_unit").get(id=existing_id)
-        wid = work_unit_id or exp.last_wid + 1
+
+class _WidTaken(Exception):
+    """A wid this batch meant to insert was committed by another transaction while the batch waited for the
+    experiment lock (the lock read's snapshot predates it): roll back and read again."""
+
+
+def _create_batch(xid: int, requests: list[_Create]) -> tuple[list[Operation], Callable[[], None] | None]:
+    """Carry out ``requests`` (creates of experiment ``xid``, in arrival order) in one transaction.
+
+    Returns each request's operation and the delivery of the new ones to the
+    broker, to run once the caller hands out the results (after commit).
+    """
+    for _ in range(3):
+        try:
+            with transaction.atomic(durable=True):
+                ops, created = _create_locked(xid, requests)
+        except _WidTaken:
+            continue
+        # Created in this transaction: no artifact can be attached yet, so no notify-when.
+        return ops, (partial(outbox.deliver_safely, created, notify_when="") if created else None)
+    raise Aborted(f"experiments/{xid}: concurrent creates kept taking the same work unit ids; retry",
+                  field="work_unit_id")
+
+
+_CREATES: GroupCommit[int, _Create, Operation] = GroupCommit(_create_batch, max_batch=CREATE_BATCH_MAX)
+
+
+def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], list[Operation]]:
+    """The body of `_create_batch`; the caller holds the transaction. Returns (per request, created)."""
+    explicit = sorted({r.work_unit_id for r in requests if r.work_unit_id})
+    # The lock serializes creates of one experiment (across processes too): a
+    # create of a wid another one made waits here and then finds it.
+    exp, highest, existing = _lock_for_create(xid, explicit)
+    last = max(exp.last_wid, highest)
+    first_of: dict[int, int] = {}
+    wids: list[int] = []
+    new: list[tuple[int, WorkUnit, Operation]] = []
+    for i, request in enumerate(requests):
+        wid = request.work_unit_id or last + 1
+        wids.append(wid)
+        if wid in existing or wid in first_of:
+            continue
         if wid > limits.MAX_ID:  # pragma: no cover - explicit ids are bounded far below
             raise FailedPrecondition(f"experiments/{xid} has no work unit ids left", field="parent")
+        first_of[wid] = i
+        last = max(last, wid)
         wu = WorkUnit(
-            experiment=exp,
-            wid=wid,
-            work_unit_type=wu_type,
-            priority=priority or exp.priority,
-            create_time=now,
-            update_time=now,
-            urls=urls,
-            executable=executable,
-            tags=list(message.tags),
-            notes=message.notes,
+            experiment=exp, wid=wid, work_unit_type=request.work_unit_type,
+            priority=request.priority or exp.priority, create_time=request.now, update_time=request.now,
+            urls=request.urls, executable=request.executable, tags=request.tags, notes=request.notes,
             current_eid=1,
         )
         op = Operation(
-            experiment=exp,
-            action_type=ActionType.CREATE,
-            target=wu.name,
-            create_time=now,
-            original_requester=requester.email,
-            asserted_email=requester.asserted_email,
-            task_type=TaskType.CREATE,
-            eid=1,
+            experiment=exp, action_type=ActionType.CREATE, target=wu.name, create_time=request.now,
+            original_requester=request.requester.email, asserted_email=request.requester.asserted_email,
+            task_type=TaskType.CREATE, eid=1,
         )
-        exp.last_wid = max(exp.last_wid, wid)
+        new.append((i, wu, op))
+    rollup_fields: list[str] = []
+    if new:
+        exp.last_wid = max(exp.last_wid, max(wu.wid for _, wu, _ in new))
         rollup_fields = experiment_services.fold_rollup(
-            exp, state_moves=[(None, S.INITIALIZING)], severity_moves=(), now=now, extra_fields=("last_wid",)
+            exp, state_moves=[(None, S.INITIALIZING)] * len(new), severity_moves=(),
+            now=max(requests[i].now for i, _, _ in new), extra_fields=("last_wid",),
         )
-        if not _insert_created(exp, rollup_fields, wu, op, now):
-            # The wid exists although the lock read saw no CREATE operation for it:
-            # created by a transaction that committed while this one waited for
-            # the lock (the lock read's snapshot predates it), or damaged.
-            replay = (
-                Operation.objects.filter(experiment_id=xid, work_unit__wid=wid, action_type=ActionType.CREATE)
-                .select_related("work_unit").order_by("id").first()
-            )
-            if replay is None:
-                replay = _replay_deleted_create(exp, wid, requester, now)
-            return replay
-        # Created in this transaction: no artifact can be attached yet, so no notify-when.
-        outbox.send_on_commit([op], notify_when="")
-        log.info("workunit.created", extra={"xid": xid, "wid": wid, "operation": op.id})
-        return op
+        _insert_created(exp, rollup_fields, [(wu, op) for _, wu, op in new])
+    results: list[Operation | None] = [None] * len(requests)
+    for i, wu, op in new:
+        results[i] = op
+        log.info("workunit.created", extra={"xid": xid, "wid": wu.wid, "operation": op.id})
+    for i, (request, wid) in enumerate(zip(requests, wids)):
+        if results[i] is not None:
+            continue
+        if wid in first_of:  # the same id twice in this batch: the second is a retry of the first
+            results[i] = results[first_of[wid]]
+        elif (op_id := existing[wid]) is not None:
+            results[i] = Operation.objects.select_related("work_unit").get(id=op_id)
+        else:
+            results[i] = _replay_deleted_create(exp, wid, request.requester, request.now)
+    return results, [op for _, _, op in new]  # type: ignore[return-value]
 
 
 def _replay_deleted_create(exp: Experiment, wid: int, requester: Requester, now: datetime) -> Operation:
@@ -213,144 +283,142 @@ _CREATE_LOCK_FIELDS = tuple(
 _SQL: dict[Any, Any] = {}
 
 
-def _lock_for_create(xid: int, work_unit_id: int) -> tuple[Experiment, int | None]:
-    """Lock experiment ``xid`` and read what a create needs, in one statement.
+def _lock_for_create(xid: int, wids: Sequence[int]) -> tuple[Experiment, int, dict[int, int | None]]:
+    """Lock experiment ``xid`` and read what its creates need, in one statement.
 
-    Returns the experiment (only `_CREATE_LOCK_FIELDS` loaded) and the id of
-    the CREATE operation of work unit ``work_unit_id`` if it exists already.
+    Returns the experiment (only `_CREATE_LOCK_FIELDS` loaded), its highest
+    wid (0 if none), and for each of ``wids`` that exists the id of its
+    first CREATE operation (None when the client deleted it).
     """
     sql = _SQL.get("lock")
     if sql is None:
         qn = connection.ops.quote_name
         fields: list[Any] = [Experiment._meta.get_field(name) for name in _CREATE_LOCK_FIELDS]
+        wu, op = qn(WorkUnit._meta.db_table), qn(Operation._meta.db_table)
         sql = _SQL["lock"] = (
             f"SELECT {', '.join('e.' + qn(f.column) for f in fields)}, "
-            f"(SELECT o.id FROM {qn(Operation._meta.db_table)} o JOIN {qn(WorkUnit._meta.db_table)} w "
-            f"ON o.work_unit_id = w.id WHERE w.experiment_id = e.id AND w.wid = %s "
-            f"AND o.action_type = '{ActionType.CREATE.value}' ORDER BY o.id LIMIT 1) "
+            f"(SELECT max(w.wid) FROM {wu} w WHERE w.experiment_id = e.id), "
+            f"(SELECT json_agg(json_build_array(w.wid, (SELECT o.id FROM {op} o WHERE o.work_unit_id = w.id "
+            f"AND o.action_type = '{ActionType.CREATE.value}' ORDER BY o.id LIMIT 1))) "
+            f"FROM {wu} w WHERE w.experiment_id = e.id AND w.wid = ANY(%s::bigint[])) "
             f"FROM {qn(Experiment._meta.db_table)} e WHERE e.id = %s FOR NO KEY UPDATE OF e"
         )
     with _bound_cursor() as cursor:
-        cursor.execute(sql, [work_unit_id, xid])
+        cursor.execute(sql, [_int_array(wids), xid])
         row = cursor.fetchone()
     if row is None:
         raise NotFound(f"experiments/{xid} not found", field="parent")
+    n = len(_CREATE_LOCK_FIELDS)
     values = [
         _loads(value) if name in ("child_state_counts", "message_severity_counts")
         else value
-        for name, value in zip(_CREATE_LOCK_FIELDS, row)
+        for name, value in zip(_CREATE_LOCK_FIELDS, row[:n])
     ]
     exp = Experiment.from_db(connection.alias, list(_CREATE_LOCK_FIELDS), values)
-    return exp, (row[-1] if work_unit_id else None)
+    return exp, row[n] or 0, {wid: op_id for wid, op_id in (_loads(row[n + 1]) or ())}
 
 
-def _insert_sql(alias: str, model: Any, refs: dict[str, str], source: str,
-                nulls: frozenset[str]) -> tuple[str, list[Any]]:
-    """One ``alias AS (INSERT ...)`` part of the create statement and the fields whose values it takes.
-
-    Values are typed placeholders (``CAST(%s AS type)``, adapted as the ORM
-    adapts them, model defaults included); ``refs`` replaces a column's value
-    with an SQL expression (the id another part of the statement returned);
-    columns in ``nulls`` (``alias.column``) are written as a typed NULL
-    literal instead of a parameter.
-    """
-    qn = connection.ops.quote_name
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    values = [
-        refs.get(f.column)
-        or (f"CAST(NULL AS {f.db_type(connection)})" if f"{alias}.{f.column}" in nulls
-            else f"CAST(%s AS {f.db_type(connection)})")
-        for f in fields
-    ]
-    columns = ", ".join(qn(f.column) for f in fields)
-    table = qn(model._meta.db_table)
-    if source:
-        sql = f"{alias} AS (INSERT INTO {table} ({columns}) SELECT {', '.join(values)}{source} RETURNING id)"
-    else:
-        sql = (f"{alias} AS (INSERT INTO {table} ({columns}) VALUES ({', '.join(values)}) "
-               f"ON CONFLICT (experiment_id, wid) DO NOTHING RETURNING id)")
-    return sql, [f for f in fields if f.column not in refs and f"{alias}.{f.column}" not in nulls]
-
-
-#: The rows of the create statement: alias, model, columns taken from other parts, FROM clause.
+#: The parts of the create statement: alias, model, columns taken from other parts (SQL), FROM clause.
 _CREATE_PARTS: tuple[tuple[str, Any, dict[str, str], str], ...] = (
-    ("w", WorkUnit, {}, ""),
-    ("o", Operation, {"work_unit_id": "w.id"}, " FROM w"),
-    ("x", WorkUnitExecution, {"work_unit_id": "w.id"}, " FROM w"),
-    ("h", StatusHistory, {"execution_id": "x.id", "operation_id": "o.id"}, " FROM x, o"),
+    ("w", WorkUnit, {}, "r"),
+    ("o", Operation, {"work_unit_id": "w.id"}, "r JOIN w ON w.wid = r.w_wid"),
+    ("x", WorkUnitExecution, {"work_unit_id": "w.id"}, "r JOIN w ON w.wid = r.w_wid"),
+    ("h", StatusHistory, {"execution_id": "x.id", "operation_id": "o.id"},
+     "r JOIN w ON w.wid = r.w_wid JOIN x ON x.work_unit_id = w.id JOIN o ON o.work_unit_id = w.id"),
 )
 
 
-def _create_sql(rollup_fields: tuple[str, ...], nulls: frozenset[str]) -> tuple[str, list[tuple[str, list[Any]]]]:
-    """The create statement (cached per roll-up field list and NULL columns) and, per row, the fields it binds.
+def _create_fields() -> list[tuple[str, Any]]:
+    """(alias, field) of every value the create statement takes from its recordset, in recordset order."""
+    return [
+        (alias, f)
+        for alias, model, refs, _ in _CREATE_PARTS
+        for f in model._meta.concrete_fields
+        if not f.primary_key and f.column not in refs
+    ]
 
-    NULLs are literals, not parameters: a create binds ~45 values instead of
-    ~55, under psycopg's limit (50) for caching the statement's conversion.
+
+def _create_sql(rollup_fields: tuple[str, ...]) -> str:
+    """The create statement for one roll-up field list (cached): every row of every part, and the roll-up.
+
+    The rows arrive as one ``jsonb_to_recordset`` parameter (a column per
+    model field, ``<alias>_<column>``, typed as the model's column), so one
+    statement inserts any number of work units with their operations,
+    executions and first history rows. The work units' insert is ``ON
+    CONFLICT DO NOTHING`` and every other part joins it, so a taken wid
+    writes nothing of its own; the roll-up is written only if every work
+    unit was (the caller rolls back otherwise).
     """
-    cached = _SQL.get((rollup_fields, nulls))
+    cached = _SQL.get(rollup_fields)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     qn = connection.ops.quote_name
-    ctes, binds = [], []
+    recordset = ", ".join(
+        f"{qn(alias + '_' + f.column)} {f.db_type(connection)}" for alias, f in _create_fields()
+    )
+    ctes = [f"r AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r(n integer, {recordset}))"]
     for alias, model, refs, source in _CREATE_PARTS:
-        sql, fields = _insert_sql(alias, model, refs, source, nulls)
-        ctes.append(sql)
-        binds.append((alias, fields))
+        fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+        values = ", ".join(refs.get(f.column) or f"r.{qn(alias + '_' + f.column)}" for f in fields)
+        returning = {"w": "id, wid", "o": "id, work_unit_id", "x": "id, work_unit_id", "h": "id"}[alias]
+        conflict = " ON CONFLICT (experiment_id, wid) DO NOTHING" if alias == "w" else ""
+        ctes.append(
+            f"{alias} AS (INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"SELECT {values} FROM {source} ORDER BY r.n{conflict} RETURNING {returning})"
+        )
     exp_fields: list[Any] = [Experiment._meta.get_field(name) for name in rollup_fields]
     assignments = ", ".join(f"{qn(f.column)} = CAST(%s AS {f.db_type(connection)})" for f in exp_fields)
     ctes.append(f"e AS (UPDATE {qn(Experiment._meta.db_table)} SET {assignments} "
-                f"WHERE id = %s AND EXISTS (SELECT 1 FROM w) RETURNING id)")
-    binds.append(("e", exp_fields))
-    result = (f"WITH {', '.join(ctes)} SELECT w.id, o.id FROM w, o, x, h, e", binds)
-    _SQL[(rollup_fields, nulls)] = result
-    return result
+                f"WHERE id = %s AND (SELECT count(*) FROM w) = %s RETURNING id)")
+    sql = _SQL[rollup_fields] = f"WITH {', '.join(ctes)} SELECT w.wid, w.id, o.id FROM w JOIN o ON o.work_unit_id = w.id"
+    return sql
 
 
-def _insert_created(exp: Experiment, rollup_fields: Sequence[str], wu: WorkUnit, op: Operation,
-                    now: datetime) -> bool:
-    """Insert a work unit, its CREATE operation, execution 1 and its first history row, and write the
-    experiment's roll-up, all in one statement; False (and nothing written) if the wid exists.
+def _recordset_value(field: Any, value: Any) -> Any:
+    value = field.get_prep_value(value)
+    return value.isoformat() if isinstance(value, datetime) else value
 
-    One ``WITH ... INSERT`` chain: the work unit's insert is ``ON CONFLICT DO
-    NOTHING`` on ``(xid, wid)`` and every other part reads its id, so a taken
-    wid writes nothing at all. Sets the ids on ``wu`` and ``op`` as
-    ``objects.create`` would.
+
+def _insert_created(exp: Experiment, rollup_fields: Sequence[str], created: Sequence[tuple[WorkUnit, Operation]]) -> None:
+    """Insert work units, their CREATE operations, executions 1 and first history rows, and write the
+    experiment's roll-up, all in one statement (`_create_sql`); raises `_WidTaken` if a wid exists.
+
+    Sets the ids on each work unit and operation as ``objects.create`` would.
     """
-    ex = WorkUnitExecution(
-        eid=1,
-        execution_state=ExecutionState.ACTIVE,
-        create_time=now,
-        update_time=now,
-        state=S.INITIALIZING,
-        state_update_time_ns=_now_ns(now),
-        metadata=_execution_metadata(wu),
-    )
-    history = StatusHistory(time=now, from_state="", to_state=S.INITIALIZING, writer=Writer.STATE_SERVER,
-                            extra={"insert": True})
-    rows = {"w": wu, "o": op, "x": ex, "h": history}
-    nulls = frozenset(
-        f"{alias}.{f.column}"
-        for alias, model, refs, _ in _CREATE_PARTS
-        for f in model._meta.concrete_fields
-        if not f.primary_key and f.column not in refs and getattr(rows[alias], f.attname) is None
-    )
-    sql, binds = _create_sql(tuple(rollup_fields), nulls)
-    rows["e"] = exp
-    params: list[Any] = []
-    for alias, fields in binds:
-        obj = rows[alias]
-        params += [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields]
-    params.append(exp.id)
-    with _bound_cursor() as cursor:  # server-side binding: no quoting of the executable JSON into the SQL
+    fields = _create_fields()
+    rows = []
+    for n, (wu, op) in enumerate(created):
+        now = wu.create_time
+        objects = {
+            "w": wu,
+            "o": op,
+            "x": WorkUnitExecution(
+                eid=1, execution_state=ExecutionState.ACTIVE, create_time=now, update_time=now,
+                state=S.INITIALIZING, state_update_time_ns=_now_ns(now), metadata=_execution_metadata(wu),
+            ),
+            "h": StatusHistory(time=now, from_state="", to_state=S.INITIALIZING, writer=Writer.STATE_SERVER,
+                               extra={"insert": True}),
+        }
+        row: dict[str, Any] = {"n": n}
+        for alias, f in fields:
+            row[f"{alias}_{f.column}"] = _recordset_value(f, getattr(objects[alias], f.attname))
+        rows.append(row)
+    sql = _create_sql(tuple(rollup_fields))
+    params: list[Any] = [_dumps(rows)]
+    exp_fields: list[Any] = [Experiment._meta.get_field(name) for name in rollup_fields]
+    params += [f.get_db_prep_save(getattr(exp, f.name), connection) for f in exp_fields]
+    params += [exp.id, len(created)]
+    with _bound_cursor() as cursor:  # server-side binding: no quoting of the executables into the SQL
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
-        return False
-    wu.id, op.id = row
-    wu._state.adding = op._state.adding = False
-    wu._state.db = op._state.db = connection.alias
-    op.work_unit = wu
-    return True
+        ids = {wid: (wu_id, op_id) for wid, wu_id, op_id in cursor.fetchall()}
+    if len(ids) != len(created):
+        raise _WidTaken
+    for wu, op in created:
+        wu.id, op.id = ids[wu.wid]
+        op.work_unit = wu
+        for obj in (wu, op):
+            obj._state.adding = False
+            obj._state.db = connection.alias
 
 
 def _execution_metadata(wu: WorkUnit) -> dict[str, Any]:
@@ -932,24 +1000,26 @@ def record_enqueue_failure(operation_id: int, error: str, *, now: datetime | Non
 CANCELLED_CODE = 1
 
 
-def mark_operation_dispatched(operation_id: int, *, now: datetime | None = None) -> bool:
-    """The broker took the operation's task: it has left the outbox (first time only).
+def mark_operations_dispatched(operation_ids: Sequence[int], *, now: datetime | None = None) -> int:
+    """The broker took these operations' tasks: they have left the outbox (first time only).
 
-    One conditional UPDATE in its own transaction, committed without waiting
-    for the WAL flush: the hot path of every request.
+    One conditional UPDATE, its own transaction (autocommit), committed
+    without waiting for the WAL flush: the hot path of every request.
+    Returns how many were marked now.
     """
     now = now or timezone.now()
-    # Not waiting for the WAL flush: a mark lost in a crash only makes the
-    # sweep send the task again, which the actuator treats as a redelivery.
-    with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL synchronous_commit = off")
-        cursor.execute(_MARK_DISPATCHED_SQL, [now, operation_id])  # raw: the ORM's UPDATE cost more than it
-        return bool(cursor.rowcount)
+    with connection.cursor() as cursor:  # after the commit that wrote the operations: outside any transaction
+        cursor.execute(_MARK_DISPATCHED_SQL, [now, _int_array(operation_ids)])
+        return int(cursor.rowcount)
 
 
+#: ``set_config(..., true)`` is ``SET LOCAL`` inside the statement's own transaction: its
+#: commit does not wait for the WAL flush. A mark lost in a crash only makes the sweep send
+#: the task again, which the actuator treats as a redelivery. (Raw SQL: the ORM's UPDATE cost more.)
 _MARK_DISPATCHED_SQL = (
     f"UPDATE {Operation._meta.db_table} SET dispatched_time = %s, dispatch_attempts = dispatch_attempts + 1 "
-    "WHERE id = %s AND dispatched_time IS NULL"
+    "WHERE id = ANY(%s::bigint[]) AND dispatched_time IS NULL "
+    "AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 )
 
 

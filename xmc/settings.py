@@ -116,6 +116,8 @@ XMC_CELERY_VISIBILITY_TIMEOUT_S = env.int("XMC_CELERY_VISIBILITY_TIMEOUT_S", def
 # A message not acknowledged within this window is redelivered by Redis (a
 # worker that was SIGKILLed gives its tasks back after it); it must exceed the
 # longest task and any countdown of a retry.
+# kombu's Redis transport minus a client built per published message (xmc/broker.py).
+CELERY_BROKER_TRANSPORT = "xmc.broker:Transport" if CELERY_BROKER_URL.startswith("redis://") else None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": XMC_CELERY_VISIBILITY_TIMEOUT_S}
 
 # --- Artifact lifecycle (feature flag and MLRun) ------------------------------

@@ -212,7 +212,7 @@ def test_it_cancels_a_pending_create_that_has_not_run(cluster: Any, _no_outbox_d
 def test_it_cancels_before_sending_when_asked_in_time(cluster: Any, monkeypatch: pytest.MonkeyPatch,
                                                      real_deliver: None) -> None:
     sent: list[Any] = []
-    monkeypatch.setattr("workunits.outbox.publish", sent.append)
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
     xid, create = new_work_unit()
     services.request_operation_cancellation(create)
     outbox.deliver([create])

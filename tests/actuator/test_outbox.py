@@ -1,10 +1,13 @@
 """The outbox: what is sent, when it counts as dispatched, what the sweeps do."""
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from k8s_bridge import tasks
@@ -12,7 +15,7 @@ from tests import factories
 from tests.actuator.conftest import REAL_DELIVER
 from workunits import outbox, services
 from workunits.models import Operation, WorkUnitExecution
-from xmc import pb, task_signing
+from xmc import broker, pb, task_signing
 from xmc.celery import app
 from xmc.protos import task_pb2
 
@@ -37,7 +40,7 @@ def test_it_marks_dispatched_only_when_the_broker_took_the_task(monkeypatch: pyt
     exp = factories.experiment()
     op_id = services.create_work_unit(exp.id, factories.work_unit_message()).id
 
-    def refuse(task: task_pb2.Task) -> None:
+    def refuse(task: task_pb2.Task, **_: Any) -> None:
         raise ConnectionError("broker down")
 
     monkeypatch.setattr("workunits.outbox.publish", refuse)
@@ -46,28 +49,66 @@ def test_it_marks_dispatched_only_when_the_broker_took_the_task(monkeypatch: pyt
     assert row.dispatched_time is None and row.dispatch_attempts == 1
 
     sent: list[task_pb2.Task] = []
-    monkeypatch.setattr("workunits.outbox.publish", sent.append)
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
     REAL_DELIVER([op_id])
     row = Operation.objects.get(id=op_id)
     assert row.dispatched_time is not None and len(sent) == 1
 
 
 def test_it_signs_what_it_publishes(monkeypatch: pytest.MonkeyPatch) -> None:
-    sent: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(app, "send_task", lambda name, args, **kw: sent.append((name, args)))
+    sent: list[tuple[str, list[str], dict[str, Any]]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, args, **kw: sent.append((name, args, kw)))
     exp = factories.experiment()
     op = Operation.objects.select_related("work_unit").get(
         id=services.create_work_unit(exp.id, factories.work_unit_message()).id)
     outbox.publish(outbox.build_task(op))
-    [(name, [payload])] = sent
+    [(name, [payload], options)] = sent
     assert name == "xmc.actuator.create"
     task_signing.verify(outbox.decode_task(payload))
+    # Logs and monitors show the operation, not the base64 payload.
+    assert options["argsrepr"] == f"({op.name!r},)"
+
+
+def test_it_marks_everything_one_delivery_sent_in_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    exp = factories.experiment()
+    ids = [services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(3)]
+    sent: list[task_pb2.Task] = []
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
+    with CaptureQueriesContext(connection) as queries:
+        REAL_DELIVER(ids)
+    marks = [q["sql"] for q in queries.captured_queries if "dispatched_time =" in q["sql"]]
+    assert len(sent) == 3 and len(marks) == 1
+    assert not Operation.objects.filter(id__in=ids, dispatched_time__isnull=True).exists()
+    # A second mark of the same operations changes nothing: the first time counts.
+    first = {op.id: op.dispatched_time for op in Operation.objects.filter(id__in=ids)}
+    assert services.mark_operations_dispatched(ids) == 0
+    assert {op.id: op.dispatched_time for op in Operation.objects.filter(id__in=ids)} == first
+
+
+def test_the_broker_keeps_one_redis_client_per_channel_and_still_delivers() -> None:
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.transport, broker.Transport)
+        channel = conn.default_channel
+        assert channel._create_client() is channel._create_client()
+        queue = conn.SimpleQueue(f"xmc-test-broker-{uuid.uuid4().hex}")
+        try:
+            for n in (1, 2):
+                queue.put({"n": n})
+            got = []
+            for _ in range(2):
+                message = queue.get(timeout=5)
+                got.append(message.payload["n"])
+                message.ack()
+            assert got == [1, 2]
+        finally:
+            queue.clear()
+            queue.close()
 
 
 def test_it_tells_a_stopping_execution_with_an_error_when_the_delete_cannot_be_sent(
     monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
-    monkeypatch.setattr("workunits.outbox.publish", lambda task: (_ for _ in ()).throw(ConnectionError("down")))
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: (_ for _ in ()).throw(ConnectionError("down")))
     exp = factories.experiment()
     services.create_work_unit(exp.id, factories.work_unit_message())
     stop = services.stop_work_units(exp.id, [1], batch=False).id
