@@ -17,7 +17,7 @@ from django.test import Client, override_settings
 
 from tests.auth.conftest import SERVICE
 from xmc.auth.tokens import issue_token
-from xmc.ratelimit import RateLimiter, get_rate_limiter
+from xmc.ratelimit import LEASE_S, RateLimiter, get_rate_limiter
 
 NEVER_REFILLS = 0.001  # tokens per second: one every ~17 minutes
 
@@ -58,9 +58,7 @@ def test_it_shares_one_bucket_between_processes(fresh_email: Callable[[str], str
     assert allowed.count(True) == 4
 
 
-def test_it_costs_one_redis_round_trip_per_check(fresh_email: Callable[[str], str], monkeypatch: Any) -> None:
-    limiter = RateLimiter(settings.REDIS_URL, rate_per_s=100, burst=100)
-    limiter.check(fresh_email("warm-up"))  # loads the script into Redis if needed
+def counted_redis_calls(limiter: RateLimiter, monkeypatch: Any) -> list[tuple[Any, ...]]:
     calls: list[tuple[Any, ...]] = []
     real_execute = limiter._client.execute_command
 
@@ -69,11 +67,43 @@ def test_it_costs_one_redis_round_trip_per_check(fresh_email: Callable[[str], st
         return real_execute(*args, **kwargs)
 
     monkeypatch.setattr(limiter._client, "execute_command", counting_execute)
+    return calls
+
+
+def test_it_spends_a_lease_locally_a_round_trip_per_lease(fresh_email: Callable[[str], str], monkeypatch: Any) -> None:
+    limiter = RateLimiter(settings.REDIS_URL, rate_per_s=100, burst=100)
+    assert limiter.lease_size == 10  # the refill of 0.1 s, at most a tenth of the burst
+    limiter.check(fresh_email("warm-up"))  # loads the script into Redis if needed
+    calls = counted_redis_calls(limiter, monkeypatch)
     caller = fresh_email("cheap")
-    for _ in range(10):
-        limiter.check(caller)
-    assert len(calls) == 10
+    assert all(limiter.check(caller).allowed for _ in range(20))
+    assert len(calls) == 2
     assert {args[0] for args in calls} == {"EVALSHA"}
+
+
+def test_a_lease_lapses_unspent_after_lease_s(fresh_email: Callable[[str], str], monkeypatch: Any) -> None:
+    limiter = RateLimiter(settings.REDIS_URL, rate_per_s=NEVER_REFILLS * 40_000, burst=40)  # 40/s: leases of 4
+    assert limiter.lease_size == 4
+    caller = fresh_email("lapsing")
+    limiter.check(caller)  # takes a lease of 4 out of the bucket, spends 1
+    calls = counted_redis_calls(limiter, monkeypatch)
+    limiter.check(caller)
+    assert calls == []  # spent from the lease
+    time.sleep(LEASE_S + 0.05)
+    limiter.check(caller)
+    assert len(calls) == 1  # the 2 left had lapsed: back to the shared bucket
+
+
+def test_leases_never_let_the_processes_together_past_the_bucket(fresh_email: Callable[[str], str]) -> None:
+    # Two limiters stand for two server processes; 40/s leases 4 tokens at a time.
+    web, grpc_server = (RateLimiter(settings.REDIS_URL, rate_per_s=40, burst=40) for _ in range(2))
+    caller = fresh_email("leased")
+    started = time.monotonic()
+    allowed = sum(limiter.check(caller).allowed for limiter in (web, grpc_server) * 60)
+    refilled = (time.monotonic() - started) * 40
+    assert allowed <= 40 + refilled + 1
+    # Stricter by at most the lease the other process holds unspent.
+    assert allowed >= 40 - web.lease_size
 
 
 def test_it_lets_requests_through_and_logs_once_when_redis_is_down(caplog: Any) -> None:
