@@ -54,6 +54,7 @@ from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.validation import validate_executable, validate_work_unit_request
 from xmc import convert, limits, pb
+from xmc.db import bound_cursor, kept_cursor
 from xmc.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -303,9 +304,9 @@ def _lock_for_create(xid: int, wids: Sequence[int]) -> tuple[Experiment, int, di
             f"FROM {wu} w WHERE w.experiment_id = e.id AND w.wid = ANY(%s::bigint[])) "
             f"FROM {qn(Experiment._meta.db_table)} e WHERE e.id = %s FOR NO KEY UPDATE OF e"
         )
-    with _bound_cursor() as cursor:
-        cursor.execute(sql, [_int_array(wids), xid])
-        row = cursor.fetchone()
+    cursor = kept_cursor()
+    cursor.execute(sql, [_int_array(wids), xid])
+    row = cursor.fetchone()
     if row is None:
         raise NotFound(f"experiments/{xid} not found", field="parent")
     n = len(_CREATE_LOCK_FIELDS)
@@ -408,9 +409,9 @@ def _insert_created(exp: Experiment, rollup_fields: Sequence[str], created: Sequ
     exp_fields: list[Any] = [Experiment._meta.get_field(name) for name in rollup_fields]
     params += [f.get_db_prep_save(getattr(exp, f.name), connection) for f in exp_fields]
     params += [exp.id, len(created)]
-    with _bound_cursor() as cursor:  # server-side binding: no quoting of the executables into the SQL
-        cursor.execute(sql, params)
-        ids = {wid: (wu_id, op_id) for wid, wu_id, op_id in cursor.fetchall()}
+    cursor = kept_cursor()  # server-side binding: no quoting of the executables into the SQL
+    cursor.execute(sql, params)
+    ids = {wid: (wu_id, op_id) for wid, wu_id, op_id in cursor.fetchall()}
     if len(ids) != len(created):
         raise _WidTaken
     for wu, op in created:
@@ -543,7 +544,7 @@ def _lock_work_unit_rows(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int
     ordered = sorted(set(keys))
     if not ordered:
         return {}
-    with _bound_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(_LOCK_SQL, [_int_array(k[0] for k in ordered), _int_array(k[1] for k in ordered)])
         return {(xid, wid): _Locked(id_, xid, wid, eid) for id_, xid, wid, eid in cursor.fetchall()}
 
@@ -611,27 +612,6 @@ ORDER BY m.n
 _HISTORY_AND_MESSAGES_INSERT = f"WITH history AS ({_HISTORY_INSERT}) {_MESSAGE_INSERT}"
 
 
-def _bound_cursor() -> Any:
-    """A Django cursor with server-side parameter binding, for the write path's statements.
-
-    Django's default psycopg cursor binds on the client: it quotes every
-    parameter into the SQL text, which for the batch's large JSON recordsets
-    cost ~6% of the write path's CPU. The wrapper keeps Django's query
-    logging and execute wrappers.
-    """
-    from django.conf import settings
-    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-
-    connection.ensure_connection()
-    raw = connection.connection
-    # Django opens connections with preparing off; only these cursors bind on
-    # the server, so the threshold only ever applies to their statements.
-    threshold = settings.XMC_DB_PREPARE_THRESHOLD or None
-    if raw.prepare_threshold != threshold:
-        raw.prepare_threshold = threshold
-    return connection._prepare_cursor(ServerBindingCursor(raw))  # type: ignore[attr-defined]
-
-
 def _int_array(values: Iterable[int]) -> str:
     """A Postgres array literal of ints (cast with ``::bigint[]`` in the SQL).
 
@@ -647,7 +627,7 @@ def _loads(value: Any) -> Any:
 
 def _read_executions(work_unit_ids: Sequence[int]) -> dict[int, tuple[int, int, ExecutionRecord]]:
     """work unit id -> (execution id, eid, record) of its ACTIVE execution."""
-    with _bound_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(_READ_SQL, [_int_array(work_unit_ids)])
         rows = cursor.fetchall()
     return {
@@ -758,7 +738,7 @@ def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tr
         raise InvalidUpdates(invalid)
     if not records:
         return []
-    with _bound_cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(_UPDATE_SQL, [now, _dumps([_execution_row(executions[w][0], r) for w, r in records.items()])])
         if messages:
             cursor.execute(_HISTORY_AND_MESSAGES_INSERT, {

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from django.db import connection
 
 from experiments.acl import Role
 from experiments.models import Experiment
@@ -33,6 +32,7 @@ from workunits.models import WorkUnit, WorkUnitExecution
 from xmc import convert, pb
 from xmc.api import access
 from xmc.auth.identity import Identity
+from xmc.db import kept_cursor
 from xmc.errors import NotFound
 
 _EXPERIMENTS = Experiment._meta.db_table
@@ -106,9 +106,9 @@ def _fill(record: type, values: Sequence[Any]) -> Any:
 
 
 def _fetch(sql: str, params: Sequence[Any], *, many: bool = False) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall() if many else cursor.fetchone()
+    cursor = kept_cursor()  # kept by the connection: not closed here
+    cursor.execute(sql, params)
+    return cursor.fetchall() if many else cursor.fetchone()
 
 
 # --- Access ------------------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""xmc.db: the hot paths' cursors bind on the server, prepare repeated statements, and one is kept per connection."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from xmc import db
+
+pytestmark = pytest.mark.django_db
+
+
+def prepared() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%xmc-db-test%%'")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)  # outside a test transaction a closed connection is replaced
+def test_the_kept_cursor_is_reused_until_its_connection_is_replaced() -> None:
+    first = db.kept_cursor().cursor
+    assert db.kept_cursor().cursor is first
+    connection.close()
+    assert db.kept_cursor().cursor is not first
+
+
+def test_statements_through_it_are_logged_and_prepared_after_the_threshold(settings: Any) -> None:
+    settings.XMC_DB_PREPARE_THRESHOLD = 2
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(4):
+            cursor = db.kept_cursor()
+            cursor.execute("SELECT %s::int /* xmc-db-test */", [1])
+            assert cursor.fetchone() == (1,)
+    assert len(queries.captured_queries) == 4
+    assert prepared() == 1
+
+
+def test_a_threshold_of_zero_prepares_nothing(settings: Any) -> None:
+    settings.XMC_DB_PREPARE_THRESHOLD = 0
+    for _ in range(4):
+        with db.bound_cursor() as cursor:
+            cursor.execute("SELECT %s::int /* xmc-db-test */", [2])
+    assert prepared() == 0

@@ -1,0 +1,53 @@
+"""Cursors for the hot paths: server-side binding, prepared statements, and a cursor kept per connection.
+
+Django's default psycopg cursor binds on the client: it quotes every
+parameter into the SQL text, and Postgres parses and plans each statement
+again. The hot writes (large JSON recordsets) and the hot reads (one
+statement per API call) use `bound_cursor` instead: parameters travel
+separately, and a statement run ``XMC_DB_PREPARE_THRESHOLD`` times on a
+connection becomes a server-side prepared statement. Both keep Django's
+query logging, execute wrappers and database-error translation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+
+def _raw_connection() -> Any:
+    connection.ensure_connection()
+    raw = connection.connection
+    # Django opens connections with preparing off; only these cursors bind on
+    # the server, so the threshold only ever applies to their statements.
+    threshold = settings.XMC_DB_PREPARE_THRESHOLD or None
+    if raw.prepare_threshold != threshold:
+        raw.prepare_threshold = threshold
+    return raw
+
+
+def bound_cursor() -> Any:
+    """A new Django cursor with server-side binding (close it: ``with bound_cursor() as cursor``)."""
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    return connection._prepare_cursor(ServerBindingCursor(_raw_connection()))  # type: ignore[attr-defined]
+
+
+def kept_cursor() -> Any:
+    """`bound_cursor`, but one psycopg cursor kept per connection and reused: do not close it.
+
+    For the one-statement API reads: a fresh psycopg cursor builds a loader
+    for every column of every result (timestamps, JSON) again, which cost
+    more than the rest of the cursor handling. The cursor belongs to the
+    calling thread's connection; a new one is made when that connection
+    was replaced.
+    """
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    raw = _raw_connection()
+    kept = getattr(connection, "_xmc_kept_cursor", None)
+    if kept is None or kept.connection is not raw or kept.closed:
+        kept = ServerBindingCursor(raw)
+        connection._xmc_kept_cursor = kept  # type: ignore[attr-defined]
+    return connection._prepare_cursor(kept)  # type: ignore[attr-defined]
