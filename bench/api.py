@@ -10,7 +10,8 @@ pool (the baseline: what gRPC itself costs on this machine). Then drives each
 with the same number of client threads, each thread on its own channel (its
 own TCP connection, so the two-process port sees several connections), and
 prints throughput, p50 and p99 latency, and the ratio of each to the echo
-baseline. Rate limiting is on, with limits no client reaches: every call
+baseline, which runs before and after every row (each row is compared with
+the two echo runs around it: the machine's speed drifts within a run). Rate limiting is on, with limits no client reaches: every call
 pays the metering (a Redis round trip) but none is refused.
 """
 from __future__ import annotations
@@ -206,27 +207,43 @@ def main() -> None:
                 return lambda i: stub(port).CreateWorkUnit(pb.api.CreateWorkUnitRequest(
                     parent=exp.name, work_unit=wu_message, work_unit_id=first_id + i), metadata=metadata)
 
-            results = {
-                "echo (baseline)": drive("grpc echo (baseline)", lambda i: echo(payload), n, c),
-                "grpc GetWorkUnit": drive("grpc GetWorkUnit", lambda i: stub("grpc").GetWorkUnit(
+            rows: dict[str, Callable[[], dict[str, float]]] = {
+                "grpc GetWorkUnit": lambda: drive("grpc GetWorkUnit", lambda i: stub("grpc").GetWorkUnit(
                     get_request, metadata=metadata), n, c),
-                "grpc CreateWorkUnit": drive("grpc CreateWorkUnit", create("grpc", 100_000), n // 2, c),
-                "grpc x2 GetWorkUnit": drive("grpc x2 GetWorkUnit", lambda i: stub("grpc2").GetWorkUnit(
+                "grpc CreateWorkUnit": lambda: drive("grpc CreateWorkUnit", create("grpc", 100_000), n // 2, c),
+                "grpc x2 GetWorkUnit": lambda: drive("grpc x2 GetWorkUnit", lambda i: stub("grpc2").GetWorkUnit(
                     get_request, metadata=metadata), n, c),
-                "grpc x2 CreateWorkUnit": drive("grpc x2 CreateWorkUnit", create("grpc2", 200_000), n // 2, c),
-                "rest GetWorkUnit": drive("rest GetWorkUnit", lambda i: check(
+                "grpc x2 CreateWorkUnit": lambda: drive("grpc x2 CreateWorkUnit", create("grpc2", 200_000), n // 2, c),
+                "rest GetWorkUnit": lambda: drive("rest GetWorkUnit", lambda i: check(
                     session().get(f"{base}/{exp.name}/workUnits/1")), n, c),
-                "rest CreateWorkUnit": drive("rest CreateWorkUnit", lambda i: check(session().post(
+                "rest CreateWorkUnit": lambda: drive("rest CreateWorkUnit", lambda i: check(session().post(
                     f"{base}/{exp.name}/workUnits", json=body)), n // 2, c),
             }
-            baseline = results["echo (baseline)"]
-            print("ratios against the echo baseline (throughput: fraction of echo; latency: multiple of echo):")
+            # The echo baseline runs before and after every row, and each row is compared with
+            # the mean of the two echo runs around it: this machine's speed drifts by tens of
+            # percent within a minute, and a single echo run at the start made the ratios drift too.
+            echo_row = lambda: drive("grpc echo (baseline)", lambda i: echo(payload), n, c)  # noqa: E731
+            results: dict[str, dict[str, float]] = {}
+            baselines: dict[str, dict[str, float]] = {}
+            before = echo_row()
+            echoes = [before]
+            for name, row in rows.items():
+                results[name] = row()
+                after = echo_row()
+                echoes.append(after)
+                baselines[name] = {k: (before[k] + after[k]) / 2 for k in before}
+                before = after
+            rps = sorted(e["rps"] for e in echoes)
+            print(f"echo baseline: {len(echoes)} runs, {rps[0]:.0f}-{rps[-1]:.0f} req/s")
+            print("ratios against the echo runs just before and after each row "
+                  "(throughput: fraction of echo; latency: multiple of echo):")
             for name, r in results.items():
-                print(f"  {name:<28} throughput {r['rps'] / baseline['rps']:6.3f}x   "
-                      f"p50 {r['p50'] / baseline['p50']:7.1f}x   p99 {r['p99'] / baseline['p99']:7.1f}x")
+                b = baselines[name]
+                print(f"  {name:<28} throughput {r['rps'] / b['rps']:6.3f}x   "
+                      f"p50 {r['p50'] / b['p50']:7.1f}x   p99 {r['p99'] / b['p99']:7.1f}x")
             for target in ("grpc GetWorkUnit", "grpc CreateWorkUnit"):
                 goal = 0.25 if "Get" in target else 0.1
-                ratio = results[target]["rps"] / baseline["rps"]
+                ratio = results[target]["rps"] / baselines[target]["rps"]
                 print(f"  target {target}: >= {goal}x echo -> {ratio:.3f}x {'met' if ratio >= goal else 'NOT met'}")
             for method in ("GetWorkUnit", "CreateWorkUnit"):
                 scale = results[f"grpc x2 {method}"]["rps"] / results[f"grpc {method}"]["rps"]
