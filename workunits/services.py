@@ -26,7 +26,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -630,16 +630,10 @@ def _read_executions(work_unit_ids: Sequence[int]) -> dict[int, tuple[int, int, 
     with bound_cursor() as cursor:
         cursor.execute(_READ_SQL, [_int_array(work_unit_ids)])
         rows = cursor.fetchall()
-    return {
+    return {  # positional, in ExecutionRecord's field order: one is built per execution of the batch
         wu_id: (ex_id, eid, ExecutionRecord(
-            state=st,
-            state_update_time_ns=t,
-            system_message=_loads(system),
-            user_message=_loads(user),
-            scheduling_information=_loads(scheduling),
-            detailed_status=_loads(detailed),
-            mlrun_url=mlrun or "",
-            complete_time_ns=convert.ns_from_datetime(complete) if complete else None,
+            st, t, _loads(system), _loads(user), _loads(scheduling), _loads(detailed), mlrun or "",
+            convert.ns_from_datetime(complete) if complete else None,
         ))
         for ex_id, wu_id, eid, st, t, system, user, scheduling, detailed, mlrun, complete in rows
     }
@@ -717,9 +711,9 @@ def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tr
         for kind, message in merge.new_messages:
             content = _stamp(message, now)
             if kind == "system" and record.system_message == message:
-                record = replace(record, system_message=content)
+                record = record._replace(system_message=content)
             elif kind == "user" and record.user_message == message:
-                record = replace(record, user_message=content)
+                record = record._replace(user_message=content)
             messages.append({
                 "n": len(messages), "experiment_id": wu.xid, "work_unit_id": wu.id, "execution_id": eid,
                 "content": content, "severity": content.get("severity", "SEVERITY_UNSPECIFIED"),

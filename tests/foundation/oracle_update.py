@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -106,9 +105,9 @@ def apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tra
             content = _stamp(message, now)
             stamped.append((kind, content))
             if kind == "system" and record.system_message == message:
-                record = replace(record, system_message=content)
+                record = record._replace(system_message=content)
             elif kind == "user" and record.user_message == message:
-                record = replace(record, user_message=content)
+                record = record._replace(user_message=content)
         records[wu.id] = record
         history.append(StatusHistory(
             execution=ex, time=now, from_state=merge.old_state, to_state=merge.new_state, writer=update.writer,
