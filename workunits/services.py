@@ -322,10 +322,10 @@ def _lock_for_create(xid: int, wids: Sequence[int]) -> tuple[Experiment, int, di
 #: The parts of the create statement: alias, model, columns taken from other parts (SQL), FROM clause.
 _CREATE_PARTS: tuple[tuple[str, Any, dict[str, str], str], ...] = (
     ("w", WorkUnit, {}, "r"),
-    ("o", Operation, {"work_unit_id": "w.id"}, "r JOIN w ON w.wid = r.w_wid"),
-    ("x", WorkUnitExecution, {"work_unit_id": "w.id"}, "r JOIN w ON w.wid = r.w_wid"),
+    ("o", Operation, {"work_unit_id": "w.id"}, "r JOIN w ON w.wid = r.{wid}"),
+    ("x", WorkUnitExecution, {"work_unit_id": "w.id"}, "r JOIN w ON w.wid = r.{wid}"),
     ("h", StatusHistory, {"execution_id": "x.id", "operation_id": "o.id"},
-     "r JOIN w ON w.wid = r.w_wid JOIN x ON x.work_unit_id = w.id JOIN o ON o.work_unit_id = w.id"),
+     "r JOIN w ON w.wid = r.{wid} JOIN x ON x.work_unit_id = w.id JOIN o ON o.work_unit_id = w.id"),
 )
 
 
@@ -343,7 +343,9 @@ def _create_sql(rollup_fields: tuple[str, ...]) -> str:
     """The create statement for one roll-up field list (cached): every row of every part, and the roll-up.
 
     The rows arrive as one ``jsonb_to_recordset`` parameter (a column per
-    model field, ``<alias>_<column>``, typed as the model's column), so one
+    model field, ``c<i>`` in `_create_fields` order, typed as the model's
+    column: short names keep the statement under psycopg's 4096 bytes for
+    caching its conversion), so one
     statement inserts any number of work units with their operations,
     executions and first history rows. The work units' insert is ``ON
     CONFLICT DO NOTHING`` and every other part joins it, so a taken wid
@@ -354,18 +356,18 @@ def _create_sql(rollup_fields: tuple[str, ...]) -> str:
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     qn = connection.ops.quote_name
-    recordset = ", ".join(
-        f"{qn(alias + '_' + f.column)} {f.db_type(connection)}" for alias, f in _create_fields()
-    )
+    column = {(alias, f.column): f"c{i}" for i, (alias, f) in enumerate(_create_fields())}
+    recordset = ", ".join(f"{column[alias, f.column]} {f.db_type(connection)}" for alias, f in _create_fields())
     ctes = [f"r AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r(n integer, {recordset}))"]
     for alias, model, refs, source in _CREATE_PARTS:
         fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-        values = ", ".join(refs.get(f.column) or f"r.{qn(alias + '_' + f.column)}" for f in fields)
+        values = ", ".join(refs.get(f.column) or f"r.{column[alias, f.column]}" for f in fields)
         returning = {"w": "id, wid", "o": "id, work_unit_id", "x": "id, work_unit_id", "h": "id"}[alias]
         conflict = " ON CONFLICT (experiment_id, wid) DO NOTHING" if alias == "w" else ""
         ctes.append(
             f"{alias} AS (INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-            f"SELECT {values} FROM {source} ORDER BY r.n{conflict} RETURNING {returning})"
+            f"SELECT {values} FROM {source.format(wid=column['w', 'wid'])} ORDER BY r.n{conflict} "
+            f"RETURNING {returning})"
         )
     exp_fields: list[Any] = [Experiment._meta.get_field(name) for name in rollup_fields]
     assignments = ", ".join(f"{qn(f.column)} = CAST(%s AS {f.db_type(connection)})" for f in exp_fields)
@@ -401,8 +403,8 @@ def _insert_created(exp: Experiment, rollup_fields: Sequence[str], created: Sequ
                                extra={"insert": True}),
         }
         row: dict[str, Any] = {"n": n}
-        for alias, f in fields:
-            row[f"{alias}_{f.column}"] = _recordset_value(f, getattr(objects[alias], f.attname))
+        for i, (alias, f) in enumerate(fields):
+            row[f"c{i}"] = _recordset_value(f, getattr(objects[alias], f.attname))
         rows.append(row)
     sql = _create_sql(tuple(rollup_fields))
     params: list[Any] = [_dumps(rows)]

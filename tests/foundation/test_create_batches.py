@@ -138,3 +138,14 @@ def test_a_create_inside_a_transaction_of_the_callers_own_is_refused_and_writes_
         with transaction.atomic():
             services.create_work_unit(exp.id, factories.work_unit_message())
     assert not WorkUnit.objects.filter(experiment=exp).exists()
+
+
+def test_the_create_statement_stays_short_enough_for_psycopg_to_cache_its_conversion() -> None:
+    """psycopg re-parses a longer statement's placeholders on every call (see `_create_sql`)."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    exp = factories.experiment()
+    services.create_work_unit(exp.id, factories.work_unit_message())
+    statements = [sql for key, sql in services._SQL.items() if isinstance(key, tuple)]  # one per roll-up field list
+    assert statements
+    assert all(len(sql.encode()) <= MAX_CACHED_STATEMENT_LENGTH for sql in statements)
