@@ -96,7 +96,7 @@ def main() -> None:
             return updates
 
         def floor_write(batch: Sequence[ExecutionUpdate]) -> None:
-            """The same UPDATE and INSERT, values as given: no lock, no read, no guards."""
+            """The same UPDATE and INSERT (one statement), values as given: no lock, no read, no guards."""
             now = timezone.now()
             rows = [{
                 "id": execution_id[u.key], "state": u.state, "state_update_time_ns": u.state_update_time_ns,
@@ -107,8 +107,8 @@ def main() -> None:
                 "writer": u.writer, "operation_id": None, "request_id": "", "extra": {"mask": list(u.mask)},
             } for n, u in enumerate(batch)]
             with transaction.atomic(durable=True), connection.cursor() as cursor:
-                cursor.execute(services._UPDATE_SQL, [now, services._dumps(rows)])
-                cursor.execute(services._HISTORY_INSERT, {"now": now, "history": services._dumps(history)})
+                cursor.execute(services._WRITE_SQL, {
+                    "now": now, "executions": services._dumps(rows), "history": services._dumps(history)})
 
         def single_write(batch: Sequence[ExecutionUpdate]) -> None:
             for update in batch:
