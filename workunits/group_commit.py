@@ -112,6 +112,8 @@ class GroupCommit(Generic[K, T, R]):
     def _serve(self, key: K, batch: list[_Waiter[T, R]], after: list[Callable[[], None]]) -> None:
         try:
             results, then = self._run(key, [w.item for w in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"{len(results)} results for a batch of {len(batch)}")
         except Exception as exc:
             if len(batch) > 1:  # one item's failure must not be the others': each alone
                 for waiter in batch:

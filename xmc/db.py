@@ -35,7 +35,8 @@ def bound_cursor() -> Any:
 
 
 def kept_cursor() -> Any:
-    """`bound_cursor`, but one psycopg cursor kept per connection and reused: do not close it.
+    """`bound_cursor`, but one psycopg cursor kept per connection and reused: do not close it,
+    and fetch its rows before anything else runs a statement through it.
 
     For the one-statement API reads: a fresh psycopg cursor builds a loader
     for every column of every result (timestamps, JSON) again, which cost

@@ -159,3 +159,9 @@ def test_the_followers_have_their_results_before_the_leaders_after_work_runs() -
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         GroupCommit(Recorder(), max_batch=0)
+
+
+def test_a_run_that_answers_the_wrong_number_of_items_is_an_error_not_a_silent_none() -> None:
+    group: GroupCommit[str, int, int] = GroupCommit(lambda key, items: ([], None), max_batch=8)
+    with pytest.raises(RuntimeError, match="0 results for a batch of 1"):
+        group.submit("a", 1)
