@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from django.db import connection, transaction
@@ -61,9 +61,8 @@ log = logging.getLogger(__name__)
 S = WorkUnitState
 
 
-@dataclass(frozen=True)
-class Transition:
-    """A committed state change, returned for publishing after commit."""
+class Transition(NamedTuple):
+    """A committed state change, returned for publishing after commit (a named tuple: one per change)."""
 
     xid: int
     wid: int
@@ -526,9 +525,8 @@ def _lock_work_units(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], W
     return {(wu.experiment_id, wu.wid): wu for wu in rows}
 
 
-@dataclass(frozen=True)
-class _Locked:
-    """The slim view of a locked work unit the write path needs."""
+class _Locked(NamedTuple):
+    """The slim view of a locked work unit the write path needs (a named tuple: one per work unit)."""
 
     id: int
     xid: int
@@ -730,7 +728,7 @@ def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tr
         history.append({
             "n": len(history), "execution_id": ex_id, "from_state": merge.old_state, "to_state": merge.new_state,
             "writer": update.writer, "operation_id": update.operation_id, "request_id": update.request_id,
-            "extra": {"mask": list(update.mask), **dict(update.extra)},
+            "extra": {"mask": update.mask, **update.extra} if update.extra else {"mask": update.mask},
         })
         if merge.state_changed:
             transitions.append(Transition(wu.xid, wu.wid, eid, merge.old_state, merge.new_state))

@@ -277,7 +277,7 @@ def merge_execution(current: ExecutionRecord, update: ExecutionUpdate, now_ns: i
 
 def best_severity(record: ExecutionRecord | None) -> str | None:
     """Severity name of the highest current message of an execution, if any."""
-    if record is None:
+    if record is None or not (record.system_message or record.user_message):
         return None
     best = max((record.system_message, record.user_message), key=severity_rank)
     if not best:
