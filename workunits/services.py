@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
 from typing import Any, NamedTuple
 
 import orjson
@@ -167,9 +167,9 @@ def create_work_unit(
         now=now or timezone.now(),
     )
     if connection.in_atomic_block:  # durable: refused, or (in a test) in this thread's transaction
-        [op], deliver = _create_batch(xid, [request])
-        if deliver is not None:
-            transaction.on_commit(deliver)
+        [op], created = _create_batch(xid, [request])
+        # Created in this transaction: no artifact can be attached yet, so no notify-when.
+        outbox.send_on_commit(created, notify_when="")
         return op
     return _CREATES.submit(xid, request)
 
@@ -179,25 +179,30 @@ class _WidTaken(Exception):
     experiment lock (the lock read's snapshot predates it): roll back and read again."""
 
 
-def _create_batch(xid: int, requests: list[_Create]) -> tuple[list[Operation], Callable[[], None] | None]:
+def _create_batch(xid: int, requests: list[_Create]) -> tuple[list[Operation], list[Operation]]:
     """Carry out ``requests`` (creates of experiment ``xid``, in arrival order) in one transaction.
 
-    Returns each request's operation and the delivery of the new ones to the
-    broker, to run once the caller hands out the results (after commit).
+    Returns each request's operation and the operations it created (to be
+    delivered to the broker once committed).
     """
     for _ in range(3):
         try:
             with transaction.atomic(durable=True):
-                ops, created = _create_locked(xid, requests)
+                return _create_locked(xid, requests)
         except _WidTaken:
             continue
-        # Created in this transaction: no artifact can be attached yet, so no notify-when.
-        return ops, (partial(outbox.deliver_safely, created, notify_when="") if created else None)
     raise Aborted(f"experiments/{xid}: concurrent creates kept taking the same work unit ids; retry",
                   field="work_unit_id")
 
 
-_CREATES: GroupCommit[int, _Create, Operation] = GroupCommit(_create_batch, max_batch=CREATE_BATCH_MAX)
+def _create_and_deliver(xid: int, requests: list[_Create]) -> tuple[list[Operation], Callable[[], None] | None]:
+    """`_create_batch` for group commit: the delivery runs once the callers have their answers."""
+    ops, created = _create_batch(xid, requests)
+    # Created in this transaction: no artifact can be attached yet, so no notify-when.
+    return ops, (partial(outbox.deliver_safely, created, notify_when="") if created else None)
+
+
+_CREATES: GroupCommit[int, _Create, Operation] = GroupCommit(_create_and_deliver, max_batch=CREATE_BATCH_MAX)
 
 
 def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], list[Operation]]:
@@ -328,14 +333,15 @@ _CREATE_PARTS: tuple[tuple[str, Any, dict[str, str], str], ...] = (
 )
 
 
-def _create_fields() -> list[tuple[str, Any]]:
+@cache
+def _create_fields() -> tuple[tuple[str, Any], ...]:
     """(alias, field) of every value the create statement takes from its recordset, in recordset order."""
-    return [
+    return tuple(
         (alias, f)
         for alias, model, refs, _ in _CREATE_PARTS
         for f in model._meta.concrete_fields
         if not f.primary_key and f.column not in refs
-    ]
+    )
 
 
 def _create_sql(rollup_fields: tuple[str, ...]) -> str:

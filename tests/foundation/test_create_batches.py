@@ -109,7 +109,7 @@ def test_a_wid_committed_while_a_batch_waited_for_the_lock_is_answered_not_writt
         other.execute("SELECT 1 FROM experiments_experiment WHERE id = %s FOR UPDATE", [exp.id])
 
         def create(_: int) -> None:  # two transactions of their own (not combined): both read before either wrote
-            [op], deliver = services._create_batch(exp.id, [request(7)])
+            [op], _ = services._create_batch(exp.id, [request(7)])
             answers.append(op.id)
 
         waiting = threading.Thread(target=lambda: run_threads(create, 2))

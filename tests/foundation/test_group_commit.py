@@ -57,6 +57,21 @@ def wait_queued(group: GroupCommit[str, int, int], key: str, n: int) -> None:
         time.sleep(0.005)
 
 
+def queue_behind_a_held_batch(max_batch: int, queued: list[int]) -> tuple[Recorder, dict[int, Any]]:
+    """Item 1 leads a batch that is held while ``queued`` arrive in order; then release it and wait for all."""
+    run = Recorder(hold=True)
+    group = GroupCommit(run, max_batch=max_batch)
+    results: dict[int, Any] = {}
+    threads = submit_in_threads(group, "a", [1], results)
+    assert run.started.wait(10)
+    threads += submit_in_threads(group, "a", queued, results)
+    wait_queued(group, "a", len(queued))
+    run.release.set()
+    for thread in threads:
+        thread.join(10)
+    return run, results
+
+
 def test_a_caller_alone_runs_at_once_in_a_batch_of_its_own() -> None:
     run = Recorder()
     group = GroupCommit(run, max_batch=8)
@@ -67,31 +82,13 @@ def test_a_caller_alone_runs_at_once_in_a_batch_of_its_own() -> None:
 
 
 def test_callers_that_arrive_while_a_batch_runs_share_the_next_one_in_arrival_order() -> None:
-    run = Recorder(hold=True)
-    group = GroupCommit(run, max_batch=8)
-    results: dict[int, Any] = {}
-    [first] = submit_in_threads(group, "a", [1], results)
-    assert run.started.wait(10)
-    others = submit_in_threads(group, "a", [2, 3, 4, 5], results)
-    wait_queued(group, "a", 4)
-    run.release.set()
-    for thread in [first, *others]:
-        thread.join(10)
+    run, results = queue_behind_a_held_batch(8, [2, 3, 4, 5])
     assert run.batches == [("a", [1]), ("a", [2, 3, 4, 5])]
     assert results == {1: 10, 2: 20, 3: 30, 4: 40, 5: 50}
 
 
 def test_a_batch_holds_at_most_max_batch_callers() -> None:
-    run = Recorder(hold=True)
-    group = GroupCommit(run, max_batch=2)
-    results: dict[int, Any] = {}
-    threads = submit_in_threads(group, "a", [1], results)
-    assert run.started.wait(10)
-    threads += submit_in_threads(group, "a", [2, 3, 4, 5, 6], results)
-    wait_queued(group, "a", 5)
-    run.release.set()
-    for thread in threads:
-        thread.join(10)
+    run, results = queue_behind_a_held_batch(2, [2, 3, 4, 5, 6])
     assert [items for _, items in run.batches] == [[1], [2, 3], [4, 5], [6]]
     assert results == {i: i * 10 for i in range(1, 7)}
 
@@ -109,16 +106,7 @@ def test_other_keys_neither_wait_nor_share() -> None:
 
 
 def test_a_failing_batch_is_run_again_one_by_one_so_only_the_failing_caller_gets_the_error() -> None:
-    run = Recorder(hold=True)
-    group = GroupCommit(run, max_batch=8)
-    results: dict[int, Any] = {}
-    threads = submit_in_threads(group, "a", [1], results)
-    assert run.started.wait(10)
-    threads += submit_in_threads(group, "a", [2, -3, 4], results)
-    wait_queued(group, "a", 3)
-    run.release.set()
-    for thread in threads:
-        thread.join(10)
+    run, results = queue_behind_a_held_batch(8, [2, -3, 4])
     assert [items for _, items in run.batches] == [[1], [2, -3, 4], [2], [-3], [4]]
     assert (results[1], results[2], results[4]) == (10, 20, 40)
     assert isinstance(results[-3], ValueError) and "[-3]" in str(results[-3])

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-
 from experiments.acl import Role
 from experiments.models import Experiment
 from workunits.choices import ExecutionState
