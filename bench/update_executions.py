@@ -13,10 +13,15 @@ batches (default 500), all in one run on one database:
 * ``floor``: the same UPDATE and history INSERT as raw SQL without lock,
   read or guards (what the database alone costs).
 
-Each on 1 and 2 writer connections (batches split by experiment, as
-``workunits.writers.ParallelWriter`` does). Prints updates/s, ratios to the
-old path and to the floor, SQL statements per batch, and the share of
-execution updates Postgres did as HOT updates.
+Each on 1 and 2 writer connections, as the reconciler's batcher writes
+(``k8s_bridge.reconciler.batcher``): each batch is split into shards of
+experiments (``xid % connections``) and every connection writes its own
+shard's parts one after another, never waiting for the other connection.
+``--barrier`` instead waits for every part of a batch before the next batch
+starts (``workunits.writers.ParallelWriter.map``, how the batcher flushed
+before it was sharded). Prints updates/s, ratios to the old path and to the
+floor, SQL statements per batch, and the share of execution updates Postgres
+did as HOT updates.
 Target: new path >= 15,000 guarded updates/s with 2 connections (>= 5x old).
 ``--setup-sql`` runs statements after migrating (to measure schema variants,
 e.g. ``--setup-sql "ALTER TABLE workunits_workunitexecution SET (fillfactor = 100)"``).
@@ -42,6 +47,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--variants", nargs="+", default=["floor", "new", "old", "single"])
     parser.add_argument("--setup-sql", action="append", default=[])
+    parser.add_argument("--barrier", action="store_true",
+                        help="all parts of a batch finish before the next batch starts")
     args = parser.parse_args()
 
     with bench_database():
@@ -139,10 +146,22 @@ def main() -> None:
             before = hot_counts()
             with ParallelWriter(n_conn) as writer:
                 t0 = time.perf_counter()
-                for batch in batches:
-                    for outcome in writer.map(write, split_by_experiment(batch, n_conn)):
-                        if isinstance(outcome, Exception):
-                            raise outcome
+                if args.barrier:
+                    for batch in batches:
+                        for outcome in writer.map(write, split_by_experiment(batch, n_conn)):
+                            if isinstance(outcome, Exception):
+                                raise outcome
+                else:
+                    streams: list[list[list[ExecutionUpdate]]] = [[] for _ in range(n_conn)]
+                    for batch in batches:
+                        for shard, stream in enumerate(streams):
+                            part = [u for u in batch if u.xid % n_conn == shard]
+                            if part:
+                                stream.append(part)
+                    futures = [writer.submit(shard, lambda stream=stream: [write(part) for part in stream])
+                               for shard, stream in enumerate(streams)]
+                    for future in futures:
+                        future.result()
                 elapsed = time.perf_counter() - t0
             time.sleep(0.6)  # statistics are flushed to the shared view about every half second
             after = hot_counts()
@@ -168,7 +187,8 @@ def main() -> None:
 
         print()
         print(f"{args.updates} updates (one-transaction runs: {args.single_updates}) over {len(keys)} work units "
-              f"in {args.experiments} experiments, batches of {args.batch}")
+              f"in {args.experiments} experiments, batches of {args.batch}, "
+              + ("a barrier after every batch" if args.barrier else "each connection its own shard of experiments"))
         print(f"SQL statements per batch of {args.batch} ({args.experiments} experiments, savepoints and BEGIN/COMMIT "
               f"included): new {statements['new']}, old {statements['old']}")
         print(f"{'variant':<8} {'conns':>5} {'updates/s':>10} {'x old':>7} {'/ floor':>8} {'HOT':>5}")

@@ -1,17 +1,23 @@
 """Guarded execution writes through several database connections at once.
 
 One connection tops out at what one Postgres backend (and one Python thread
-preparing its statements) can do. The reconciler's batcher flushes through
-``ParallelWriter`` instead: the batch is split *by experiment* into at most
-N parts, and each part is one ordinary
+preparing its statements) can do. ``ParallelWriter`` keeps N long-lived
+threads, each with its own connection: ``write`` splits a batch *by
+experiment* into at most N parts, and each part is one ordinary
 ``workunits.services.update_work_unit_executions`` call on its own
-connection (own thread). Because an experiment's updates all go to one part,
-two parts never lock the same work unit or experiment row, and within each
-part the service takes its locks in the usual (xid, wid) then xid order, so
-the parts cannot deadlock with each other or with any other writer. Each
-part is its own transaction: one part can fail (``InvalidUpdates``, a lost
+connection. Because an experiment's updates all go to one part, two parts
+never lock the same work unit or experiment row, and within each part the
+service takes its locks in the usual (xid, wid) then xid order, so the
+parts cannot deadlock with each other or with any other writer. Each part
+is its own transaction: one part can fail (``InvalidUpdates``, a lost
 connection) while the others commit; ``WriteResult.failed`` says which
-updates to retry or drop. N is ``XMC_RECONCILER_WRITE_CONNECTIONS``.
+updates to retry or drop.
+
+The reconciler's batcher (``k8s_bridge.reconciler.batcher``) uses the
+threads without ``write``: it keeps one shard of experiments per connection
+(``xid % N``) and hands each shard's flushes to that shard's connection with
+``submit``, so no shard waits for another's. N is
+``XMC_RECONCILER_WRITE_CONNECTIONS``.
 """
 from __future__ import annotations
 
@@ -138,20 +144,28 @@ class ParallelWriter:
         if len(parts) > max(1, len(self._workers)):
             raise ValueError(f"{len(parts)} parts for {self.connections} connection(s)")
         outcomes: list[R | Exception] = []
-        if not self._workers:
-            for part in parts:
-                try:
-                    outcomes.append(fn(part))
-                except Exception as exc:  # noqa: BLE001 - reported in the result
-                    outcomes.append(exc)
-            return outcomes
-        futures = [worker.submit(partial(fn, part)) for worker, part in zip(self._workers, parts)]
-        for future in futures:
+        for future in [self.submit(i, partial(fn, part)) for i, part in enumerate(parts)]:
             try:
                 outcomes.append(future.result())
             except Exception as exc:  # noqa: BLE001 - reported in the result
                 outcomes.append(exc)
         return outcomes
+
+    def submit(self, index: int, fn: Callable[[], R]) -> Future[R]:
+        """Run ``fn()`` on connection ``index`` without waiting for it; its future.
+
+        Jobs for one connection run one after another, in order. With one
+        connection ``fn`` runs in the caller's thread and connection, before
+        this returns.
+        """
+        if not self._workers:
+            future: Future[R] = Future()
+            try:
+                future.set_result(fn())
+            except Exception as exc:  # noqa: BLE001 - in the future, as a worker would
+                future.set_exception(exc)
+            return future
+        return self._workers[index].submit(fn)
 
     def close(self) -> None:
         for worker in self._workers:

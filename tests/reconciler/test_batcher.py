@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import OperationalError
@@ -15,6 +16,7 @@ from workunits import services, state
 from workunits.choices import WorkUnitState
 from workunits.state import ExecutionUpdate
 from xmc import convert
+from xmc.errors import InvalidArgument
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = WorkUnitState
@@ -203,5 +205,109 @@ def test_with_two_connections_a_failed_part_keeps_its_slots_and_the_committed_pa
         assert execution(b).state == S.RUNNING
         assert reported == [[(a.wid, S.RUNNING)], [(b.wid, S.RUNNING)]]  # a is not reported twice
         assert batcher.pending() == {}
+    finally:
+        batcher.stop(drain=False)
+
+
+def two_experiments_in_two_shards():
+    """Work units of two experiments that a two-connection batcher keeps in different shards."""
+    first = factories.experiment()
+    second = factories.experiment()
+    while second.id % 2 == first.id % 2:
+        second = factories.experiment()
+    return factories.work_unit(first), factories.work_unit(second)
+
+
+def test_each_shard_flushes_on_its_own_and_never_twice_at_once() -> None:
+    slow, quick = two_experiments_in_two_shards()
+    release = threading.Event()
+    calls: list[tuple[int, ...]] = []
+    running: dict[int, int] = {slow.experiment_id: 0, quick.experiment_id: 0}
+    overlapped: list[int] = []
+    guard = threading.Lock()
+
+    def write(updates):
+        xids = {u.xid for u in updates}
+        assert len(xids) == 1  # a shard's flush never mixes in the other shard's experiment
+        (xid,) = xids
+        with guard:
+            calls.append((xid, *(u.wid for u in updates)))
+            running[xid] += 1
+            if running[xid] > 1:
+                overlapped.append(xid)
+        try:
+            if xid == slow.experiment_id:
+                assert release.wait(60)
+            return services.update_work_unit_executions(updates)
+        finally:
+            with guard:
+                running[xid] -= 1
+
+    batcher = UpdateBatcher(write, flush_interval_s=0.05, connections=2)
+    batcher.start()
+    try:
+        batcher.put("jobset", at(slow, S.STARTING, 1))
+        eventually(lambda: (slow.experiment_id, slow.wid) in calls, timeout=30, what="the slow shard's flush")
+        batcher.put("jobset", at(slow, S.RUNNING, 2))  # queued behind the running flush of its shard
+        batcher.put("jobset", at(quick, S.RUNNING, 1))
+        # The other shard is written while the slow one is still stuck in its first flush.
+        eventually(lambda: execution(quick).state == S.RUNNING, timeout=30, what="the quick shard's flush")
+        assert execution(slow).state == S.INITIALIZING
+        assert [c for c in calls if c[0] == slow.experiment_id] == [(slow.experiment_id, slow.wid)]
+        release.set()
+        eventually(lambda: execution(slow).state == S.RUNNING, timeout=30, what="the slow shard's next flush")
+        assert overlapped == []
+    finally:
+        release.set()
+        batcher.stop(drain=False)
+
+
+def test_what_committed_before_a_failure_in_the_same_flush_is_settled_and_reported_once() -> None:
+    exp = factories.experiment()
+    a, b = factories.work_unit(exp), factories.work_unit(exp)
+    calls: list[list[int]] = []
+
+    def write(updates):
+        calls.append([u.wid for u in updates])
+        if len(calls) == 1:
+            raise InvalidArgument("one of these is bad")  # names none: the batch is bisected
+        if len(calls) == 3:
+            raise OperationalError("server closed the connection unexpectedly")  # b's half
+        return services.update_work_unit_executions(updates)
+
+    reported: list[list[int]] = []
+    batcher = UpdateBatcher(write, flush_interval_s=60,
+                            on_committed=lambda ts, us: reported.append([t.wid for t in ts]))
+    batcher.put("jobset", at(a, S.RUNNING))
+    batcher.put("jobset", at(b, S.RUNNING))
+    assert not batcher.flush()
+    assert calls == [[a.wid, b.wid], [a.wid], [b.wid]]
+    assert execution(a).state == S.RUNNING and execution(b).state == S.INITIALIZING
+    assert reported == [[a.wid]]
+    assert set(batcher.pending()) == {(exp.id, b.wid, "jobset")}  # only b is retried
+    assert batcher.flush()
+    assert calls[-1] == [b.wid] and reported == [[a.wid], [b.wid]]
+
+
+def test_hooks_of_different_shards_run_one_at_a_time() -> None:
+    first, second = two_experiments_in_two_shards()
+    inside = [0]
+    most = [0]
+    guard = threading.Lock()
+
+    def hook(transitions, updates):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.2)  # both shards commit at about the same time; their hooks would overlap here
+        with guard:
+            inside[0] -= 1
+
+    batcher = UpdateBatcher(flush_interval_s=60, connections=2, on_committed=hook)
+    try:
+        batcher.put("jobset", at(first, S.RUNNING))
+        batcher.put("jobset", at(second, S.RUNNING))
+        assert batcher.flush()
+        assert most[0] == 1
     finally:
         batcher.stop(drain=False)
