@@ -6,18 +6,18 @@ durable transaction each; ``apply_rollup`` runs inside the caller's.
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
 from experiments import acl, rollup
 from experiments.choices import ActiveState, LaunchState
 from experiments.models import Experiment
-from xmc import convert, pb
+from xmc import convert, db, pb
 from xmc.errors import InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -132,11 +132,38 @@ def apply_rollup(
                                        extra_fields=extra_fields))
 
 
-#: The columns ``fold_rollup`` reads and writes (``apply_rollups`` loads only these).
-_ROLLUP_COLUMNS = (
-    "id", "launch_state", "active_state", "child_state_counts", "message_severity_counts", "complete_time",
-    "last_child_status_update_time", "status_update_time",
+#: The columns ``fold_rollup`` reads and writes (``apply_rollups`` loads only these), in the
+#: model's field order (what ``Model.from_db`` expects of a partial row).
+_ROLLUP_FIELDS = tuple(
+    f for f in Experiment._meta.concrete_fields
+    if f.attname in {"id", "launch_state", "active_state", "child_state_counts", "message_severity_counts",
+                     "complete_time", "last_child_status_update_time", "status_update_time"}
 )
+_ROLLUP_JSON = frozenset(f.attname for f in _ROLLUP_FIELDS if f.get_internal_type() == "JSONField")
+
+_ROLLUP_LOCK = f"""
+SELECT {", ".join(f.column for f in _ROLLUP_FIELDS)} FROM {Experiment._meta.db_table}
+WHERE id = ANY(%s::bigint[]) ORDER BY id FOR NO KEY UPDATE
+"""
+
+
+def _lock_for_rollup(xids: Iterable[int]) -> list[Experiment]:
+    """``lock_experiments(xids, only=...)`` for the roll-up columns, without the ORM's query
+    compiler: the batch write runs this on every batch, and compiling cost more than the lock."""
+    names = [f.attname for f in _ROLLUP_FIELDS]
+    json_at = [i for i, name in enumerate(names) if name in _ROLLUP_JSON]
+    cursor = db.kept_cursor()  # kept by the connection: not closed here
+    cursor.execute(_ROLLUP_LOCK, ["{" + ",".join(str(int(x)) for x in sorted(set(xids))) + "}"])
+    rows = cursor.fetchall()
+    experiments = []
+    for row in rows:
+        values = list(row)
+        for i in json_at:  # the raw cursor returns JSON as text (Django decodes it per field)
+            if isinstance(values[i], str):
+                values[i] = orjson.loads(values[i])
+        experiments.append(Experiment.from_db(connection.alias, names, values))
+    return experiments
+
 
 _ROLLUP_UPDATE = f"""
 UPDATE {Experiment._meta.db_table} AS x SET
@@ -168,7 +195,7 @@ def apply_rollups(
     if not moves:
         return
     rows = []
-    for exp in lock_experiments(moves, only=_ROLLUP_COLUMNS).values():
+    for exp in _lock_for_rollup(moves):
         state_moves, severity_moves = moves[exp.id]
         fold_rollup(exp, state_moves=state_moves, severity_moves=severity_moves, now=now)
         rows.append({
@@ -183,8 +210,8 @@ def apply_rollups(
             "status_update_time": exp.status_update_time.isoformat(),
         })
     if rows:
-        with connection.cursor() as cursor:
-            cursor.execute(_ROLLUP_UPDATE, [json.dumps(rows, separators=(",", ":"))])
+        # States arrive as choices (str subclasses), which orjson takes as keys only with this option.
+        db.kept_cursor().execute(_ROLLUP_UPDATE, [orjson.dumps(rows, option=orjson.OPT_NON_STR_KEYS).decode()])
 
 
 def fold_rollup(

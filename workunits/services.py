@@ -54,7 +54,7 @@ from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.validation import validate_executable, validate_work_unit_request
 from xmc import convert, limits, pb
-from xmc.db import bound_cursor, kept_cursor
+from xmc.db import kept_cursor
 from xmc.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -550,9 +550,9 @@ def _lock_work_unit_rows(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int
     ordered = sorted(set(keys))
     if not ordered:
         return {}
-    with bound_cursor() as cursor:
-        cursor.execute(_LOCK_SQL, [_int_array(k[0] for k in ordered), _int_array(k[1] for k in ordered)])
-        return {(xid, wid): _Locked(id_, xid, wid, eid) for id_, xid, wid, eid in cursor.fetchall()}
+    cursor = kept_cursor()  # kept by the connection: not closed here
+    cursor.execute(_LOCK_SQL, [_int_array(k[0] for k in ordered), _int_array(k[1] for k in ordered)])
+    return {(xid, wid): _Locked(id_, xid, wid, eid) for id_, xid, wid, eid in cursor.fetchall()}
 
 
 _WU = WorkUnit._meta.db_table
@@ -637,9 +637,9 @@ def _loads(value: Any) -> Any:
 
 def _read_executions(work_unit_ids: Sequence[int]) -> dict[int, tuple[int, int, ExecutionRecord]]:
     """work unit id -> (execution id, eid, record) of its ACTIVE execution."""
-    with bound_cursor() as cursor:
-        cursor.execute(_READ_SQL, [_int_array(work_unit_ids)])
-        rows = cursor.fetchall()
+    cursor = kept_cursor()
+    cursor.execute(_READ_SQL, [_int_array(work_unit_ids)])
+    rows = cursor.fetchall()
     return {  # positional, in ExecutionRecord's field order: one is built per execution of the batch
         wu_id: (ex_id, eid, ExecutionRecord(
             st, t, _loads(system), _loads(user), _loads(scheduling), _loads(detailed), mlrun or "",
@@ -656,15 +656,19 @@ def _stamp(message: state.Message, now: datetime) -> dict[str, Any]:
 
 
 def _execution_row(ex_id: int, record: ExecutionRecord) -> dict[str, Any]:
-    """One row of the UPDATE's recordset; ``None`` fields are stored as SQL NULL."""
+    """One row of the UPDATE's recordset; empty or ``None`` fields are stored as SQL NULL.
+
+    The record's JSON fields are already dicts of their own (read with
+    orjson, or copied by ``state.merge_execution``), so they go in as they are.
+    """
     return {
         "id": ex_id,
         "state": record.state,
         "state_update_time_ns": record.state_update_time_ns,
-        "system_message": dict(record.system_message) if record.system_message else None,
-        "user_message": dict(record.user_message) if record.user_message else None,
-        "scheduling_information": dict(record.scheduling_information) if record.scheduling_information else None,
-        "detailed_status": dict(record.detailed_status) if record.detailed_status else None,
+        "system_message": record.system_message or None,
+        "user_message": record.user_message or None,
+        "scheduling_information": record.scheduling_information or None,
+        "detailed_status": record.detailed_status or None,
         "mlrun_url": record.mlrun_url,
         # The same (microsecond) value the model field would have stored.
         "complete_time": (
@@ -749,8 +753,7 @@ def _apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tr
     }
     if messages:
         params["messages"] = _dumps(messages)
-    with bound_cursor() as cursor:
-        cursor.execute(_WRITE_WITH_MESSAGES_SQL if messages else _WRITE_SQL, params)
+    kept_cursor().execute(_WRITE_WITH_MESSAGES_SQL if messages else _WRITE_SQL, params)
 
     # Roll-up: one pass per experiment, experiments locked after work units.
     state_moves: dict[int, list[tuple[str | None, str | None]]] = defaultdict(list)
