@@ -198,11 +198,11 @@ class UpdateBatcher:
                 batch = sorted(shard.slots.items(), key=_slot_order)
             if not batch:
                 return True
+            shard.last_start = time.monotonic()  # a skipped flush waits its interval too
             if not self._can_write():
                 log.info("reconciler.flush_skipped_not_leader", extra={"pending": len(batch), "shard": shard.index})
                 return False
             metrics.BATCH_SIZE.observe(len(batch))
-            shard.last_start = time.monotonic()
             settled: list[tuple[SlotKey, _Slot]] = []
             commits: Commits = []
             error: Exception | None = None

@@ -11,7 +11,8 @@ from django.utils import timezone
 from k8s_bridge.reconciler import metrics
 from k8s_bridge.reconciler.batcher import UpdateBatcher
 from tests import factories
-from tests.reconciler.conftest import eventually, execution
+from tests.reconciler.conftest import execution
+from tests.waiting import eventually
 from workunits import services, state
 from workunits.choices import WorkUnitState
 from workunits.state import ExecutionUpdate
@@ -153,6 +154,25 @@ def test_it_writes_nothing_without_the_lease() -> None:
     batcher.discard()
     leading.set()
     assert batcher.flush() and execution(wu).state == S.INITIALIZING
+
+
+def test_without_the_lease_it_asks_again_each_interval_not_in_a_busy_loop() -> None:
+    wu = factories.work_unit(factories.experiment())
+    asked = [0]
+
+    def can_write() -> bool:
+        asked[0] += 1
+        return False
+
+    batcher = UpdateBatcher(flush_interval_s=0.1, can_write=can_write)
+    batcher.start()
+    try:
+        batcher.put("jobset", at(wu, S.RUNNING))
+        time.sleep(1.0)
+        assert 3 <= asked[0] <= 15  # about once per interval
+    finally:
+        batcher.stop(drain=False)
+    assert execution(wu).state == S.INITIALIZING
 
 
 def test_it_clears_queue_information_when_scheduling_and_running_meet_in_one_flush() -> None:
