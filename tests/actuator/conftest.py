@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,17 +75,6 @@ def release_finalizer(sim: SimulatorHandle, xid: int, wid: int) -> None:
             client.JOBSET_GROUP, client.JOBSET_VERSION, NAMESPACE, client.JOBSET_PLURAL, jobset_name(xid, wid),
             {"metadata": {"finalizers": None}},
         )
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def _database_url() -> str:

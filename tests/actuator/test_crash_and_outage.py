@@ -23,7 +23,8 @@ from kombu import pools as kombu_pools
 
 from k8s_bridge.jobset_builder import LABEL_EID
 from tests import factories
-from tests.actuator.conftest import NAMESPACE, REAL_DELIVER, Workers, eventually, get_jobset
+from tests.actuator.conftest import NAMESPACE, REAL_DELIVER, Workers, get_jobset
+from tests.waiting import eventually
 from workunits import services
 from workunits.models import DeadLetter, Operation, WorkUnitExecution
 from xmc.celery import app

@@ -7,7 +7,8 @@ import pytest
 from django.db import close_old_connections
 
 from tests import factories
-from tests.actuator.conftest import Workers, eventually, get_jobset, release_finalizer
+from tests.actuator.conftest import Workers, get_jobset, release_finalizer
+from tests.waiting import eventually
 from workunits import outbox, services
 from workunits.models import DeadLetter, Operation
 from xmc import task_signing

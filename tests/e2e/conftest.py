@@ -24,6 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+from tests import waiting
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -112,11 +114,5 @@ def system(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytes
 
 
 def eventually(check: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """`tests.waiting.eventually`, polled every half second (each check reads the database or the API)."""
+    return waiting.eventually(check, timeout, what, interval=interval)

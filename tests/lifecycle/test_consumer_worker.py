@@ -27,6 +27,7 @@ from lifecycle.hooks import JobSetContext
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
+from tests import waiting
 from workunits import outbox
 from workunits import services as wu_services
 from workunits.models import WorkUnit
@@ -74,13 +75,9 @@ def worker(lifecycle_on: Any, emulator: EmulatorHandle, tmp_path: Path) -> Itera
 
 
 def eventually(check: Callable[[], Any], log: Path, what: str, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; worker log:\n{log.read_text()[-4000:]}")
+    """`tests.waiting.eventually`, with the worker's log tail when it times out."""
+    return waiting.eventually(check, timeout, what, interval=0.2,
+                              detail=lambda: f"worker log:\n{log.read_text()[-4000:]}")
 
 
 def context(wu: WorkUnit, notify_when: str = ALL) -> JobSetContext:

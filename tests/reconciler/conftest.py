@@ -111,18 +111,6 @@ class Cluster:
         self.delete_jobset(wu)
 
 
-def eventually(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until truthy (wall seconds; generous for a loaded machine)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
 def execution(wu: WorkUnit, eid: int | None = None) -> WorkUnitExecution:
     wu.refresh_from_db()
     return WorkUnitExecution.objects.get(work_unit=wu, eid=eid or wu.current_eid)

@@ -9,7 +9,8 @@ from django.core.management import call_command
 
 from k8s_bridge.reconciler import metrics
 from tests import factories
-from tests.reconciler.conftest import Cluster, eventually, state_of
+from tests.reconciler.conftest import Cluster, state_of
+from tests.waiting import eventually
 from workunits import services
 from workunits.choices import TaskType, WorkUnitState
 from workunits.models import Operation

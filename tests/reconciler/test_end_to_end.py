@@ -7,7 +7,8 @@ import pytest
 
 from tests import factories
 from k8s_bridge import client
-from tests.reconciler.conftest import Cluster, eventually, execution, state_of
+from tests.reconciler.conftest import Cluster, execution, state_of
+from tests.waiting import eventually
 from workunits.choices import WorkUnitState
 from workunits.models import StatusHistory
 

@@ -14,7 +14,8 @@ from django.db import connection
 from k8s_bridge import client
 from k8s_bridge.reconciler.leader import LeaderElector
 from tests import factories
-from tests.reconciler.conftest import Cluster, eventually, state_of
+from tests.reconciler.conftest import Cluster, state_of
+from tests.waiting import eventually
 from workunits.choices import WorkUnitState
 
 pytestmark = pytest.mark.django_db(transaction=True)

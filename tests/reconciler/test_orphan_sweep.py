@@ -6,7 +6,8 @@ import types
 import pytest
 
 from tests import factories
-from tests.reconciler.conftest import Cluster, eventually, execution, state_of
+from tests.reconciler.conftest import Cluster, execution, state_of
+from tests.waiting import eventually
 from workunits import services
 from workunits.choices import TaskType, WorkUnitState
 from workunits.models import Operation

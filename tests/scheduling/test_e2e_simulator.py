@@ -31,7 +31,7 @@ from django.db import connection
 
 from artifacts import services as artifact_services
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
-from tests import factories
+from tests import factories, waiting
 from tests.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
 from workunits import resumption, scheduling, services
 from workunits.models import PausedTask, WorkUnit, WorkUnitExecution
@@ -49,13 +49,7 @@ LONG: dict[str, Any] = {"annotations": {"sim.xmc.dev/script": "pull=1s;run=10000
 
 
 def eventually(predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
+    return waiting.eventually(predicate, timeout, what, interval=0.25)
 
 
 @pytest.fixture

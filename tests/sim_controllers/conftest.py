@@ -7,7 +7,6 @@ and poll with `Sim.eventually` (bounded, never a fixed long sleep).
 from __future__ import annotations
 
 import builtins
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -18,6 +17,7 @@ from k8s_bridge.sim.clock import SimClock
 from k8s_bridge.sim.controllers import Controllers, start_controllers
 from k8s_bridge.sim.controllers.config import DEFAULT_CONFIG
 from k8s_bridge.sim.store import Store
+from tests import waiting
 
 SPEED = 100.0
 
@@ -76,19 +76,10 @@ class Sim:
 
     # --- waiting -------------------------------------------------------------------
     def eventually(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-        """Poll `predicate` (wall seconds) until it returns something truthy."""
-        deadline = time.monotonic() + timeout
-        last_exc: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                value = predicate()
-                if value:
-                    return value
-                last_exc = None
-            except (AssertionError, KeyError, TypeError) as exc:
-                last_exc = exc
-            time.sleep(0.01)
-        raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+        """Poll `predicate` (wall seconds) until it returns something truthy; an object not there yet
+        (an assertion, a missing key or field) counts as "not yet"."""
+        return waiting.eventually(predicate, timeout, what, interval=0.01,
+                                  retry_on=(AssertionError, KeyError, TypeError))
 
     def settle(self, timeout: float = 5.0) -> None:
         assert self.ctrls.wait_idle(timeout), "controllers did not go idle"

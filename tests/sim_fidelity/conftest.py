@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from kubernetes import client
 
 from k8s_bridge.sim.controllers.config import DEFAULT_CONFIG
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
+from tests import waiting
 
 SPEED = 100.0
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -104,18 +104,8 @@ class Cluster:
     # --- waiting ---------------------------------------------------------------------
     @staticmethod
     def eventually(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-        deadline = time.monotonic() + timeout
-        last_exc: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                value = predicate()
-                if value:
-                    return value
-                last_exc = None
-            except (AssertionError, KeyError, TypeError, IndexError) as exc:
-                last_exc = exc
-            time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+        return waiting.eventually(predicate, timeout, what, interval=0.02,
+                                  retry_on=(AssertionError, KeyError, TypeError, IndexError))
 
 
 def rjob(name: str, *, replicas: int = 1, pods: int = 1, script: str | None = "pull=1s;run=5s;exit=0",
