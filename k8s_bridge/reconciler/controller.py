@@ -602,7 +602,9 @@ class Reconciler:
                 informer.relist("start")
         repairs = self.resync()
         self.process_dirty()
-        self.batcher.flush()
+        # Writes what is pending (retrying a failed flush until the drain timeout), then
+        # closes the batcher's writer threads and their database connections.
+        self.batcher.stop(drain=True)
         self.flush_metadata()
         return repairs
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import threading
 import urllib.request
 
 import pytest
@@ -32,6 +33,8 @@ def test_it_reconciles_and_sweeps_once_and_exits(cluster: Cluster) -> None:
     assert "1 orphan repair" in out.getvalue()
     assert state_of(running) == S.RUNNING
     assert state_of(stopping) == S.STOPPED
+    # Nothing of the run is left behind: no writer thread (each holds a database connection).
+    assert [t.name for t in threading.enumerate() if t.name.startswith("xmc-writer")] == []
 
 
 def test_it_serves_prometheus_metrics(cluster: Cluster, reconciler) -> None:
