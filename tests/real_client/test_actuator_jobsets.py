@@ -15,7 +15,6 @@ from django.db import close_old_connections
 from tests.actuator.conftest import (  # noqa: F401 - fixtures
     actuator_sim,
     cluster,
-    eventually,
     get_jobset,
     real_deliver,
     worker,
@@ -23,6 +22,7 @@ from tests.actuator.conftest import (  # noqa: F401 - fixtures
 )
 from tests.real_client.conftest import Client
 from tests.real_client.test_launch import LAUNCH_SCRIPT
+from tests.waiting import eventually
 from workunits.models import Operation
 
 pytestmark = pytest.mark.django_db(transaction=True)
