@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.utils import timezone
 
 from tests import factories
@@ -44,6 +45,11 @@ def page(live_server: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[objec
         page.click("input[type=submit]")
         page.wait_for_url(f"{live_server}/admin/")
         yield page
+        # While sync_playwright runs, an event loop runs in this thread, so Django keeps the
+        # test's database connection in a context-local slot (asgiref's Local), apart from
+        # the thread's own that pytest-django closes: close it here, or it holds the test
+        # database open after the session ends.
+        connections.close_all()
         browser.close()
 
 
