@@ -105,14 +105,6 @@ def _lock(xid: int) -> Experiment:
         raise NotFound(f"experiments/{xid} not found", field="name") from None
 
 
-def lock_experiments(xids: Iterable[int], *, only: Sequence[str] = ()) -> dict[int, Experiment]:
-    """Lock experiment rows in xid order (always *after* their work units); ``only`` limits the columns loaded."""
-    rows = Experiment.objects.select_for_update(no_key=True).filter(id__in=sorted(set(xids))).order_by("id")
-    if only:
-        rows = rows.only(*only)
-    return {exp.id: exp for exp in rows}
-
-
 def apply_rollup(
     exp: Experiment,
     *,
@@ -139,7 +131,8 @@ _ROLLUP_FIELDS = tuple(
     if f.attname in {"id", "launch_state", "active_state", "child_state_counts", "message_severity_counts",
                      "complete_time", "last_child_status_update_time", "status_update_time"}
 )
-_ROLLUP_JSON = frozenset(f.attname for f in _ROLLUP_FIELDS if f.get_internal_type() == "JSONField")
+_ROLLUP_NAMES = [f.attname for f in _ROLLUP_FIELDS]
+_ROLLUP_JSON_AT = [i for i, f in enumerate(_ROLLUP_FIELDS) if f.get_internal_type() == "JSONField"]
 
 _ROLLUP_LOCK = f"""
 SELECT {", ".join(f.column for f in _ROLLUP_FIELDS)} FROM {Experiment._meta.db_table}
@@ -148,20 +141,21 @@ WHERE id = ANY(%s::bigint[]) ORDER BY id FOR NO KEY UPDATE
 
 
 def _lock_for_rollup(xids: Iterable[int]) -> list[Experiment]:
-    """``lock_experiments(xids, only=...)`` for the roll-up columns, without the ORM's query
-    compiler: the batch write runs this on every batch, and compiling cost more than the lock."""
-    names = [f.attname for f in _ROLLUP_FIELDS]
-    json_at = [i for i, name in enumerate(names) if name in _ROLLUP_JSON]
+    """Lock the experiment rows in xid order (always *after* their work units), loading the
+    roll-up columns only, as partial ``Experiment`` instances.
+
+    One prepared statement rather than an ORM query: the batch write runs
+    this on every batch, and compiling the query cost more than the lock.
+    """
     cursor = db.kept_cursor()  # kept by the connection: not closed here
-    cursor.execute(_ROLLUP_LOCK, ["{" + ",".join(str(int(x)) for x in sorted(set(xids))) + "}"])
-    rows = cursor.fetchall()
+    cursor.execute(_ROLLUP_LOCK, [db.int_array(sorted(set(xids)))])
     experiments = []
-    for row in rows:
+    for row in cursor.fetchall():
         values = list(row)
-        for i in json_at:  # the raw cursor returns JSON as text (Django decodes it per field)
+        for i in _ROLLUP_JSON_AT:  # the raw cursor returns JSON as text (Django decodes it per field)
             if isinstance(values[i], str):
                 values[i] = orjson.loads(values[i])
-        experiments.append(Experiment.from_db(connection.alias, names, values))
+        experiments.append(Experiment.from_db(connection.alias, _ROLLUP_NAMES, values))
     return experiments
 
 

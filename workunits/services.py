@@ -54,7 +54,7 @@ from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.validation import validate_executable, validate_work_unit_request
 from xmc import convert, limits, pb
-from xmc.db import kept_cursor
+from xmc.db import int_array, kept_cursor
 from xmc.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ def _lock_for_create(xid: int, wids: Sequence[int]) -> tuple[Experiment, int, di
             f"FROM {qn(Experiment._meta.db_table)} e WHERE e.id = %s FOR NO KEY UPDATE OF e"
         )
     cursor = kept_cursor()
-    cursor.execute(sql, [_int_array(wids), xid])
+    cursor.execute(sql, [int_array(wids), xid])
     row = cursor.fetchone()
     if row is None:
         raise NotFound(f"experiments/{xid} not found", field="parent")
@@ -551,7 +551,7 @@ def _lock_work_unit_rows(keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int
     if not ordered:
         return {}
     cursor = kept_cursor()  # kept by the connection: not closed here
-    cursor.execute(_LOCK_SQL, [_int_array(k[0] for k in ordered), _int_array(k[1] for k in ordered)])
+    cursor.execute(_LOCK_SQL, [int_array(k[0] for k in ordered), int_array(k[1] for k in ordered)])
     return {(xid, wid): _Locked(id_, xid, wid, eid) for id_, xid, wid, eid in cursor.fetchall()}
 
 
@@ -622,15 +622,6 @@ _WRITE_SQL = f"WITH updated AS ({_UPDATE_SQL}) {_HISTORY_INSERT}"
 _WRITE_WITH_MESSAGES_SQL = f"WITH updated AS ({_UPDATE_SQL}), history AS ({_HISTORY_INSERT}) {_MESSAGE_INSERT}"
 
 
-def _int_array(values: Iterable[int]) -> str:
-    """A Postgres array literal of ints (cast with ``::bigint[]`` in the SQL).
-
-    psycopg's list dumper inspects every element in Python; for the batch's
-    hundreds of ids the literal is several times cheaper.
-    """
-    return "{" + ",".join(str(int(v)) for v in values) + "}"
-
-
 def _loads(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str) else value
 
@@ -638,7 +629,7 @@ def _loads(value: Any) -> Any:
 def _read_executions(work_unit_ids: Sequence[int]) -> dict[int, tuple[int, int, ExecutionRecord]]:
     """work unit id -> (execution id, eid, record) of its ACTIVE execution."""
     cursor = kept_cursor()
-    cursor.execute(_READ_SQL, [_int_array(work_unit_ids)])
+    cursor.execute(_READ_SQL, [int_array(work_unit_ids)])
     rows = cursor.fetchall()
     return {  # positional, in ExecutionRecord's field order: one is built per execution of the batch
         wu_id: (ex_id, eid, ExecutionRecord(
@@ -997,7 +988,7 @@ def mark_operations_dispatched(operation_ids: Sequence[int], *, now: datetime | 
     """
     now = now or timezone.now()
     with connection.cursor() as cursor:  # after the commit that wrote the operations: outside any transaction
-        cursor.execute(_MARK_DISPATCHED_SQL, [now, _int_array(operation_ids)])
+        cursor.execute(_MARK_DISPATCHED_SQL, [now, int_array(operation_ids)])
         return int(cursor.rowcount)
 
 

@@ -3,13 +3,14 @@
 Django's default psycopg cursor binds on the client: it quotes every
 parameter into the SQL text, and Postgres parses and plans each statement
 again. The hot writes (large JSON recordsets) and the hot reads (one
-statement per API call) use `bound_cursor` instead: parameters travel
+statement per API call) use `kept_cursor` instead: parameters travel
 separately, and a statement run ``XMC_DB_PREPARE_THRESHOLD`` times on a
-connection becomes a server-side prepared statement. Both keep Django's
+connection becomes a server-side prepared statement. It keeps Django's
 query logging, execute wrappers and database-error translation.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -27,22 +28,15 @@ def _raw_connection() -> Any:
     return raw
 
 
-def bound_cursor() -> Any:
-    """A new Django cursor with server-side binding (close it: ``with bound_cursor() as cursor``)."""
-    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-
-    return connection._prepare_cursor(ServerBindingCursor(_raw_connection()))  # type: ignore[attr-defined]
-
-
 def kept_cursor() -> Any:
-    """`bound_cursor`, but one psycopg cursor kept per connection and reused: do not close it,
-    and fetch its rows before anything else runs a statement through it.
+    """A Django cursor with server-side binding, one psycopg cursor kept per connection and
+    reused: do not close it, and fetch its rows before anything else runs a statement through it.
 
-    For the one-statement API reads: a fresh psycopg cursor builds a loader
-    for every column of every result (timestamps, JSON) again, which cost
-    more than the rest of the cursor handling. The cursor belongs to the
-    calling thread's connection; a new one is made when that connection
-    was replaced.
+    A fresh psycopg cursor builds a loader for every column of every result
+    (timestamps, JSON) again, which cost more than the rest of the cursor
+    handling on the one-statement API reads. The cursor belongs to the
+    calling thread's connection; a new one is made when that connection was
+    replaced.
     """
     from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 
@@ -52,3 +46,12 @@ def kept_cursor() -> Any:
         kept = ServerBindingCursor(raw)
         connection._xmc_kept_cursor = kept  # type: ignore[attr-defined]
     return connection._prepare_cursor(kept)  # type: ignore[attr-defined]
+
+
+def int_array(values: Iterable[int]) -> str:
+    """A Postgres array literal of ints (cast with ``::bigint[]`` in the SQL).
+
+    psycopg's list dumper inspects every element in Python; for a batch's
+    hundreds of ids the literal is several times cheaper.
+    """
+    return "{" + ",".join(str(int(v)) for v in values) + "}"

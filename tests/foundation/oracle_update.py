@@ -19,6 +19,7 @@ from django.db.models import Field
 from django.utils import timezone
 
 from experiments import services as experiment_services
+from experiments.models import Experiment
 from workunits import state
 from workunits.choices import ExecutionState
 from workunits.models import StatusHistory, StatusMessage, WorkUnitExecution
@@ -142,6 +143,8 @@ def apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tra
         xid = xid_of[wu_id]
         state_moves[xid].append((before.state, record.state))
         severity_moves[xid].append((state.best_severity(before), state.best_severity(record)))
-    for xid, exp in experiment_services.lock_experiments(state_moves).items():
-        experiment_services.apply_rollup(exp, state_moves=state_moves[xid], severity_moves=severity_moves[xid], now=now)
+    # Experiments locked after their work units, in xid order (the ORM query the batch write replaced).
+    for exp in Experiment.objects.select_for_update(no_key=True).filter(id__in=sorted(state_moves)).order_by("id"):
+        experiment_services.apply_rollup(exp, state_moves=state_moves[exp.id], severity_moves=severity_moves[exp.id],
+                                         now=now)
     return transitions

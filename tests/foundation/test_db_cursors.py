@@ -40,6 +40,13 @@ def test_statements_through_it_are_logged_and_prepared_after_the_threshold(setti
 def test_a_threshold_of_zero_prepares_nothing(settings: Any) -> None:
     settings.XMC_DB_PREPARE_THRESHOLD = 0
     for _ in range(4):
-        with db.bound_cursor() as cursor:
-            cursor.execute("SELECT %s::int /* xmc-db-test */", [2])
+        db.kept_cursor().execute("SELECT %s::int /* xmc-db-test */", [2])
     assert prepared() == 0
+
+
+def test_int_array_is_a_postgres_array_literal() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::bigint[]", [db.int_array([3, 1, 2])])
+        assert cursor.fetchone()[0] == [3, 1, 2]
+        cursor.execute("SELECT %s::bigint[]", [db.int_array([])])
+        assert cursor.fetchone()[0] == []
