@@ -62,6 +62,23 @@ def test_it_clears_the_account_count_on_success(user: Any, settings: Any) -> Non
     assert sign_in(Client(REMOTE_ADDR="10.3.0.3"), URLS[0], user.username, PASSWORD)
 
 
+def test_it_opens_the_window_at_the_first_failure_and_never_extends_it(user: Any, settings: Any) -> None:
+    import redis
+
+    from xmc.auth import throttle
+
+    settings.XMC_LOGIN_FAILURE_WINDOW_S = 120
+    account_key, _ = throttle._keys(user.username, "10.4.0.1")
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    throttle.record_failure(user.username, "10.4.0.1")
+    first_ttl = client.ttl(account_key)
+    assert 0 < first_ttl <= 120
+    client.expire(account_key, 30)  # as if 90 s had passed
+    throttle.record_failure(user.username, "10.4.0.1")
+    assert int(client.get(account_key)) == 2
+    assert 0 < client.ttl(account_key) <= 30
+
+
 def test_it_validates_passwords() -> None:
     with pytest.raises(ValidationError):
         validate_password("123")

@@ -72,8 +72,10 @@ def record_failure(username: str, address: str) -> None:
     try:
         pipe = _client().pipeline()
         for key in _keys(username, address):
+            # The first failure opens the window; INCR keeps the key's TTL. (Not
+            # ``EXPIRE ... NX``: that needs Redis 7, and XMC supports 6.2.)
+            pipe.set(key, 0, ex=window, nx=True)
             pipe.incr(key)
-            pipe.expire(key, window, nx=True)
         pipe.execute()
     except (redis.RedisError, OSError) as exc:
         logger.warning("auth.login_throttle.redis_unavailable error=%s", exc)
