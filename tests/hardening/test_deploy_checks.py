@@ -54,3 +54,33 @@ def test_it_fails_check_deploy_with_the_default_secret() -> None:
     result = manage("check", "--deploy", **{k: v for k, v in PRODUCTION.items() if k != "XMC_SECRET_KEY"})
     assert result.returncode != 0
     assert "xmc.E001" in result.stderr
+
+
+@pytest.mark.parametrize(("service", "found", "minimum", "too_old"), [
+    ("Redis", "6.0.9", checks.MIN_REDIS, True),
+    ("Redis", "6.2.14", checks.MIN_REDIS, False),
+    ("Redis", "7.0.15", checks.MIN_REDIS, False),
+    ("PostgreSQL", "13.4", checks.MIN_POSTGRES, True),
+    ("PostgreSQL", "15.19", checks.MIN_POSTGRES, False),
+    ("PostgreSQL", "18beta1", checks.MIN_POSTGRES, False),
+])
+def test_it_names_the_version_a_service_needs(service: str, found: str, minimum: tuple[int, int],
+                                               too_old: bool) -> None:
+    problem = checks.version_problem(service, found, minimum)
+    if too_old:
+        assert problem == f"{service} {found} is too old: XMC needs {service} {minimum[0]}.{minimum[1]} or newer"
+    else:
+        assert problem is None
+
+
+@pytest.mark.django_db
+def test_it_accepts_the_servers_the_suite_runs_on_and_refuses_older_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The suite's own servers (embedded or the machine's) are supported ones ...
+    assert checks.check_service_versions() == []
+    checks.require_supported_services()
+    # ... and a server older than the minimum stops every server process at start.
+    monkeypatch.setattr(checks, "MIN_REDIS", (99, 0))
+    monkeypatch.setattr(checks, "MIN_POSTGRES", (99, 0))
+    assert [m.id for m in checks.check_service_versions()] == ["xmc.E003", "xmc.E004"]
+    with pytest.raises(ImproperlyConfigured, match=r"Redis .* is too old: XMC needs Redis 99\.0 or newer"):
+        checks.require_supported_services()

@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from k8s_bridge.reconciler import metrics
 from k8s_bridge.reconciler.controller import Options, Reconciler
 from k8s_bridge.reconciler.leader import LeaderElector
+from xmc.checks import require_supported_services
 
 LEASE_NAME = "xmc-reconciler"
 
@@ -40,6 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("--lease-duration", type=float, default=settings.XMC_RECONCILER_LEASE_DURATION_S)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_supported_services()
         opts = Options.from_settings(options["namespaces"])
         if options["once"]:
             repairs = Reconciler(opts).run_once()
