@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
 
 from k8s_bridge import client
+
 from k8s_bridge.jobset_builder import FINALIZER, jobset_name
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
 from workunits.outbox import deliver as REAL_DELIVER
+from tests.childenv import child_database_url
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,11 +78,6 @@ def release_finalizer(sim: SimulatorHandle, xid: int, wid: int) -> None:
         )
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 class Workers:
     """Start and stop ``celery -A xmc worker`` processes for one test."""
 
@@ -95,7 +91,7 @@ class Workers:
               **env_overrides: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update({
-            "DATABASE_URL": _database_url(),
+            "DATABASE_URL": child_database_url(),
             "REDIS_URL": broker or self.broker,
             "CELERY_BROKER_URL": broker or self.broker,
             "KUBECONFIG": self.kubeconfig,

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 
 from tests import waiting
+from tests.childenv import child_database_url
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -50,23 +50,16 @@ class System:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _test_database_url(name: str) -> str:
-    url = urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/xmc"))
-    return urlunsplit(url._replace(path=f"/{name}"))
-
-
 @pytest.fixture(scope="module")
 def system(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory,
            request: pytest.FixtureRequest) -> Iterator[System]:
-    from django.db import connection
-
     with django_db_blocker.unblock():
-        database = connection.settings_dict["NAME"]
+        database_url = child_database_url()
     run_dir = tmp_path_factory.mktemp("run")
     extra: dict[str, str] = getattr(request.module, "SYSTEM_ENV", {})
     env = {
         **os.environ,
-        "DATABASE_URL": _test_database_url(database),
+        "DATABASE_URL": database_url,
         "XMC_RUN_DIR": str(run_dir),
         "XMC_WEB_PORT": str(_free_port()),
         "XMC_SIM_PORT": str(_free_port()),

@@ -28,6 +28,7 @@ from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
 from tests import waiting
+from tests.childenv import child_database_url
 from workunits import outbox
 from workunits import services as wu_services
 from workunits.models import WorkUnit
@@ -44,7 +45,7 @@ def worker(lifecycle_on: Any, emulator: EmulatorHandle, tmp_path: Path) -> Itera
     db = connection.settings_dict
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": child_database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true",

@@ -16,6 +16,7 @@ from k8s_bridge.reconciler.leader import LeaderElector
 from tests import factories
 from tests.reconciler.conftest import Cluster, state_of
 from tests.waiting import eventually
+from tests.childenv import child_database_url
 from workunits.choices import WorkUnitState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,7 +46,7 @@ def spawn(cluster: Cluster, tmp_path: Path):
         env = dict(os.environ)
         env.update({
             "KUBECONFIG": cluster.handle.kubeconfig_path or "",
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            "DATABASE_URL": child_database_url(),
             "XMC_RECONCILER_FLUSH_INTERVAL_MS": "50",
             "XMC_RECONCILER_RESYNC_S": "5",
             "XMC_LOG_LEVEL": "WARNING",

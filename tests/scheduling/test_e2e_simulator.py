@@ -33,6 +33,7 @@ from artifacts import services as artifact_services
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
 from tests import factories, waiting
 from tests.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
+from tests.childenv import child_database_url
 from workunits import resumption, scheduling, services
 from workunits.models import PausedTask, WorkUnit, WorkUnitExecution
 from workunits.outbox import deliver as REAL_DELIVER  # both captured before the autouse fixture stubs them
@@ -70,7 +71,7 @@ LIFECYCLE = {"XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "xmc
 def _env(sim: SimulatorHandle) -> dict[str, str]:
     db = connection.settings_dict
     return {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            "DATABASE_URL": child_database_url(),
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "REDIS_URL": settings.CELERY_BROKER_URL,
             "KUBECONFIG": str(sim.kubeconfig_path), "XMC_DB_CONN_MAX_AGE": "0",
             # The processes verify what this process signs.

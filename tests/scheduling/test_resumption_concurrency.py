@@ -17,6 +17,7 @@ from django.db import connection
 from k8s_bridge.actuator.pause import hold_if_paused, release
 from tests import factories
 from tests.scheduling.conftest import OLIVIA, actuator_messages, task_for
+from tests.childenv import child_database_url
 from workunits import outbox, resumption, scheduling
 from workunits.models import PausedTask
 
@@ -90,7 +91,7 @@ def test_it_leaves_the_rest_to_the_next_run_when_a_run_is_killed(broker, tmp_pat
     held_work_units(80)
     db = connection.settings_dict
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"}
+           "DATABASE_URL": child_database_url()}
     killed_run = uuid.uuid4()
     script = tmp_path / "killed_run.py"
     script.write_text(KILLED_RUN)

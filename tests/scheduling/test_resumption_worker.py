@@ -15,6 +15,7 @@ from django.db import connection
 from k8s_bridge.actuator.pause import hold_if_paused, release
 from tests import factories
 from tests.scheduling.conftest import OLIVIA, actuator_messages, task_for
+from tests.childenv import child_database_url
 from workunits import scheduling
 from workunits.models import PausedTask
 
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def resumption_worker(tmp_path):
     db = connection.settings_dict
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+           "DATABASE_URL": child_database_url(),
            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL}
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "resumption", "--pool", "solo",
