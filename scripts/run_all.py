@@ -15,7 +15,9 @@ reuses all of it.
 
 SIGINT (Ctrl-C), SIGTERM and SIGHUP stop every process it started (each runs
 in its own process group, so its children go too), and the embedded Postgres
-and Redis when ``./dev`` started those for it. ``--smoke`` starts everything,
+and Redis that ``./dev run`` started for it (``--stop-postgres DIR``,
+``--stop-redis PORT``); a server that was already running when ``./dev run``
+began (e.g. the one a ``./dev test`` beside it uses) is never stopped. ``--smoke`` starts everything,
 waits until each process answers, prints the URLs and stops again.
 """
 from __future__ import annotations
@@ -210,15 +212,13 @@ def stop_all(procs: list[Process]) -> None:
             pass
 
 
-def stop_embedded_services() -> None:
-    """Stop the embedded Postgres / Redis that ./dev started for this run."""
+def stop_embedded_services(postgres_dir: str, redis_port: str) -> None:
+    """Stop the embedded Postgres / Redis that ./dev started for this run (and only those)."""
     script = ROOT / "scripts" / "devservices.py"
-    if os.environ.get("XMC_DEV_EMBEDDED_REDIS"):
-        subprocess.run([sys.executable, str(script), "stop-redis", os.environ["XMC_DEV_EMBEDDED_REDIS"]],
-                       check=False, timeout=30)
-    if os.environ.get("XMC_DEV_EMBEDDED_PG"):
-        subprocess.run([sys.executable, str(script), "stop-postgres", os.environ["XMC_DEV_EMBEDDED_PG"]],
-                       check=False, timeout=60)
+    if redis_port:
+        subprocess.run([sys.executable, str(script), "stop-redis", redis_port], check=False, timeout=30)
+    if postgres_dir:
+        subprocess.run([sys.executable, str(script), "stop-postgres", postgres_dir], check=False, timeout=60)
 
 
 def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None:
@@ -243,6 +243,10 @@ def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="start, check, print and stop")
+    parser.add_argument("--stop-postgres", default="", metavar="DIR",
+                        help="stop the embedded Postgres in DIR on exit (./dev run passes it when it started it)")
+    parser.add_argument("--stop-redis", default="", metavar="PORT",
+                        help="stop the embedded Redis on PORT on exit (likewise)")
     args = parser.parse_args()
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _stop)
@@ -296,7 +300,7 @@ def main() -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, signal.SIG_IGN)
         stop_all(procs)
-        stop_embedded_services()
+        stop_embedded_services(args.stop_postgres, args.stop_redis)
 
 
 def ensure_admin() -> str:
