@@ -15,7 +15,7 @@ generates a random key once and keeps it in ``.run/secret_key``.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core import checks
@@ -112,7 +112,8 @@ def _redis_version() -> str | None:
 
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-        return str(client.info("server")["redis_version"])
+        info = cast(dict[str, Any], client.info("server"))  # the sync client answers a dict
+        return str(info["redis_version"])
     except (redis.RedisError, OSError, KeyError):
         return None
 
