@@ -21,7 +21,7 @@ RUN pip install -r requirements.txt \
 COPY . .
 # Internal protos are generated at build time; static files are collected
 # into STATIC_ROOT for WhiteNoise. Neither step reads real settings.
-RUN python -c "import xmc.protos" \
+RUN python -c "import core.protos" \
  && XMC_DEBUG=true python manage.py collectstatic --noinput --verbosity 0 \
  && python -m compileall -q xmc experiments workunits artifacts lifecycle k8s_bridge
 

@@ -8,7 +8,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
-from xmc import limits
+from core import limits
 
 
 class LifecyclePhase(models.TextChoices):

@@ -15,11 +15,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from artifacts.models import Artifact
+from artifacts.wire import ARTIFACT_MUTABLE, artifact_fields
+from core import pb
+from core.errors import InvalidArgument, NotFound
 from experiments.models import Experiment
 from lifecycle import notify_when
 from workunits.models import WorkUnit
-from xmc import convert, pb
-from xmc.errors import InvalidArgument, NotFound
 
 
 def get_artifact(aid: int) -> Artifact:
@@ -33,7 +34,7 @@ def create_artifact(
     xid: int, wid: int | None, message: pb.artifact.Artifact, *, now: datetime | None = None
 ) -> Artifact:
     """CreateArtifact under an experiment (``wid=None``) or a work unit."""
-    fields = convert.artifact_fields(message, convert.ARTIFACT_MUTABLE)
+    fields = artifact_fields(message, ARTIFACT_MUTABLE)
     if message.HasField("payload") and not fields["payload_kind"]:
         raise InvalidArgument("artifact.payload must set one kind", field="artifact.payload")
     if "payload" in fields:
@@ -61,7 +62,7 @@ def update_artifact(
     """UpdateArtifact: replace the masked fields (repeated fields whole)."""
     if not paths:
         raise InvalidArgument("update_mask must name at least one field", field="update_mask")
-    fields = convert.artifact_fields(message, paths)
+    fields = artifact_fields(message, paths)
     now = now or timezone.now()
     with transaction.atomic(durable=True):
         try:

@@ -126,7 +126,7 @@ def main() -> None:
         from django.db import connection
 
         from tests import factories
-        from xmc import pb
+        from core import pb
         from xmc.auth.tokens import issue_token
 
         db = connection.settings_dict

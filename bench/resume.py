@@ -31,8 +31,8 @@ def setup(n: int) -> list:
     from experiments.models import Experiment
     from tests import factories
     from workunits.models import PausedTask, SchedulingSwitch, WorkUnit, WorkUnitExecution
-    from xmc import convert, task_signing
-    from xmc.protos import task_pb2
+    from core import convert, task_wire
+    from core.protos import task_pb2
 
     now = timezone.now()
     exp: Experiment = factories.experiment()
@@ -47,7 +47,7 @@ def setup(n: int) -> list:
     tasks = []
     rows = []
     for w in range(1, n + 1):
-        task = task_signing.sign(task_pb2.Task(
+        task = task_wire.sign(task_pb2.Task(
             type=task_pb2.Task.CREATE, xid=exp.id, wid=w, eid=1,
             operation_name=f"experiments/{exp.id}/workUnits/{w}/operations/{w}",
             operation_time_ns=convert.ns_from_datetime(now)))

@@ -61,7 +61,7 @@ def main() -> None:
         from workunits.models import WorkUnitExecution
         from workunits.state import ExecutionUpdate
         from workunits.writers import ParallelWriter, split_by_experiment
-        from xmc import convert, pb
+        from core import convert, pb
 
         with connection.cursor() as cursor:
             for sql in args.setup_sql:

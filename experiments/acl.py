@@ -19,8 +19,8 @@ from typing import Any
 
 from django.db.models import Q
 
-from xmc.auth.identity import Identity, normalize_email
-from xmc.errors import PermissionDenied
+from core.errors import PermissionDenied
+from core.identity import Identity, normalize_email
 
 
 class Role(enum.IntEnum):
@@ -35,7 +35,7 @@ _LOWERED = ("user", "serviceAccount", "domain")
 
 
 def normalize_acls(acls: Mapping[str, Any]) -> dict[str, Any]:
-    """Normalize emails and domains in proto3-JSON ``XidAcls`` (stored form; `xmc.auth.identity.normalize_email`)."""
+    """Normalize emails and domains in proto3-JSON ``XidAcls`` (stored form; `core.identity.normalize_email`)."""
     result: dict[str, Any] = {}
     for key, _ in ROLE_LISTS:
         roles = []

@@ -6,9 +6,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from core import pb
 from experiments import services
 from experiments.models import Experiment
-from xmc import pb
 
 EDITABLE = ("title", "notes", "tags")
 

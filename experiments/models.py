@@ -3,7 +3,7 @@
 Rows are written only by ``experiments.services`` (and the roll-up it applies
 for ``workunits.services``). Fields mirror ``cloud.xmanager.v1.Experiment``;
 nested messages (ACLs, URLs, resources, structured status message) are kept
-as proto3 JSON dicts produced by ``xmc.convert``.
+as proto3 JSON dicts produced by ``core.convert``.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models.fields.json import KeyTransform
 
+from core import limits
+from core.choices import Priority
 from experiments.choices import ActiveState, LaunchState
-from xmc import limits
-from xmc.choices import Priority
 
 
 def _empty_dict() -> dict[str, int]:

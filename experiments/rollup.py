@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from core.choices import TERMINAL
 from experiments.choices import ActiveState, LaunchState
-from workunits.choices import TERMINAL
 
 
 def fold_counts(counts: Mapping[str, int], moves: Iterable[tuple[str | None, str | None]]) -> dict[str, int]:

@@ -14,11 +14,13 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core import convert, db, pb
+
+from core.errors import InvalidArgument, NotFound
 from experiments import acl, rollup
 from experiments.choices import ActiveState, LaunchState
 from experiments.models import Experiment
-from xmc import convert, db, pb
-from xmc.errors import InvalidArgument, NotFound
+from experiments.wire import EXPERIMENT_MUTABLE, experiment_fields
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,8 @@ def create_experiment(message: pb.experiment.Experiment, *, creator: str, now: d
     if not creator:
         raise InvalidArgument("creator must be a verified identity", field="creator")
     now = now or timezone.now()
-    fields = convert.experiment_fields(
-        message, [p for p in convert.EXPERIMENT_MUTABLE if p not in ("priority", "acls")]
+    fields = experiment_fields(
+        message, [p for p in EXPERIMENT_MUTABLE if p not in ("priority", "acls")]
     )
     fields["priority"] = (
         convert.enum_name(pb.priority.Priority, message.priority, field="experiment.priority")
@@ -73,7 +75,7 @@ def update_experiment(
     """UpdateExperiment: replace the masked fields (repeated fields whole)."""
     if not paths:
         raise InvalidArgument("update_mask must name at least one field", field="update_mask")
-    fields = convert.experiment_fields(message, paths)  # validates before any write
+    fields = experiment_fields(message, paths)  # validates before any write
     if "acls" in fields:
         fields["acls"] = acl.normalize_acls(fields["acls"])
     now = now or timezone.now()

@@ -7,7 +7,7 @@ the error and the task goes to the dead-letter store. Every other failure
 (connection errors, 409 Conflict, 429, 5xx, timeouts) is retried with
 exponential backoff and jitter up to a limit, then dead-lettered.
 
-A bad signature (``xmc.task_signing.InvalidTask``) is permanent too: it never
+A bad signature (``core.task_wire.InvalidTask``) is permanent too: it never
 reaches the cluster. The API server's status codes follow
 https://github.com/kubernetes/apimachinery/blob/master/pkg/api/errors/errors.go
 (404 NotFound, 403 Forbidden, 422 Invalid, 400 BadRequest).
@@ -17,9 +17,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from core import errors as service_errors
+from core.task_wire import InvalidTask
 from k8s_bridge.client import ApiException
-from xmc import errors as service_errors
-from xmc.task_signing import InvalidTask
 
 #: google.rpc.Code numbers (google/rpc/code.proto) used in Operation.error.
 CODES: dict[str, int] = {

@@ -25,10 +25,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from core import pb
+from core.errors import InvalidArgument
 from k8s_bridge.accelerators import EXCLUSIVE_TOPOLOGY_ANNOTATION, GPU_ACCELERATORS, TPU_ACCELERATORS
 from k8s_bridge.client import JOBSET_GROUP, JOBSET_VERSION
-from xmc import pb
-from xmc.errors import InvalidArgument
 
 LABEL_XID = "xmc.google.com/xid"
 LABEL_WID = "xmc.google.com/wid"

@@ -14,10 +14,11 @@ from typing import Any, cast
 from django.conf import settings
 from django.utils import timezone
 
+from core import task_wire
+from core.protos import task_pb2
 from k8s_bridge.actuator import runner
 from workunits import outbox, services
 from xmc.celery import Queue, app
-from xmc.protos import task_pb2
 
 def _task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     """``app.task`` with a type (Celery ships none)."""
@@ -34,22 +35,22 @@ _OPTIONS: dict[str, Any] = {
 }
 
 
-@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.CREATE], **_OPTIONS)
+@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.CREATE], **_OPTIONS)
 def create(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.CREATE)
 
 
-@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.DELETE], **_OPTIONS)
+@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.DELETE], **_OPTIONS)
 def delete(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.DELETE)
 
 
-@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.RESTART], **_OPTIONS)
+@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.RESTART], **_OPTIONS)
 def restart(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.RESTART)
 
 
-@_task(name=outbox.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
+@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
 def update(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.UPDATE)
 

@@ -27,14 +27,15 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from celery import current_app
 from django.conf import settings
 
+from core import pb
+from core.protos import artifact_lifecycle_event_pb2 as event_pb2
+from core.queues import Queue
 from lifecycle import notify_when
 from lifecycle.hooks import CommittedTransition, JobSetContext
 from workunits.choices import WorkUnitState
-from xmc import pb
-from xmc.celery import Queue, app
-from xmc.protos import artifact_lifecycle_event_pb2 as event_pb2
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _runtime(context: JobSetContext) -> Runtime:
 def publish(event: LifecycleEvent) -> bool:
     """Send ``event`` to the lifecycle queue; False (logged) when the broker refused it."""
     try:
-        app.send_task(TASK_NAME, args=[encode(event)], queue=Queue.LIFECYCLE.value)
+        current_app.send_task(TASK_NAME, args=[encode(event)], queue=Queue.LIFECYCLE.value)
     except Exception:
         log.exception("lifecycle.event.publish_failed", extra={"xid": event.xid, "wid": event.wid, "eid": event.eid})
         return False

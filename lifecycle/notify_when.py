@@ -17,14 +17,15 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.db import transaction
 
+from core import task_wire
+from core.protos import task_pb2
 from workunits.choices import TERMINAL, WorkUnitState
-from xmc.protos import task_pb2
 
 log = logging.getLogger(__name__)
 
 ANNOTATION = "xmc.google.com/notify-when"
 #: The update mask path of an UPDATE task that patches the annotation.
-UPDATE_MASK_PATH = "metadata.annotations.notify-when"
+UPDATE_MASK_PATH = task_wire.NOTIFY_WHEN_PATH
 SEPARATOR = "."
 _ORDER = {name: i for i, name in enumerate(WorkUnitState.values)}
 

@@ -22,10 +22,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 
 from artifacts import services as artifact_services
 from artifacts.models import Artifact
+from core.queues import Queue
 from experiments.models import Experiment
 from lifecycle import rules
 from lifecycle.events import LifecycleEvent, Runtime
@@ -35,7 +37,6 @@ from workunits import services as workunit_services
 from workunits import state as workunit_state
 from workunits.choices import Writer
 from workunits.models import WorkUnit, WorkUnitExecution
-from xmc.celery import Queue, app
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def on_execution_superseded(xid: int, wid: int, eid: int) -> None:
     if not rules.registry():
         return
     try:
-        app.send_task(CLOSE_SUPERSEDED_TASK, args=[xid, wid, eid], queue=Queue.LIFECYCLE.value)
+        current_app.send_task(CLOSE_SUPERSEDED_TASK, args=[xid, wid, eid], queue=Queue.LIFECYCLE.value)
     except Exception:
         log.exception("lifecycle.close_superseded.enqueue_failed", extra={"xid": xid, "wid": wid, "eid": eid})
 

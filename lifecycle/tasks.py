@@ -19,9 +19,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init
 from django.db import DatabaseError
 
+from core.queues import Queue
 from lifecycle import events, services
 from lifecycle.mlrun_client import MLRunError
-from xmc.celery import Queue
 
 log = logging.getLogger(__name__)
 

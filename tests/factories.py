@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import pb
 from experiments import services as experiment_services
 from experiments.models import Experiment
 from workunits import services as wu_services
 from workunits.models import WorkUnit
-from xmc import pb
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"

@@ -31,20 +31,8 @@ from workunits.models import (
     WorkUnit,
     WorkUnitExecution,
 )
-from xmc.errors import ServiceError
-
-
-class ReadOnlyAdminMixin:
-    """The row is a record: visible (to users with its view permission), never edited or added by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from core.admin import ReadOnlyAdminMixin
+from core.errors import ServiceError
 
 
 def requester(request: HttpRequest) -> services.Requester:
@@ -237,8 +225,8 @@ def decoded_task(payload: bytes) -> str:
     """The stored Task as JSON (the packed WorkUnit unpacked), or why it does not parse."""
     from google.protobuf import json_format
 
-    from xmc import pb  # noqa: F401 - registers cloud.xmanager.v1 types for the Any
-    from xmc.task_signing import InvalidTask, decode
+    from core import pb  # noqa: F401 - registers cloud.xmanager.v1 types for the Any
+    from core.task_wire import InvalidTask, decode
 
     try:
         task = decode(bytes(payload))

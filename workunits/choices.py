@@ -1,46 +1,24 @@
 """Work unit and execution state choices, with the named groups the guards use.
 
 Guards in ``workunits.state`` use these groups, never hand-written lists.
-Names and numbers are those of ``cloud.xmanager.v1.WorkUnitStatus.WorkUnitState``.
+``WorkUnitState`` and its groups live in ``core.choices`` (experiments use them
+too) and are re-exported here.
 """
 from __future__ import annotations
 
 from django.db import models
 
 
-class WorkUnitState(models.TextChoices):
-    INITIALIZING = "INITIALIZING"
-    SCHEDULING = "SCHEDULING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    PARTIALLY_FAILED = "PARTIALLY_FAILED"
-    STOPPING = "STOPPING"
-    RESTARTING = "RESTARTING"
-    STOPPED = "STOPPED"
-    DESCHEDULING = "DESCHEDULING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    SCHEDULING_PAUSED = "SCHEDULING_PAUSED"
-
-
-S = WorkUnitState
-
-#: An execution never leaves these (the work unit may still be restarted).
-TERMINAL: frozenset[str] = frozenset({S.STOPPED, S.COMPLETED, S.FAILED})
-#: A move into these keeps the messages that preceded it.
-RETAINING: frozenset[str] = frozenset({S.STOPPED, S.FAILED})
-#: Written only by inserting a new execution, never by an update.
-INSERT_ONLY: frozenset[str] = frozenset({S.INITIALIZING, S.RESTARTING})
-#: May be entered only from these.
-PAUSE_ENTRY: frozenset[str] = frozenset({S.INITIALIZING, S.RESTARTING})
-#: A state change to these ignores the clock (a user's stop wins).
-TIME_IGNORED: frozenset[str] = frozenset({S.STOPPING})
-#: Observed on the cluster; any move among them is allowed.
-CLUSTER_OBSERVED: frozenset[str] = frozenset(
-    {S.SCHEDULING, S.STARTING, S.RUNNING, S.PARTIALLY_FAILED, S.DESCHEDULING}
-)
-#: Work units in these can be stopped (they are neither terminal nor stopping).
-STOPPABLE: frozenset[str] = frozenset(set(S.values) - TERMINAL - {S.STOPPING})
+# The states and their groups are shared with experiments (the roll-up):
+# defined on the ground floor, re-exported here for the work units app.
+from core.choices import CLUSTER_OBSERVED as CLUSTER_OBSERVED  # noqa: E402
+from core.choices import INSERT_ONLY as INSERT_ONLY  # noqa: E402
+from core.choices import PAUSE_ENTRY as PAUSE_ENTRY  # noqa: E402
+from core.choices import RETAINING as RETAINING  # noqa: E402
+from core.choices import STOPPABLE as STOPPABLE  # noqa: E402
+from core.choices import TERMINAL as TERMINAL  # noqa: E402
+from core.choices import TIME_IGNORED as TIME_IGNORED  # noqa: E402
+from core.choices import WorkUnitState as WorkUnitState  # noqa: E402
 
 
 class ExecutionState(models.TextChoices):

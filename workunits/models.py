@@ -22,8 +22,8 @@ from workunits.choices import (
     WorkUnitType,
     Writer,
 )
-from xmc import limits
-from xmc.choices import MessageSource, Priority, Severity
+from core import limits
+from core.choices import MessageSource, Priority, Severity
 
 
 class WorkUnit(models.Model):

@@ -10,21 +10,23 @@ broker was down is still carried out.
 """
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Sequence
 from datetime import datetime
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from kombu import Producer
 
+from core import convert, task_wire
+from core.protos import task_pb2
+from core.queues import Queue
+from core.task_wire import ACTUATOR_TASK_NAMES, NOTIFY_WHEN_PATH, encode_task
 from workunits.choices import TaskType
 from workunits.models import Operation
-from xmc import task_signing
-from xmc.celery import Queue, app
-from xmc.protos import task_pb2
+from workunits.wire import work_unit_to_proto
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None) -
     from workunits import services  # services imports this module
 
     sent: list[int] = []
-    with app.producer_or_acquire() as producer:  # one producer (and broker connection) for them all
+    with current_app.producer_or_acquire() as producer:  # one producer (and broker connection) for them all
         for op in operations:
             if op.done or not op.task_type:
                 continue
@@ -91,7 +93,6 @@ def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Tas
     unit created in the committing transaction has no artifacts yet ("").
     """
     from lifecycle.hooks import notify_when_for
-    from xmc import convert
 
     wu = op.work_unit
     if wu is None:
@@ -107,37 +108,10 @@ def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Tas
         notify_when=notify_when_for(op.experiment_id, wu.wid) if notify_when is None else notify_when,
     )
     if op.task_type in (TaskType.CREATE, TaskType.RESTART):
-        task.work_unit.Pack(convert.work_unit_to_proto(wu))
+        task.work_unit.Pack(work_unit_to_proto(wu))
     elif op.task_type == TaskType.UPDATE:
         task.update_mask.paths.append(NOTIFY_WHEN_PATH)
     return task
-
-
-#: The one update-mask path an Update task knows today.
-NOTIFY_WHEN_PATH = "metadata.annotations.notify-when"
-
-
-#: The actuator's Celery task for each Task type (one positional argument:
-#: the signed, serialized Task as base64 text).
-ACTUATOR_TASK_NAMES: dict[int, str] = {
-    task_pb2.Task.CREATE: "xmc.actuator.create",
-    task_pb2.Task.DELETE: "xmc.actuator.delete",
-    task_pb2.Task.RESTART: "xmc.actuator.restart",
-    task_pb2.Task.UPDATE: "xmc.actuator.update",
-}
-
-
-def encode_task(task: task_pb2.Task) -> str:
-    return base64.b64encode(task.SerializeToString(deterministic=True)).decode("ascii")
-
-
-def decode_task(text: str) -> task_pb2.Task:
-    """The inverse of :func:`encode_task` (raises ``InvalidTask`` on garbage)."""
-    try:
-        payload = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError) as exc:
-        raise task_signing.InvalidTask(f"task payload is not base64: {exc}") from exc
-    return task_signing.decode(payload)
 
 
 def publish(task: task_pb2.Task, *, producer: Producer | None = None) -> None:
@@ -146,8 +120,8 @@ def publish(task: task_pb2.Task, *, producer: Producer | None = None) -> None:
     Raises when the broker does not take it; callers that must not lose it
     rely on the Operation row (outbox) or the PausedTask row staying behind.
     """
-    task_signing.sign(task)
-    app.send_task(
+    task_wire.sign(task)
+    current_app.send_task(
         ACTUATOR_TASK_NAMES[task.type], args=[encode_task(task)], queue=Queue.ACTUATOR.value,
         retry=True, retry_policy=PUBLISH_RETRY_POLICY, producer=producer,
         # No result is ever read, and the workers declare the queue they consume.

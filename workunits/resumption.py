@@ -42,12 +42,12 @@ from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core import task_wire
+from core.protos import task_pb2
 from lifecycle import hooks
 from workunits import outbox
 from workunits.choices import ExecutionState, ResolutionStatus, TaskType, WorkUnitState
 from workunits.models import PausedTask, SchedulingSwitch, WorkUnit, WorkUnitExecution
-from xmc import task_signing
-from xmc.protos import task_pb2
 
 log = logging.getLogger(__name__)
 S = WorkUnitState
@@ -172,7 +172,7 @@ def _paused_again() -> bool:
 
 
 def _prepare(row: _Row) -> task_pb2.Task:
-    task = task_signing.decode(row.payload)
+    task = task_wire.decode(row.payload)
     if row.task_type in (TaskType.CREATE, TaskType.RESTART):
         # An artifact attached while the task was held produced an Update that
         # is skipped (no JobSet yet): the Create/Restart carries the current
@@ -232,7 +232,7 @@ def run_batch(run_id: uuid.UUID, batch_size: int, summary: RunSummary, *, now: d
             if reason is None:
                 try:
                     task = _prepare(row)
-                except task_signing.InvalidTask:
+                except task_wire.InvalidTask:
                     reason = SkipReason.INVALID_PAYLOAD
             if reason is not None or task is None:
                 skipped.setdefault(str(reason), []).append(row.id)

@@ -37,17 +37,18 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from celery import current_app
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
+from core import convert, pb, task_wire
+from core.errors import Aborted, InvalidArgument
+from core.protos import task_pb2
+from core.queues import Queue
 from workunits import services, state
 from workunits.choices import TaskType, WorkUnitState, Writer
 from workunits.models import PausedTask, SchedulingSwitch, SchedulingSwitchChange
-from xmc import convert, pb, task_signing
-from xmc.celery import Queue, app
-from xmc.errors import Aborted, InvalidArgument
-from xmc.protos import task_pb2
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ def _change(switch: SchedulingSwitch, *, paused: bool, by: str, reason: str, now
 
 def _dispatch_run(run_id: uuid.UUID, batch_size: int) -> None:
     try:
-        app.send_task(RESUMPTION_TASK, args=[str(run_id), batch_size], queue=Queue.RESUMPTION.value)
+        current_app.send_task(RESUMPTION_TASK, args=[str(run_id), batch_size], queue=Queue.RESUMPTION.value)
     except Exception:
         # Nothing is lost: the rows stay unprocessed and the next resume runs them.
         log.exception("scheduling.resume_dispatch_failed", extra={"run_id": str(run_id)})
@@ -262,8 +263,8 @@ def _canonical(task: task_pb2.Task) -> bytes:
 
 def _same_task(payload: bytes, canonical: bytes) -> bool:
     try:
-        return _canonical(task_signing.decode(payload)) == canonical
-    except task_signing.InvalidTask:
+        return _canonical(task_wire.decode(payload)) == canonical
+    except task_wire.InvalidTask:
         return False  # an unreadable row is never "the same task"; resumption skips it
 
 

@@ -50,12 +50,13 @@ from workunits.choices import (
     WorkUnitType,
     Writer,
 )
+from core import convert, limits, pb
+from core.db import int_array, kept_cursor
+from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.validation import validate_executable, validate_work_unit_request
-from xmc import convert, limits, pb
-from xmc.db import int_array, kept_cursor
-from xmc.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
+from workunits.wire import execution_record, work_unit_fields, work_unit_to_proto
 
 log = logging.getLogger(__name__)
 S = WorkUnitState
@@ -267,7 +268,7 @@ def _replay_deleted_create(exp: Experiment, wid: int, requester: Requester, now:
     op = Operation.objects.create(
         experiment_id=exp.id, work_unit=existing, action_type=ActionType.CREATE, target=existing.name,
         create_time=now, end_time=now, done=True,
-        response=convert.packed_json(convert.work_unit_to_proto(existing)),
+        response=convert.packed_json(work_unit_to_proto(existing)),
         original_requester=requester.email, asserted_email=requester.asserted_email,
         dispatched_time=now,
     )
@@ -910,7 +911,7 @@ def restart_work_units(
             wu.update_time = now
             wu.save(update_fields=["current_eid", "update_time"])
             state_moves.append((old.state, S.RESTARTING))
-            severity_moves.append((state.best_severity(convert.execution_record(old)), None))
+            severity_moves.append((state.best_severity(execution_record(old)), None))
             superseded.append((xid, wu.wid, old_eid))
         experiment_services.apply_rollups({xid: (state_moves, severity_moves)}, now=now)
         for xid_, wid_, eid_ in superseded:
@@ -932,7 +933,7 @@ def update_work_unit(
     """UpdateWorkUnit: replace the masked fields (priority, urls, tags, notes)."""
     if not paths:
         raise InvalidArgument("update_mask must name at least one field", field="update_mask")
-    fields = convert.work_unit_fields(message, paths)
+    fields = work_unit_fields(message, paths)
     now = now or timezone.now()
     with transaction.atomic(durable=True):
         locked = _lock_work_units([(xid, wid)])
@@ -1031,7 +1032,7 @@ def complete_operation(
     if op is None or op.done:
         return False
     if error is None and response is None and op.work_unit is not None:
-        response = convert.packed_json(convert.work_unit_to_proto(op.work_unit))
+        response = convert.packed_json(work_unit_to_proto(op.work_unit))
     fields = {"done": True, "end_time": now, "response": None if error else response, "error": error}
     if op.parent_id is None:
         return bool(Operation.objects.filter(id=operation_id, done=False).update(**fields))

@@ -25,8 +25,8 @@ from workunits.choices import (
     WorkUnitState,
     Writer,
 )
-from xmc.choices import SEVERITY_RANK
-from xmc.errors import InvalidArgument
+from core.choices import SEVERITY_RANK
+from core.errors import InvalidArgument
 
 S = WorkUnitState
 

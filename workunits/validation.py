@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from k8s_bridge.jobset_builder import DNS1123_LABEL, TPU_TOPOLOGY, validate_executable, validate_resources
 
-from xmc import limits, pb
-from xmc.errors import InvalidArgument
+from core import limits, pb
+from core.errors import InvalidArgument
 
 __all__ = [
     "DNS1123_LABEL", "TPU_TOPOLOGY", "validate_executable", "validate_resources", "validate_work_unit_request",
@@ -20,7 +20,7 @@ __all__ = [
 
 
 def validate_work_unit_request(message: pb.work_unit.WorkUnit, work_unit_id: int) -> None:
-    """CreateWorkUnit's own fields: the explicit id's range, tags and notes (``xmc.limits``)."""
+    """CreateWorkUnit's own fields: the explicit id's range, tags and notes (``core.limits``)."""
     if work_unit_id < 0:
         raise InvalidArgument("work_unit_id must not be negative", field="work_unit_id")
     if work_unit_id > limits.MAX_WORK_UNIT_ID:

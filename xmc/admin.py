@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.forms import UserChangeForm
 
-from workunits.admin import ReadOnlyAdminMixin
+from core.admin import ReadOnlyAdminMixin
 from xmc.auth.identity import validated_email
 from xmc.auth.throttle import ThrottledAdminAuthenticationForm
 from xmc.models import CliAuthorizationCode, TokenGeneration

@@ -3,7 +3,7 @@
 ``celery -A xmc worker -Q actuator,lifecycle,resumption`` runs the workers and
 ``celery -A xmc beat`` the periodic sweeps. Tasks live in ``<app>/tasks.py``
 (found by ``autodiscover_tasks``), have explicit names (``xmc.actuator.create``)
-and route by :class:`Queue`, the one list of queues.
+and route by ``core.queues.Queue``, the one list of queues.
 
 Delivery is at least once: a task is acknowledged only after it ran
 (``acks_late``), a worker that dies mid-task gives its message back
@@ -15,25 +15,22 @@ as base64 text, never pickle.
 """
 from __future__ import annotations
 
-import enum
 import os
 
 from celery import Celery, signals
 from celery.signals import worker_init
 from kombu import Queue as KombuQueue
 
+from core.queues import Queue
 from xmc.logs import connect_task_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
 
 
-class Queue(str, enum.Enum):
-    ACTUATOR = "actuator"
-    LIFECYCLE = "lifecycle"
-    RESUMPTION = "resumption"
-
-
 app = Celery("xmc")
+# The default app of every thread: publishers below the project package send
+# through ``celery.current_app`` (see core.queues), from any thread.
+app.set_default()
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
     task_queues=[KombuQueue(q.value) for q in Queue],

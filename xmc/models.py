@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from xmc import limits
+from core import limits
 
 
 class CliAuthorizationCode(models.Model):

@@ -51,7 +51,7 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"].get("HOST", ""))
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("XMC_DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 #: After how many runs on one connection the hot write statements
-#: and the API's one-statement reads (``xmc.db``) become server-side prepared
+#: and the API's one-statement reads (``core.db``) become server-side prepared
 #: statements, so Postgres stops planning them on every call; 0 turns
 #: preparing off (a connection pooler in transaction mode without
 #: prepared-statement support).

@@ -15,6 +15,8 @@ from typing import Any
 
 from django.conf import settings
 
+from core import pb, task_wire
+from core.protos import task_pb2
 from k8s_bridge import client
 from k8s_bridge.actuator import preconditions
 from k8s_bridge.actuator.preconditions import Decision, ExecutionView
@@ -22,12 +24,10 @@ from k8s_bridge.errors import ActuatorError
 from k8s_bridge.jobset_builder import ANNOTATION_NOTIFY_WHEN, Stamp, build_jobset, jobset_name
 from workunits import services
 from workunits.models import WorkUnitExecution
-from xmc import pb
-from xmc.protos import task_pb2
 
 log = logging.getLogger(__name__)
 
-NOTIFY_WHEN_PATH = "metadata.annotations.notify-when"
+NOTIFY_WHEN_PATH = task_wire.NOTIFY_WHEN_PATH
 UPDATABLE_PATHS = frozenset({NOTIFY_WHEN_PATH})
 
 

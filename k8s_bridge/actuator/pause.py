@@ -21,8 +21,8 @@ from typing import Any
 
 from celery.signals import task_postrun
 
+from core.protos import task_pb2
 from workunits import scheduling
-from xmc.protos import task_pb2
 
 
 def hold_if_paused(task: task_pb2.Task) -> bool:

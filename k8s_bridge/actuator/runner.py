@@ -3,7 +3,7 @@
 The Celery tasks in ``k8s_bridge.tasks`` are one line each around
 :func:`run`. Order of business:
 
-1. decode and verify the signature (``xmc.task_signing``); an unsigned,
+1. decode and verify the signature (``core.task_wire``); an unsigned,
    tampered, expired or unknown-key task, or one sent under the wrong task
    name, is dead-lettered and never reaches the cluster;
 2. Create/Restart/Update: ``pause.hold_if_paused`` (the task is stored, done);
@@ -24,13 +24,13 @@ from typing import Any
 
 from django.conf import settings
 
+from core import task_wire
+from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
 from k8s_bridge.errors import backoff_seconds, classify
-from workunits import outbox, services
+from workunits import services
 from workunits.models import Operation
-from xmc import task_signing
-from xmc.protos import task_pb2
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +68,15 @@ def _raw(payload: str) -> bytes:
 
 
 def run(celery_task: Any, payload: str, expected: int) -> None:
-    name = outbox.ACTUATOR_TASK_NAMES[expected]
+    name = task_wire.ACTUATOR_TASK_NAMES[expected]
     type_name = task_pb2.Task.Type.Name(expected)
     attempts = int(getattr(celery_task.request, "retries", 0) or 0) + 1
     try:
-        task = outbox.decode_task(payload)
-        task_signing.verify(task)
+        task = task_wire.decode_task(payload)
+        task_wire.verify(task)
         if task.type != expected:
-            raise task_signing.InvalidTask(f"a {task_pb2.Task.Type.Name(task.type)} task sent as {name}")
-    except task_signing.InvalidTask as exc:
+            raise task_wire.InvalidTask(f"a {task_pb2.Task.Type.Name(task.type)} task sent as {name}")
+    except task_wire.InvalidTask as exc:
         log.warning("actuator.invalid_task", extra={"task": name, "error": str(exc)})
         c = classify(exc)
         services.record_dead_letter(task_name=name, task_type=type_name, payload=_raw(payload), operation_id=None,

@@ -53,11 +53,11 @@ from functools import partial
 
 from django.db import close_old_connections, connection
 
+from core.errors import InvalidArgument
 from k8s_bridge.reconciler import metrics
 from workunits import state as guards
 from workunits.services import Transition
 from workunits.writers import ParallelWriter
-from xmc.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 

@@ -40,6 +40,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from core import convert
 from k8s_bridge import client
 from k8s_bridge.reconciler import kube, mapping, metrics, sweep
 from k8s_bridge.reconciler.batcher import UpdateBatcher
@@ -51,7 +52,6 @@ from workunits import state as guards
 from workunits.choices import WorkUnitState, Writer
 from workunits.models import WorkUnitExecution
 from workunits.services import Transition
-from xmc import convert
 
 log = logging.getLogger(__name__)
 S = WorkUnitState

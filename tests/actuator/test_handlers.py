@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 from google.protobuf import any_pb2
 
+from core import errors as service_errors
+from core import pb, task_wire
+from core.protos import task_pb2
 from k8s_bridge import client, tasks
 from k8s_bridge.actuator import handlers
 from k8s_bridge.errors import ActuatorError
@@ -18,9 +21,6 @@ from tests import factories
 from tests.actuator.conftest import NAMESPACE, get_jobset
 from workunits import outbox, services
 from workunits.models import DeadLetter, Operation
-from xmc import errors as service_errors
-from xmc import pb, task_signing
-from xmc.protos import task_pb2
 
 pytestmark = pytest.mark.django_db
 
@@ -30,8 +30,8 @@ def payload_for(op_id: int, change: Any = None) -> str:
     task = outbox.build_task(op)
     if change is not None:
         change(task)
-    task_signing.sign(task)
-    return outbox.encode_task(task)
+    task_wire.sign(task)
+    return task_wire.encode_task(task)
 
 
 def run(op_id: int, change: Any = None) -> None:
@@ -152,7 +152,7 @@ def test_it_deletes_the_old_jobset_and_waits_before_restarting(cluster: Any) -> 
     xid, create = new_work_unit()
     run(create)
     restart_id = services.restart_work_units(xid, [1], batch=False).id
-    task = outbox.decode_task(payload_for(restart_id))
+    task = task_wire.decode_task(payload_for(restart_id))
     with pytest.raises(handlers.RetryLater):
         handlers.handle_restart(task, restart_id)
     assert get_jobset(cluster, xid, 1)["metadata"].get("deletionTimestamp")
@@ -162,7 +162,7 @@ def test_it_deletes_the_old_jobset_and_waits_before_restarting(cluster: Any) -> 
 def test_it_patches_notify_when_and_retries_only_a_missing_jobset(cluster: Any) -> None:
     xid, create = new_work_unit()
     task = task_pb2.Task(type=task_pb2.Task.UPDATE, xid=xid, wid=1, eid=1, notify_when="COMPLETED")
-    task.update_mask.paths.append(outbox.NOTIFY_WHEN_PATH)
+    task.update_mask.paths.append(task_wire.NOTIFY_WHEN_PATH)
     with pytest.raises(ActuatorError) as info:
         handlers.handle_update(task, None)
     assert info.value.code == "UNAVAILABLE"  # retryable

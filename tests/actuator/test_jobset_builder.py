@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from core import pb
+from core.errors import InvalidArgument
 from k8s_bridge import client
 from k8s_bridge.accelerators import EXCLUSIVE_TOPOLOGY_ANNOTATION, GPU_ACCELERATORS
 from k8s_bridge.jobset_builder import FINALIZER, Stamp, build_jobset, validate_executable
-from xmc import pb
-from xmc.errors import InvalidArgument
 
 W = pb.work_unit
 R = pb.resources

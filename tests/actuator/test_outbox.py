@@ -10,14 +10,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core import pb, task_wire
+from core.protos import task_pb2
 from k8s_bridge import tasks
 from tests import factories
 from tests.actuator.conftest import REAL_DELIVER
 from workunits import outbox, services
 from workunits.models import Operation, WorkUnitExecution
-from xmc import broker, pb, task_signing
+from xmc import broker
 from xmc.celery import app
-from xmc.protos import task_pb2
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +65,7 @@ def test_it_signs_what_it_publishes(monkeypatch: pytest.MonkeyPatch) -> None:
     outbox.publish(outbox.build_task(op))
     [(name, [payload], options)] = sent
     assert name == "xmc.actuator.create"
-    task_signing.verify(outbox.decode_task(payload))
+    task_wire.verify(task_wire.decode_task(payload))
     # Logs and monitors show the operation, not the base64 payload.
     assert options["argsrepr"] == f"({op.name!r},)"
 

@@ -15,10 +15,10 @@ from k8s_bridge.actuator.preconditions import (
     validate_update_mask,
     verify_duplicate_jobset,
 )
+from core import errors as service_errors
+from core.task_wire import InvalidTask
 from k8s_bridge.client import ApiException
 from k8s_bridge.errors import ActuatorError, backoff_seconds, classify
-from xmc import errors as service_errors
-from xmc.task_signing import InvalidTask
 
 
 def js(eid: int | None, last_edit: int = 100, *, xid: int = 1, wid: int = 2, deleting: bool = False) -> dict[str, Any]:

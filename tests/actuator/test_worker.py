@@ -6,13 +6,13 @@ from typing import Any
 import pytest
 from django.db import close_old_connections
 
+from core import task_wire
+from core.protos import task_pb2
 from tests import factories
 from tests.actuator.conftest import Workers, get_jobset, release_finalizer
 from tests.waiting import eventually
 from workunits import outbox, services
 from workunits.models import DeadLetter, Operation
-from xmc import task_signing
-from xmc.protos import task_pb2
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +60,7 @@ def test_it_stops_and_restarts_through_the_worker(worker: Any, cluster: Any) -> 
 
 def _signed_create(op: Operation) -> task_pb2.Task:
     task = outbox.build_task(op)
-    task_signing.sign(task)
+    task_wire.sign(task)
     return task
 
 
@@ -76,7 +76,7 @@ def test_it_dead_letters_a_bad_task_and_never_touches_the_cluster(
     if damage == "tampered":
         task.eid = 7
     elif damage == "expired":
-        task_signing.sign(task, now_ns=1, ttl_s=1)
+        task_wire.sign(task, now_ns=1, ttl_s=1)
     elif damage == "unknown_key":
         task.key_id = "nobody"
     else:
@@ -84,7 +84,7 @@ def test_it_dead_letters_a_bad_task_and_never_touches_the_cluster(
     from xmc.celery import Queue, app
 
     workers.start(concurrency=1)
-    app.send_task(outbox.ACTUATOR_TASK_NAMES[task.type], args=[outbox.encode_task(task)], queue=Queue.ACTUATOR.value)
+    app.send_task(task_wire.ACTUATOR_TASK_NAMES[task.type], args=[task_wire.encode_task(task)], queue=Queue.ACTUATOR.value)
     letter = eventually(lambda: (close_old_connections(), DeadLetter.objects.filter(task_name="xmc.actuator.create").first())[1],
                         what="a dead letter")
     assert letter.error_code == "INVALID_ARGUMENT"

@@ -13,11 +13,11 @@ from typing import Any
 
 from google.protobuf import field_mask_pb2
 
+from core import pb
 from experiments.acl import Role
 from tests import factories
 from workunits import services as wu_services
 from workunits.models import Operation
-from xmc import pb
 from xmc.api.registry import ESS, OPERATIONS, Caller, invoke
 from xmc.auth.identity import Identity
 

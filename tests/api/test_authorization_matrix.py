@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from core import pb
+from core.errors import PermissionDenied
 from experiments.acl import Role
 from tests import factories
 from tests.api.acl_cases import CASES, PERSONAS, World, build_world, mask
-from xmc import pb
 from xmc.api.registry import ESS, RPCS, Caller, invoke
 from xmc.auth.identity import Identity
-from xmc.errors import PermissionDenied
 
 pytestmark = pytest.mark.django_db
 

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
+from core import pb
+from core.errors import InvalidArgument
 from tests import factories
 from workunits import services as wu_services
 from workunits import state
 from workunits.state import ExecutionUpdate
-from xmc import pb
 from xmc.api.registry import ESS, Caller, invoke
 from xmc.auth.identity import Identity
-from xmc.errors import InvalidArgument
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,6 @@
 """The one-statement reads (`xmc.api.reads`) answer exactly what the ORM path built.
 
-The oracle is the conversion of model objects (`xmc.convert`), the path the
+The oracle is the conversion of model objects (`core.convert`), the path the
 handlers used before; each read must also be one SQL statement and keep the
 ACL and NOT_FOUND answers.
 """
@@ -13,6 +13,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core import convert, pb
+
+from experiments.wire import experiment_status_to_proto, experiment_to_proto
+
+from core.errors import NotFound, PermissionDenied
+from core.pb import longrunning as lro
 from experiments.acl import Role
 from experiments.models import Experiment
 from tests import factories
@@ -21,12 +27,10 @@ from workunits import services as wu_services
 from workunits import state
 from workunits.models import WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert, pb
+from workunits.wire import execution_to_proto, work_unit_to_proto
 from xmc.api import reads
 from xmc.api.registry import ESS, OPERATIONS, Caller, invoke
-from xmc.pb import longrunning as lro
 from xmc.auth.identity import Identity
-from xmc.errors import NotFound, PermissionDenied
 
 pytestmark = pytest.mark.django_db
 api = pb.api
@@ -67,7 +71,7 @@ def test_it_answers_get_work_unit_exactly_as_the_model_path_in_one_statement() -
     exp, wus = _rich_world()
     for wu in WorkUnit.objects.filter(experiment=exp):
         active = WorkUnitExecution.objects.filter(work_unit=wu, execution_state="ACTIVE").first()
-        expected = convert.work_unit_to_proto(wu, active)
+        expected = work_unit_to_proto(wu, active)
         got = _one_query(lambda: reads.work_unit(exp.id, wu.wid, ALICE))
         assert got == expected
         assert got.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
@@ -78,8 +82,8 @@ def test_it_answers_current_execution_and_executions_exactly_as_the_model_path()
     for wu in WorkUnit.objects.filter(experiment=exp):
         current = WorkUnitExecution.objects.get(work_unit=wu, eid=wu.current_eid)
         assert _one_query(lambda: reads.current_execution(exp.id, wu.wid, ALICE)) == \
-            convert.execution_to_proto(current, wu)
-        every = [convert.execution_to_proto(ex, wu) for ex in WorkUnitExecution.objects.filter(work_unit=wu)
+            execution_to_proto(current, wu)
+        every = [execution_to_proto(ex, wu) for ex in WorkUnitExecution.objects.filter(work_unit=wu)
                  .order_by("eid")]
         assert _one_query(lambda: reads.executions(exp.id, wu.wid, ALICE)) == every
     assert len(reads.executions(exp.id, wus[1].wid, ALICE)) == 2  # the restart is there
@@ -88,8 +92,8 @@ def test_it_answers_current_execution_and_executions_exactly_as_the_model_path()
 def test_it_answers_get_experiment_and_its_status_exactly_as_the_model_path() -> None:
     exp, _ = _rich_world()
     exp.refresh_from_db()
-    assert _one_query(lambda: reads.get_experiment(exp.id, ALICE)) == convert.experiment_to_proto(exp)
-    assert _one_query(lambda: reads.get_experiment_status(exp.id, ALICE)) == convert.experiment_status_to_proto(exp)
+    assert _one_query(lambda: reads.get_experiment(exp.id, ALICE)) == experiment_to_proto(exp)
+    assert _one_query(lambda: reads.get_experiment_status(exp.id, ALICE)) == experiment_status_to_proto(exp)
 
 
 @pytest.mark.parametrize("persona", sorted(PERSONAS))
@@ -141,7 +145,7 @@ def test_it_answers_a_stranger_permission_denied_whether_or_not_the_experiment_e
 def test_it_lists_work_units_with_their_current_execution_exactly_as_the_model_path() -> None:
     exp, _ = _rich_world()
     expected = [
-        convert.work_unit_to_proto(wu, WorkUnitExecution.objects.filter(work_unit=wu, execution_state="ACTIVE").first())
+        work_unit_to_proto(wu, WorkUnitExecution.objects.filter(work_unit=wu, execution_state="ACTIVE").first())
         for wu in WorkUnit.objects.filter(experiment=exp).order_by("wid")
     ]
     listed = _one_query(lambda: invoke(ESS, "ListWorkUnits", api.ListWorkUnitsRequest(parent=exp.name), Caller(ALICE)))

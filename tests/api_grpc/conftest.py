@@ -21,7 +21,7 @@ import grpc
 import pytest
 from google.longrunning import operations_pb2_grpc
 
-from xmc import pb
+from core import pb
 from xmc.api.grpc_server import build_server, close_worker_connections, shutdown
 from xmc.auth.tokens import issue_token
 

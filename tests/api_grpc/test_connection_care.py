@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from django.db import OperationalError, connection, connections
 
+from core import pb
 from tests.api_grpc.conftest import metadata_for
-from xmc import pb
 from xmc.api import grpc_server
 from xmc.api.grpc_server import build_server, shutdown
 

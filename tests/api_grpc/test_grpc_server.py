@@ -19,8 +19,8 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from core import errors, pb
 from tests.api_grpc.conftest import metadata_for
-from xmc import errors, pb
 from xmc.api import registry
 from xmc.api.grpc_server import ESS, INTERNAL_MESSAGE, OPERATIONS, STATUS_DETAILS_KEY, service_methods
 from xmc.listing.errors import FilterError

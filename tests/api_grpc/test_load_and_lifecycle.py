@@ -22,8 +22,8 @@ import pytest
 from django.db import connection, connections
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from core import pb
 from tests.api_grpc.conftest import MAX_WORKERS, metadata_for
-from xmc import pb
 from xmc.api import registry
 from xmc.api.grpc_server import ESS, build_server, shutdown, stop_gracefully
 

@@ -15,8 +15,8 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
+from core.pb import api
 from tests.api_grpc.conftest import metadata_for
-from xmc.pb import api
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]

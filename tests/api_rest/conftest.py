@@ -20,10 +20,10 @@ from google.protobuf import empty_pb2
 from google.protobuf.message import Message
 
 from artifacts import services as artifact_services
+from core import pb
 from experiments.models import Experiment
 from tests import factories
 from workunits.models import StatusMessage, WorkUnit
-from xmc import pb
 from xmc.api import registry
 from xmc.api.registry import Caller, invoke
 from xmc.auth.identity import Identity

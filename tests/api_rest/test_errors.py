@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from core import errors
 from tests.api_rest.conftest import ALICE, Api, FakeInvoke, World
-from xmc import errors
 from xmc.auth.tokens import issue_token
 
 pytestmark = pytest.mark.django_db

@@ -5,9 +5,9 @@ from urllib.parse import quote
 
 import pytest
 
+from core import pb
 from tests import factories
 from tests.api_rest.conftest import ALICE, Api, grpc_call
-from xmc import pb
 from xmc.api.registry import ESS
 
 pytestmark = pytest.mark.django_db

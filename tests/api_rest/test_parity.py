@@ -10,9 +10,9 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from core import pb
 from tests import factories
 from tests.api_rest.conftest import Api, World, grpc_call
-from xmc import pb
 from xmc.api.registry import ESS, OPERATIONS
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from google.api import annotations_pb2
 
+from core import pb
 from tests.api_rest.conftest import ALICE, Api, FakeInvoke, World
-from xmc import pb
 from xmc.api.registry import ESS, OPERATIONS
 from xmc.api.rest import BINDINGS, PathTemplate, parse_field_mask
 

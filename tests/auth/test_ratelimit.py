@@ -15,9 +15,9 @@ import pytest
 from django.conf import settings
 from django.test import Client, override_settings
 
+from core.ratelimit import LEASE_S, RateLimiter, get_rate_limiter
 from tests.auth.conftest import SERVICE
 from xmc.auth.tokens import issue_token
-from xmc.ratelimit import LEASE_S, RateLimiter, get_rate_limiter
 
 NEVER_REFILLS = 0.001  # tokens per second: one every ~17 minutes
 
@@ -108,7 +108,7 @@ def test_leases_never_let_the_processes_together_past_the_bucket(fresh_email: Ca
 
 def test_it_lets_requests_through_and_logs_once_when_redis_is_down(caplog: Any) -> None:
     limiter = RateLimiter("redis://127.0.0.1:1/0", rate_per_s=NEVER_REFILLS, burst=1)
-    with caplog.at_level(logging.WARNING, logger="xmc.ratelimit"):
+    with caplog.at_level(logging.WARNING, logger="core.ratelimit"):
         started = time.monotonic()
         decisions = [limiter.check("alice@example.com") for _ in range(200)]
         elapsed = time.monotonic() - started

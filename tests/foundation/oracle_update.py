@@ -18,6 +18,8 @@ from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
 
+from core import convert
+
 from experiments import services as experiment_services
 from experiments.models import Experiment
 from workunits import state
@@ -25,7 +27,7 @@ from workunits.choices import ExecutionState
 from workunits.models import StatusHistory, StatusMessage, WorkUnitExecution
 from workunits.services import Transition, _lock_work_units, _stamp
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
-from xmc import convert
+from workunits.wire import execution_record
 
 
 def update_work_unit_executions(updates: Sequence[ExecutionUpdate], *, now: datetime | None = None) -> list[Transition]:
@@ -95,7 +97,7 @@ def apply_updates(updates: Sequence[ExecutionUpdate], now: datetime) -> list[Tra
         if state.is_fenced(update.eid, wu.current_eid):
             continue
         ex = executions[wu.id]
-        current = records.get(wu.id) or convert.execution_record(ex)
+        current = records.get(wu.id) or execution_record(ex)
         first.setdefault(wu.id, current)
         merge: Merge = state.merge_execution(current, update, now_ns)
         if not merge.changed:

@@ -14,14 +14,14 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
+from core import convert
+from core.errors import FailedPrecondition
 from experiments.models import Experiment
 from tests import factories
 from workunits import services, state
 from workunits.choices import TERMINAL, WorkUnitState
 from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert
-from xmc.errors import FailedPrecondition
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

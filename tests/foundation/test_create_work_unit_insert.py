@@ -10,12 +10,12 @@ from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core import convert, pb
+from core.errors import FailedPrecondition
 from tests import factories
 from workunits import services
 from workunits.choices import ActionType, ExecutionState, TaskType, Writer
 from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecution
-from xmc import convert, pb
-from xmc.errors import FailedPrecondition
 
 pytestmark = pytest.mark.django_db
 SKIP = {"id", "experiment", "work_unit", "execution", "operation", "target"}

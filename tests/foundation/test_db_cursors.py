@@ -1,4 +1,4 @@
-"""xmc.db: the hot paths' cursors bind on the server, prepare repeated statements, and one is kept per connection."""
+"""core.db: the hot paths' cursors bind on the server, prepare repeated statements, and one is kept per connection."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from xmc import db
+from core import db
 
 pytestmark = pytest.mark.django_db
 

@@ -12,12 +12,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from core import convert
 from experiments.models import Experiment
 from tests import factories
 from workunits import services, state
 from workunits.models import StatusHistory, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert
 
 pytestmark = pytest.mark.django_db
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from core import pb
 from tests import factories
 from workunits import services, state
 from workunits.models import Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import pb
 
 pytestmark = pytest.mark.django_db
 

@@ -8,13 +8,13 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from core import convert
 from experiments.models import Experiment
 from tests import factories
 from workunits import services, state
 from workunits.models import WorkUnitExecution
 from workunits.state import ExecutionUpdate
 from workunits.writers import ParallelWriter, split_by_experiment, update_work_unit_executions_parallel
-from xmc import convert
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,14 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from django.utils import timezone
 
+from core import convert
+
+from core.errors import FailedPrecondition
 from experiments.models import Experiment
 from tests import factories
 from workunits import services, state
 from workunits.choices import TERMINAL, WorkUnitState, Writer
 from workunits.models import WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert
-from xmc.errors import FailedPrecondition
+from workunits.wire import execution_record
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +132,7 @@ def test_it_keeps_every_invariant_under_random_writes(steps) -> None:
         assert Experiment.objects.get(id=exp.id).child_state_counts == dict(real)
         real_severities = Counter(
             s for s in (
-                state.best_severity(convert.execution_record(e))
+                state.best_severity(execution_record(e))
                 for e in WorkUnitExecution.objects.filter(work_unit__experiment=exp, execution_state="ACTIVE")
             ) if s
         )

@@ -10,11 +10,11 @@ import itertools
 
 import pytest
 
+from core.errors import InvalidArgument
 from k8s_bridge.reconciler.mapping import to_work_unit_state
 from workunits import state
 from workunits.choices import TERMINAL, WorkUnitState
 from workunits.state import ExecutionRecord, ExecutionUpdate, merge_execution, should_update_state
-from xmc.errors import InvalidArgument
 
 S = WorkUnitState
 T0 = 1_000_000_000_000

@@ -16,12 +16,12 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from core import convert
 from tests import factories
 from workunits import services, state
 from workunits.choices import ActionType, WorkUnitState, Writer
 from workunits.models import Operation, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,6 +21,8 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core import convert, pb
+from core.errors import FailedPrecondition
 from experiments import services as experiment_services
 from experiments.models import Experiment
 from tests import factories
@@ -29,8 +31,6 @@ from workunits import services, state
 from workunits.choices import TERMINAL, WorkUnitState, Writer
 from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert, pb
-from xmc.errors import FailedPrecondition
 
 pytestmark = pytest.mark.django_db
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from core import convert
+
+from core.errors import InvalidArgument
 from experiments.models import Experiment
 from tests import factories
 from workunits import services, state
@@ -11,8 +14,7 @@ from workunits.choices import Writer
 from workunits.models import StatusHistory, StatusMessage, WorkUnitExecution
 from workunits.services import Transition
 from workunits.state import ExecutionUpdate
-from xmc import convert
-from xmc.errors import InvalidArgument
+from workunits.wire import execution_to_proto
 
 pytestmark = pytest.mark.django_db
 
@@ -156,7 +158,7 @@ def test_it_marks_the_experiment_inactive_when_all_work_units_are_terminal() -> 
     exp = factories.experiment()
     wu1, wu2 = factories.work_unit(exp), factories.work_unit(exp)
     from experiments import services as exp_services
-    from xmc import pb
+    from core import pb
 
     exp_services.update_launch_state(exp.id, pb.status.ExperimentStatus.LaunchState.COMPLETED)
     services.update_work_unit_executions([to(wu1, "COMPLETED")])
@@ -177,7 +179,7 @@ def test_it_keeps_the_experiment_active_while_launching() -> None:
 
 def test_it_marks_the_experiment_inactive_when_the_launch_failed() -> None:
     from experiments import services as exp_services
-    from xmc import pb
+    from core import pb
 
     exp = factories.experiment()
     factories.work_unit(exp)
@@ -207,7 +209,7 @@ def test_it_records_the_mlrun_url_in_execution_metadata() -> None:
     wu = factories.work_unit(exp)
     services.update_work_unit_executions([to(wu, None, mask=(state.MLRUN_URL,), t=None,
                                               mlrun_url="https://console.example/runs/r1")])
-    proto = convert.execution_to_proto(current(wu))
+    proto = execution_to_proto(current(wu))
     assert proto.metadata.mlrun_url == "https://console.example/runs/r1"
     assert proto.metadata.resource_name == f"xmc-{exp.id}-{wu.wid}"
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from core import convert, pb
+
+from experiments.wire import experiment_to_proto
+
+from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from experiments import services as exp_services
 from experiments.models import Experiment
 from tests import factories
 from workunits import services, state
 from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionUpdate
-from xmc import convert, pb
-from xmc.errors import FailedPrecondition, InvalidArgument, NotFound
+from workunits.wire import operation_to_proto
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +37,7 @@ def set_state(wu: WorkUnit, st: str) -> None:
 
 def test_it_fills_defaults_for_an_empty_experiment() -> None:
     exp = exp_services.create_experiment(pb.experiment.Experiment(), creator="alice@example.com")
-    message = convert.experiment_to_proto(exp)
+    message = experiment_to_proto(exp)
     assert message.name == f"experiments/{exp.id}"
     assert message.creator == "alice@example.com"
     assert message.priority == pb.priority.Priority.NORMAL
@@ -45,7 +49,7 @@ def test_it_fills_defaults_for_an_empty_experiment() -> None:
 
 def test_it_keeps_what_the_client_sent() -> None:
     exp = factories.experiment(title="edge", tags=["a", "b"], notes="n", priority=pb.priority.Priority.HIGH)
-    message = convert.experiment_to_proto(exp)
+    message = experiment_to_proto(exp)
     assert (message.title, list(message.tags), message.notes, message.priority) == ("edge", ["a", "b"], "n", 3)
 
 
@@ -84,7 +88,7 @@ def test_it_creates_a_work_unit_initializing_with_its_operation(delivered, djang
     assert (op.action_type, op.task_type, op.eid, op.done) == ("CREATE", "CREATE", 1, False)
     assert wu.priority == "NORMAL"  # the experiment's
     assert delivered == [[op.id]]  # handed to the outbox after commit
-    message = convert.operation_to_proto(op)
+    message = operation_to_proto(op)
     metadata = pb.operations.OperationMetadata()
     assert message.metadata.Unpack(metadata) and metadata.target == wu.name
     assert metadata.action_type == pb.operations.OperationMetadata.ActionType.CREATE

@@ -5,13 +5,13 @@ from typing import Any
 
 import pytest
 
+from core import errors, limits, pb
+from core.pb import api
+from core.pb import longrunning as lro
 from experiments.models import Experiment
 from tests.api_rest.conftest import ALICE, Api, World, grpc_call
 from workunits.models import WorkUnit
-from xmc import errors, limits, pb
 from xmc.api.registry import ESS, OPERATIONS
-from xmc.pb import api
-from xmc.pb import longrunning as lro
 
 pytestmark = pytest.mark.django_db
 
@@ -97,7 +97,7 @@ def test_it_bounds_explicit_work_unit_ids_so_allocation_never_overflows(world: W
     executable = world.work_units[0].executable
     request = api.CreateWorkUnitRequest(parent=f"experiments/{world.xid}", work_unit_id=2**63 - 1)
     request.work_unit.executable.CopyFrom(pb.work_unit.Executable())
-    from xmc.convert import from_json
+    from core.convert import from_json
     request.work_unit.executable.CopyFrom(from_json(pb.work_unit.Executable, executable))
     with pytest.raises(errors.InvalidArgument) as excinfo:
         grpc_call(ESS, "CreateWorkUnit", request)

@@ -24,9 +24,9 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from artifacts import services as artifact_services
+from core import pb
 from tests import factories
 from tests.api_grpc.conftest import metadata_for
-from xmc import pb
 from xmc.api import registry, rest
 from xmc.auth.tokens import issue_token
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
+from core import errors
+from core.pb import api
+from core.pb import longrunning as lro
 from tests.api_rest.conftest import ALICE, BOB, World, grpc_call
-from xmc import errors
 from xmc.api.registry import ESS, OPERATIONS, Caller, invoke
 from xmc.auth.identity import Identity
-from xmc.pb import api
-from xmc.pb import longrunning as lro
 
 pytestmark = pytest.mark.django_db
 

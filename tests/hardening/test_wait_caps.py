@@ -9,9 +9,9 @@ import grpc
 import pytest
 from google.longrunning import operations_pb2
 
+from core.pb import api
 from tests.api_grpc.conftest import metadata_for
 from xmc.api import waits
-from xmc.pb import api
 
 
 @pytest.mark.django_db(transaction=True)

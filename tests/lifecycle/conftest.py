@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from artifacts import services as artifact_services
 from artifacts.models import Artifact
+from core import convert, pb
 from k8s_bridge.sim.mlrun_emulator import EmulatorHandle, run_emulator
 from lifecycle import events, rules, services
 from lifecycle.events import LifecycleEvent, Runtime
@@ -23,7 +24,6 @@ from workunits import services as wu_services
 from workunits import state
 from workunits.models import WorkUnit, WorkUnitExecution
 from workunits.services import Transition
-from xmc import convert, pb
 
 PROJECT = "proj"
 LOCATION = "us-central1"

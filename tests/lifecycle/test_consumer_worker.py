@@ -27,9 +27,9 @@ from lifecycle.hooks import JobSetContext
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
+from core import task_wire
 from tests import waiting
 from tests.childenv import child_database_url
-from workunits import outbox
 from workunits import services as wu_services
 from workunits.models import WorkUnit
 
@@ -153,7 +153,7 @@ def test_it_creates_the_run_after_a_late_attach_patches_notify_when(
     xprof_artifact(wu)  # commits; the Update task is published after commit
     sent = brokers.drain("actuator")
     assert [name for name, _ in sent] == ["xmc.actuator.update"]
-    task = outbox.decode_task(sent[0][1][0])
+    task = task_wire.decode_task(sent[0][1][0])
     assert task.notify_when == ALL
     # The actuator patched the annotation; the reconciler sees it newly added.
     hooks.on_jobset_observed(context(wu, task.notify_when), "RUNNING")

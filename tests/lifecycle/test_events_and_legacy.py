@@ -14,8 +14,9 @@ from lifecycle.hooks import JobSetContext
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
+from artifacts.wire import artifact_to_proto
+from core import convert
 from workunits.models import WorkUnit
-from xmc import convert
 
 pytestmark = pytest.mark.django_db
 ALL = "STARTING.RUNNING.STOPPED.COMPLETED.FAILED"
@@ -110,7 +111,7 @@ def test_it_publishes_no_events_with_the_flag_off_and_the_legacy_sync_keeps_the_
     # Not persisted with the flag off; the read path constructs the same URL.
     artifact.refresh_from_db()
     assert "xprof" not in artifact.payload["managedXprof"]
-    got = convert.artifact_to_proto(Artifact.objects.select_related("work_unit").get(id=artifact.id))
+    got = artifact_to_proto(Artifact.objects.select_related("work_unit").get(id=artifact.id))
     assert got.payload.managed_xprof.xprof.xprof_url == url
     set_state(wu, "COMPLETED")
     hooks.on_jobset_observed(context(wu, ""), "COMPLETED")
@@ -138,7 +139,7 @@ def test_it_reads_the_persisted_url_before_a_constructed_one(lifecycle_on: Any, 
     artifact.refresh_from_db()
     stored = artifact.payload["managedXprof"]["xprof"]["xprofUrl"]
     lifecycle_on.XMC_MLRUN_LOCATION = "europe-west4"  # a constructed URL would now differ
-    got = convert.artifact_to_proto(Artifact.objects.select_related("work_unit").get(id=artifact.id))
+    got = artifact_to_proto(Artifact.objects.select_related("work_unit").get(id=artifact.id))
     assert got.payload.managed_xprof.xprof.xprof_url == stored
     assert "/us-central1/" in stored
 
@@ -146,7 +147,7 @@ def test_it_reads_the_persisted_url_before_a_constructed_one(lifecycle_on: Any, 
 def test_it_keeps_the_server_xprof_url_and_ignores_a_clients(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
     from artifacts import services as artifact_services
     from lifecycle import services
-    from xmc import pb
+    from core import pb
 
     wu = running_work_unit()
     spoofed = pb.artifact.Artifact(payload=pb.artifact.ArtifactPayload(managed_xprof=pb.artifact.ManagedXprofArtifact(

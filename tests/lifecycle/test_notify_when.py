@@ -6,12 +6,11 @@ from typing import Any
 import pytest
 
 from artifacts import services as artifact_services
+from core import pb, task_wire
+from core.protos import task_pb2
 from lifecycle import hooks, notify_when
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import running_work_unit, set_state, xprof_artifact
-from workunits import outbox
-from xmc import pb
-from xmc.protos import task_pb2
 
 pytestmark = pytest.mark.django_db
 ALL = "STARTING.RUNNING.STOPPED.COMPLETED.FAILED"
@@ -68,7 +67,7 @@ def test_it_sends_an_update_task_after_commit_on_attach_to_a_running_work_unit(
     _attach(wu, django_capture_on_commit_callbacks)
     sent = brokers.drain("actuator")
     assert [name for name, _ in sent] == ["xmc.actuator.update"]
-    task = outbox.decode_task(sent[0][1][0])  # signed, verified
+    task = task_wire.decode_task(sent[0][1][0])  # signed, verified
     assert task.type == task_pb2.Task.UPDATE
     assert (task.xid, task.wid, task.eid) == (wu.experiment_id, wu.wid, 1)
     assert list(task.update_mask.paths) == ["metadata.annotations.notify-when"]

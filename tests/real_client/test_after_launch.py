@@ -12,10 +12,12 @@ from collections.abc import Callable
 import pytest
 
 from artifacts.models import Artifact
+from artifacts.wire import artifact_to_proto
+from core import pb
 from experiments.models import Experiment
+from experiments.wire import experiment_to_proto
 from tests.real_client.conftest import ALICE, Call, Client
 from workunits.models import Operation, WorkUnit
-from xmc import convert, pb
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,7 +116,7 @@ def test_it_applies_the_clients_updates_with_their_masks(alice_client: Client) -
     assert (stored.title, stored.tags, stored.notes, stored.priority) == (
         "final", ["a", "b", "c"], "notes for the record", "HIGH"
     )
-    acls = convert.experiment_to_proto(stored).acls
+    acls = experiment_to_proto(stored).acls
     assert [r.user for r in acls.owners] == [ALICE]
     assert [(r.user, r.domain) for r in acls.readers] == [("bob@example.com", ""), ("", "example.org")]
     # The client keeps the server's replies.
@@ -169,7 +171,7 @@ def test_it_round_trips_every_artifact_payload_on_experiments_and_work_units(ali
             assert name == f"artifacts/{aid}"
         assert [phase for *_, phase in made] == ["INPUT", "OUTPUT", "INPUT", "INPUT", "INPUT"]
 
-    exp_rows = {a.id: convert.artifact_to_proto(a) for a in Artifact.objects.filter(experiment_id=xid, work_unit=None)}
+    exp_rows = {a.id: artifact_to_proto(a) for a in Artifact.objects.filter(experiment_id=xid, work_unit=None)}
     text, url, code, xprof, chart = (exp_rows[aid] for _, aid, _, _ in seen["made"]["exp"])
     assert (text.payload.text.title, text.payload.text.text) == ("Summary", "loss went down")
     assert (text.notes, list(text.tags)) == ("reviewed", ["final"])
@@ -186,7 +188,7 @@ def test_it_round_trips_every_artifact_payload_on_experiments_and_work_units(ali
 
     wu_names = [name for name, *_ in seen["made"]["wu"]]
     assert all(
-        convert.artifact_to_proto(a).parent == f"experiments/{xid}/workUnits/1"
+        artifact_to_proto(a).parent == f"experiments/{xid}/workUnits/1"
         for a in Artifact.objects.filter(experiment_id=xid).exclude(work_unit=None)
     )
     # tags:ckpt under the experiment: its own url artifact, nothing untagged. (Whether the

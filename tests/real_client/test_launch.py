@@ -12,10 +12,12 @@ import pytest
 from google.protobuf import json_format
 
 from artifacts.models import Artifact
+from artifacts.wire import artifact_to_proto
+from core import pb
 from experiments.models import Experiment
+from experiments.wire import experiment_to_proto
 from tests.real_client.conftest import ALICE, Client
 from workunits.models import Operation, WorkUnit
-from xmc import convert, pb
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +43,7 @@ def test_it_creates_an_experiment_with_server_defaults_from_an_empty_request(ali
     assert stored.creator == ALICE
     assert stored.launch_state == "LAUNCHING"
     # The request carried no ACLs (contract 2.1): the creator owns it.
-    assert [role.user for role in convert.experiment_to_proto(stored).acls.owners] == [ALICE]
+    assert [role.user for role in experiment_to_proto(stored).acls.owners] == [ALICE]
 
 
 def test_it_creates_an_experiment_with_title_tags_and_notes_and_keeps_the_script_as_an_artifact(
@@ -145,7 +147,7 @@ def main(_):
 
 
 def _artifact_proto(row: Artifact) -> pb.artifact.Artifact:
-    return convert.artifact_to_proto(row)
+    return artifact_to_proto(row)
 
 
 def _executable(wu: WorkUnit) -> pb.work_unit.Executable:

@@ -8,6 +8,8 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
+from core import convert
+from core.errors import InvalidArgument
 from k8s_bridge.reconciler import metrics
 from k8s_bridge.reconciler.batcher import UpdateBatcher
 from tests import factories
@@ -16,8 +18,6 @@ from tests.waiting import eventually
 from workunits import services, state
 from workunits.choices import WorkUnitState
 from workunits.state import ExecutionUpdate
-from xmc import convert
-from xmc.errors import InvalidArgument
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = WorkUnitState

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from tests import factories
 from k8s_bridge import client
+from tests import factories
 from tests.reconciler.conftest import Cluster, execution, state_of
 from tests.waiting import eventually
 from workunits.choices import WorkUnitState

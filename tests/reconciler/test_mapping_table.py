@@ -16,8 +16,8 @@ import pytest
 from k8s_bridge import client
 from k8s_bridge.reconciler.mapping import JOBSET_SELECTOR, condition_true, jobset_totals, to_work_unit_state
 from tests.reconciler.conftest import Cluster
-from tests.waiting import eventually
 from tests.reconciler.test_end_to_end import small_queue
+from tests.waiting import eventually
 from workunits.choices import WorkUnitState
 
 S = WorkUnitState

@@ -18,10 +18,10 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from core import convert, task_wire
+from core.protos import task_pb2
+from core.task_wire import decode_task
 from workunits.models import Operation, WorkUnit
-from workunits.outbox import decode_task
-from xmc import convert, task_signing
-from xmc.protos import task_pb2
 
 OLIVIA = "olivia@example.com"
 
@@ -42,7 +42,7 @@ def task_for(wu: WorkUnit, kind: str, *, eid: int | None = None, notify_when: st
     )
     if kind == "UPDATE":
         task.update_mask.paths.append("metadata.annotations.notify-when")
-    return task_signing.sign(task)
+    return task_wire.sign(task)
 
 
 @pytest.fixture

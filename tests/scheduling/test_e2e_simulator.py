@@ -37,8 +37,8 @@ from tests.childenv import child_database_url
 from workunits import resumption, scheduling, services
 from workunits.models import PausedTask, WorkUnit, WorkUnitExecution
 from workunits.outbox import deliver as REAL_DELIVER  # both captured before the autouse fixture stubs them
+from core import pb
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
-from xmc import pb
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"

@@ -9,13 +9,13 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 
+from core.errors import InvalidArgument
 from k8s_bridge.actuator.pause import hold_if_paused, release
 from tests import factories
 from tests.api_rest.conftest import Api
 from tests.scheduling.conftest import OLIVIA, actuator_messages, queue_messages, task_for
 from workunits import scheduling
 from workunits.models import PausedTask, SchedulingSwitch, SchedulingSwitchChange
-from xmc.errors import InvalidArgument
 
 pytestmark = pytest.mark.django_db
 

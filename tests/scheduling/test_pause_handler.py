@@ -7,13 +7,13 @@ import time
 import pytest
 from django.db import connection
 
+from core.errors import Aborted
+from core.protos import task_pb2
 from k8s_bridge.actuator.pause import hold_if_paused, release
 from tests import factories
 from tests.scheduling.conftest import OLIVIA, task_for
 from workunits import scheduling, services
 from workunits.models import PausedTask, StatusHistory, StatusMessage, WorkUnitExecution
-from xmc.errors import Aborted
-from xmc.protos import task_pb2
 
 
 def current(wu) -> WorkUnitExecution:

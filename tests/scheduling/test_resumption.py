@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from core import convert, task_wire
 from k8s_bridge.actuator.pause import hold_if_paused, release
 from tests import factories
 from tests.scheduling.conftest import OLIVIA, actuator_messages, queue_messages, task_for
 from workunits import resumption, scheduling, services, state
 from workunits.models import PausedTask, WorkUnit
 from workunits.resumption import SkipReason
-from xmc import convert, task_signing
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +54,7 @@ def outcome(row: PausedTask) -> tuple[str, str]:
 def test_it_resends_a_held_create_re_signed_with_a_fresh_expiry(broker) -> None:
     wu = factories.work_unit(factories.experiment())
     row = hold(wu, "CREATE")
-    stored = task_signing.decode(bytes(row.payload))
+    stored = task_wire.decode(bytes(row.payload))
     summary = resume_inline()
     assert (summary.resumed, summary.skipped) == (1, 0)
     assert outcome(row) == ("RESUMED", "")
@@ -62,7 +62,7 @@ def test_it_resends_a_held_create_re_signed_with_a_fresh_expiry(broker) -> None:
     assert row.processed_time is not None and row.resumption_run_id == summary.run_id
     [(name, sent)] = actuator_messages(broker)
     assert name == "xmc.actuator.create"
-    task_signing.verify(sent)
+    task_wire.verify(sent)
     assert sent.expire_time_ns >= stored.expire_time_ns and sent.signature != b""
     assert (sent.xid, sent.wid, sent.eid, sent.operation_name) == (stored.xid, stored.wid, stored.eid,
                                                                     stored.operation_name)

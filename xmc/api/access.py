@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.errors import NotFound, PermissionDenied
 from experiments import acl
 from experiments.acl import Role
 from xmc.auth.identity import Identity
-from xmc.errors import NotFound, PermissionDenied
 
 
 def _denied(identity: Identity, resource: str, field: str) -> PermissionDenied:

@@ -14,7 +14,7 @@ by the tests, which start it in-process on a free port. `build_server` wires:
 Every API method does the same thing (`_Delegate`): read the caller that
 `xmc.auth.grpc.AuthInterceptor` bound (`xmc.auth.identity.current_identity`),
 run the registered handler through `xmc.api.registry.invoke`, and turn
-`xmc.errors.ServiceError` into the status code it names. Anything unexpected
+`core.errors.ServiceError` into the status code it names. Anything unexpected
 is INTERNAL with a generic message; the traceback goes to the log only.
 
 Database connections: grpcio runs handlers on a fixed thread pool whose
@@ -50,11 +50,13 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from xmc import ops, pb
+from core import pb
+
+from core.errors import ServiceError
+from xmc import ops
 from xmc.api import registry
 from xmc.auth.grpc import AuthInterceptor
 from xmc.auth.identity import Unauthenticated, current_asserted_email, current_identity
-from xmc.errors import ServiceError
 from xmc.listing.errors import ListingError
 
 logger = logging.getLogger(__name__)

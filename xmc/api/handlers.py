@@ -3,9 +3,9 @@
 Thin adapters shared by gRPC (``xmc.api.grpc_server``) and REST
 (``xmc.api.rest``): each parses resource names, checks the caller's role on
 the experiment (``experiments.acl``), calls one service function, and
-converts the result with ``xmc.convert``. Validation happens in the services
+converts the result with ``core.convert``. Validation happens in the services
 and the conversion module before anything is written; errors are
-``xmc.errors.ServiceError`` subclasses naming the field.
+``core.errors.ServiceError`` subclasses naming the field.
 """
 from __future__ import annotations
 
@@ -21,19 +21,23 @@ from google.protobuf import empty_pb2
 
 from artifacts import services as artifact_services
 from artifacts.models import Artifact
+from artifacts.wire import artifact_to_proto
+from core import limits, pb
+from core.errors import InvalidArgument, NotFound
+from core.pb import api
+from core.pb import longrunning as lro
 from experiments import acl
 from experiments import services as experiment_services
 from experiments.acl import Role
 from experiments.models import Experiment
+from experiments.wire import experiment_to_proto
 from workunits import services as wu_services
 from workunits.choices import ExecutionState
 from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecution
-from xmc import convert, limits, listing, pb
-from xmc.pb import api
-from xmc.pb import longrunning as lro
+from workunits.wire import operation_to_proto, status_message_to_proto, work_unit_to_proto
+from xmc import listing
 from xmc.api import access, reads, waits
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
-from xmc.errors import InvalidArgument, NotFound
 from xmc.listing import FilterField
 
 
@@ -151,14 +155,14 @@ EXPERIMENT_ORDER = {"create_time": "create_time", "update_time": "update_time", 
 
 @rpc(ESS, "CreateExperiment", api.CreateExperimentRequest, pb.experiment.Experiment)
 def create_experiment(request: api.CreateExperimentRequest, caller: Caller) -> pb.experiment.Experiment:
-    return convert.experiment_to_proto(experiment_services.create_experiment(request.experiment, creator=caller.email))
+    return experiment_to_proto(experiment_services.create_experiment(request.experiment, creator=caller.email))
 
 
 @rpc(ESS, "UpdateExperimentLaunchState", api.UpdateExperimentLaunchStateRequest, pb.experiment.Experiment)
 def update_launch_state(request: api.UpdateExperimentLaunchStateRequest, caller: Caller) -> pb.experiment.Experiment:
     xid = parse_experiment(request.name)
     _experiment(xid, caller, Role.WRITER)
-    return convert.experiment_to_proto(experiment_services.update_launch_state(xid, request.launch_state))
+    return experiment_to_proto(experiment_services.update_launch_state(xid, request.launch_state))
 
 
 @rpc(ESS, "GetExperiment", api.GetExperimentRequest, pb.experiment.Experiment)
@@ -178,7 +182,7 @@ def _list_experiments(request: api.ListExperimentsRequest, caller: Caller) -> ap
     page = _page(queryset, request, fields=EXPERIMENT_FIELDS, orderable=EXPERIMENT_ORDER,
                  fingerprint=f"experiments|{caller.email}", default_order=["create_time desc"])
     return api.ListExperimentsResponse(
-        experiments=[convert.experiment_to_proto(e) for e in page.items], next_page_token=page.next_page_token
+        experiments=[experiment_to_proto(e) for e in page.items], next_page_token=page.next_page_token
     )
 
 
@@ -191,7 +195,7 @@ def update_experiment(request: api.UpdateExperimentRequest, caller: Caller) -> p
     xid = parse_experiment(request.experiment.name, "experiment.name")
     paths = _mask(request.update_mask.paths)
     _experiment(xid, caller, Role.OWNER if "acls" in paths else Role.WRITER)
-    return convert.experiment_to_proto(experiment_services.update_experiment(xid, request.experiment, paths))
+    return experiment_to_proto(experiment_services.update_experiment(xid, request.experiment, paths))
 
 
 # --- Work units -------------------------------------------------------------------------------
@@ -224,11 +228,11 @@ def work_units_of(xid: int) -> QuerySet[WorkUnit]:
 
 
 def _work_unit_proto(wu: WorkUnit) -> pb.work_unit.WorkUnit:
-    return convert.work_unit_to_proto(wu, cast(Any, reads.active_executions([wu.id]).get(wu.id)))
+    return work_unit_to_proto(wu, cast(Any, reads.active_executions([wu.id]).get(wu.id)))
 
 
 def _operation(op: Operation) -> lro.Operation:
-    return convert.operation_to_proto(op)
+    return operation_to_proto(op)
 
 
 @rpc(ESS, "CreateWorkUnit", api.CreateWorkUnitRequest, lro.Operation)
@@ -295,7 +299,7 @@ def _list_work_units(request: api.ListWorkUnitsRequest, caller: Caller) -> api.L
     page = _page_under_experiment(xid, caller, queryset, request, fields=WORK_UNIT_FIELDS, orderable=WORK_UNIT_ORDER,
                                   fingerprint=f"workUnits|{request.parent}", default_order=["wid"])
     return api.ListWorkUnitsResponse(
-        work_units=[convert.work_unit_to_proto(wu, cast(Any, reads.execution_row(wu.current_execution)))
+        work_units=[work_unit_to_proto(wu, cast(Any, reads.execution_row(wu.current_execution)))
                     for wu in page.items],
         next_page_token=page.next_page_token,
     )
@@ -381,12 +385,12 @@ def _artifact(aid: int, caller: Caller, needed: Role, field: str = "name") -> Ar
 def create_artifact(request: api.CreateArtifactRequest, caller: Caller) -> pb.artifact.Artifact:
     xid, wid = parse_parent(request.parent)
     _experiment(xid, caller, Role.WRITER)
-    return convert.artifact_to_proto(artifact_services.create_artifact(xid, wid, request.artifact))
+    return artifact_to_proto(artifact_services.create_artifact(xid, wid, request.artifact))
 
 
 @rpc(ESS, "GetArtifact", api.GetArtifactRequest, pb.artifact.Artifact)
 def get_artifact(request: api.GetArtifactRequest, caller: Caller) -> pb.artifact.Artifact:
-    return convert.artifact_to_proto(_artifact(parse_artifact(request.name), caller, Role.READER))
+    return artifact_to_proto(_artifact(parse_artifact(request.name), caller, Role.READER))
 
 
 def _list_artifacts(request: api.ListArtifactsRequest, caller: Caller) -> api.ListArtifactsResponse:
@@ -403,7 +407,7 @@ def _list_artifacts(request: api.ListArtifactsRequest, caller: Caller) -> api.Li
     page = _page(queryset, request, fields=ARTIFACT_FIELDS, orderable=ARTIFACT_ORDER,
                  fingerprint=f"artifacts|{request.parent}|{caller.email}", default_order=["name"])
     return api.ListArtifactsResponse(
-        artifacts=[convert.artifact_to_proto(a) for a in page.items], next_page_token=page.next_page_token
+        artifacts=[artifact_to_proto(a) for a in page.items], next_page_token=page.next_page_token
     )
 
 
@@ -423,7 +427,7 @@ def delete_artifact(request: api.DeleteArtifactRequest, caller: Caller) -> empty
 def update_artifact(request: api.UpdateArtifactRequest, caller: Caller) -> pb.artifact.Artifact:
     aid = parse_artifact(request.artifact.name, "artifact.name")
     _artifact(aid, caller, Role.WRITER)
-    return convert.artifact_to_proto(
+    return artifact_to_proto(
         artifact_services.update_artifact(aid, request.artifact, _mask(request.update_mask.paths))
     )
 
@@ -451,7 +455,7 @@ def _list_status_messages(request: api.ListStatusMessagesRequest, caller: Caller
     page = _page(queryset, request, fields=STATUS_MESSAGE_FIELDS, orderable=STATUS_MESSAGE_ORDER,
                  fingerprint=f"statusMessages|{request.parent}", default_order=["name desc"])
     return api.ListStatusMessagesResponse(
-        status_messages=[convert.status_message_to_proto(m) for m in page.items],
+        status_messages=[status_message_to_proto(m) for m in page.items],
         next_page_token=page.next_page_token,
     )
 

@@ -5,10 +5,10 @@ GetExperiment, so these run one hand-written statement that starts from the
 experiment row (its ACLs decide access) and LEFT JOINs the work unit and its
 execution, then check the caller's role (permission first, `xmc.api.access`) and
 shape the row into the API message through the one conversion module
-(`xmc.convert`) -- the response is byte-for-byte what the ORM path built.
+(`core.convert`) -- the response is byte-for-byte what the ORM path built.
 
 Rows are read with a raw cursor into small slotted records (`ExperimentRow`,
-`WorkUnitRow`, `ExecutionRow`) that carry exactly the attributes `xmc.convert`
+`WorkUnitRow`, `ExecutionRow`) that carry exactly the attributes `core.convert`
 reads; building Django model instances (and decoding columns the response
 never uses) cost more than the query itself.
 
@@ -24,15 +24,19 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
+from core import pb
+
+from experiments.wire import experiment_status_to_proto, experiment_to_proto
+
+from core.db import kept_cursor
+from core.errors import NotFound
 from experiments.acl import Role
 from experiments.models import Experiment
 from workunits.choices import ExecutionState
 from workunits.models import WorkUnit, WorkUnitExecution
-from xmc import convert, pb
+from workunits.wire import execution_to_proto, work_unit_to_proto
 from xmc.api import access
 from xmc.auth.identity import Identity
-from xmc.db import kept_cursor
-from xmc.errors import NotFound
 
 _EXPERIMENTS = Experiment._meta.db_table
 _WORK_UNITS = WorkUnit._meta.db_table
@@ -44,7 +48,7 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-# --- Row records (what xmc.convert reads, nothing more) ------------------------------------
+# --- Row records (what core.convert reads, nothing more) ------------------------------------
 
 
 class ExperimentRow:
@@ -172,11 +176,11 @@ def require_experiment_role(xid: int, identity: Identity, needed: Role, field: s
 
 
 def get_experiment(xid: int, identity: Identity) -> pb.experiment.Experiment:
-    return convert.experiment_to_proto(cast(Any, experiment(xid, identity)))
+    return experiment_to_proto(cast(Any, experiment(xid, identity)))
 
 
 def get_experiment_status(xid: int, identity: Identity) -> pb.status.ExperimentStatus:
-    return convert.experiment_status_to_proto(cast(Any, experiment(xid, identity)))
+    return experiment_status_to_proto(cast(Any, experiment(xid, identity)))
 
 
 # --- Work units and executions ---------------------------------------------------------------------
@@ -234,7 +238,7 @@ def _work_unit_rows(sql: str, xid: int, wid: int, identity: Identity, needed: Ro
 def work_unit(xid: int, wid: int, identity: Identity, needed: Role = Role.READER) -> pb.work_unit.WorkUnit:
     """GetWorkUnit: the work unit with its ACTIVE execution, after the access check."""
     wu, executions = _work_unit_rows(_WORK_UNIT_SQL, xid, wid, identity, needed)
-    return convert.work_unit_to_proto(cast(Any, wu), cast(Any, executions[0]) if executions else None)
+    return work_unit_to_proto(cast(Any, wu), cast(Any, executions[0]) if executions else None)
 
 
 def current_execution(xid: int, wid: int, identity: Identity) -> pb.work_unit_execution.WorkUnitExecution:
@@ -242,13 +246,13 @@ def current_execution(xid: int, wid: int, identity: Identity) -> pb.work_unit_ex
     wu, executions = _work_unit_rows(_CURRENT_EXECUTION_SQL, xid, wid, identity, Role.READER)
     if not executions:  # every work unit is created with its first execution
         raise NotFound(f"{wu.name}/executions/{wu.current_eid} not found", field="name")
-    return convert.execution_to_proto(cast(Any, executions[0]), cast(Any, wu))
+    return execution_to_proto(cast(Any, executions[0]), cast(Any, wu))
 
 
 def executions(xid: int, wid: int, identity: Identity) -> list[pb.work_unit_execution.WorkUnitExecution]:
     """ListWorkUnitExecutions: every execution of the work unit, by eid."""
     wu, rows = _work_unit_rows(_EXECUTIONS_SQL, xid, wid, identity, Role.READER, many=True)
-    return [convert.execution_to_proto(cast(Any, ex), cast(Any, wu)) for ex in rows]
+    return [execution_to_proto(cast(Any, ex), cast(Any, wu)) for ex in rows]
 
 
 _ACTIVE_EXECUTIONS_SQL = (

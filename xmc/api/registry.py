@@ -15,9 +15,9 @@ from typing import Any
 from django.db import DataError
 from google.protobuf.message import Message
 
-from xmc import limits
+from core import limits
+from core.errors import InvalidArgument
 from xmc.auth.identity import Identity
-from xmc.errors import InvalidArgument
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def rpc(service: str, method: str, request: type[Message], response: type[Messag
 
 
 def invoke(service: str, method: str, request: Message, caller: Caller) -> Message:
-    """Run one RPC. Raises ``xmc.errors.ServiceError`` subclasses on failure.
+    """Run one RPC. Raises ``core.errors.ServiceError`` subclasses on failure.
 
     Before the handler: any string of the request holding U+0000 is refused
     (Postgres cannot store it), and the audit-only asserted email is cut to a

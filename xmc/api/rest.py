@@ -54,11 +54,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView, set_rollback
 
-from xmc import pb
+from core import pb
+from core.errors import InvalidArgument, ServiceError
 from xmc.api import registry
 from xmc.api.registry import ESS, OPERATIONS, Caller
 from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle, IdentityUser
-from xmc.errors import InvalidArgument, ServiceError
 from xmc.ops import observe_rpc
 
 logger = logging.getLogger(__name__)

@@ -21,10 +21,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import InvalidArgument
 from workunits import scheduling
 from xmc.api.rest import rest_exception_handler
 from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle
-from xmc.errors import InvalidArgument
 
 
 class IsStaff(BasePermission):

@@ -11,7 +11,7 @@ The REST API (``/v1/...``) sets, per view or in ``REST_FRAMEWORK``::
 `xmc.auth.drf.IdentityUser` on ``request.user``; views pass
 ``request.user.identity`` to the services. `xmc.auth.drf.IdentityRateThrottle`
 meters the same per-identity bucket as the gRPC interceptor
-(`xmc.ratelimit.check_rate`), so REST and gRPC calls share one budget.
+(`core.ratelimit.check_rate`), so REST and gRPC calls share one budget.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+from core.ratelimit import check_rate
 from xmc.auth.identity import BEARER_SCHEME, Identity, Unauthenticated, authenticate_bearer
-from xmc.ratelimit import check_rate
 
 
 class IdentityUser:

@@ -9,7 +9,7 @@ For each RPC (except health checking and server reflection, which load
 balancers and tools call without credentials) it reads ``authorization:
 Bearer <token>`` from the invocation metadata, verifies it with the shared
 verifier `xmc.auth.identity.authenticate_bearer`, takes one token from the
-caller's rate-limit bucket (`xmc.ratelimit.check_rate`; after the signature
+caller's rate-limit bucket (`core.ratelimit.check_rate`; after the signature
 check, before the user lookup, so refused calls cost no query) and binds the
 identity for the handler, which reads it with `xmc.auth.identity.current_identity`.
 Failures end the RPC with UNAUTHENTICATED or RESOURCE_EXHAUSTED and a message
@@ -32,8 +32,8 @@ from typing import Any
 import grpc
 from django.db import DatabaseError
 
+from core.ratelimit import RateDecision, check_rate
 from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer, bound_identity
-from xmc.ratelimit import RateDecision, check_rate
 
 logger = logging.getLogger(__name__)
 

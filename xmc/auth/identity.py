@@ -27,60 +27,20 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
 from django.db import connection
 
-from xmc import limits
+from core.identity import Identity as Identity
+from core.identity import normalize_email as normalize_email
+from core.identity import validated_email as validated_email
 
 # The one UNAUTHENTICATED error of the project; re-exported for the adapters.
-from xmc.errors import Unauthenticated as Unauthenticated
+from core.errors import Unauthenticated as Unauthenticated
 
 BEARER_SCHEME = "bearer"
-
-
-@dataclass(frozen=True)
-class Identity:
-    """A verified caller. ``email`` is normalized (`normalize_email`); staff and groups come from Django."""
-
-    email: str
-    is_staff: bool = False
-    groups: frozenset[str] = frozenset()
-
-    @property
-    def domain(self) -> str:
-        """The part of the email after the last ``@`` (``example.com``)."""
-        return self.email.rpartition("@")[2]
-
-
-def normalize_email(email: str) -> str:
-    """The one spelling of an email we compare and store: stripped, NFKC-normalized, case-folded.
-
-    NFKC folds compatibility look-alikes (full-width letters, ligatures) and
-    ``casefold`` is Unicode's caseless matching (``ſ`` becomes ``s``), so two
-    emails a human would read as one are one string here, and the database
-    compares that string exactly (never with ``UPPER()``/``iexact``, whose
-    folding differs from Python's).
-    """
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", email.strip()).casefold())
-
-
-def validated_email(email: str) -> str:
-    """`normalize_email`, refusing anything that is not a valid address (ValueError)."""
-    normalized = normalize_email(email)
-    if len(normalized) > limits.EMAIL:
-        raise ValueError(f"not an email address (longer than {limits.EMAIL} characters): {normalized[:64]!r}...")
-    try:
-        validate_email(normalized)
-    except ValidationError:
-        raise ValueError(f"not an email address: {normalized!r}") from None
-    return normalized
 
 
 # One row always (the VALUES row), LEFT JOINed with the token generation, the

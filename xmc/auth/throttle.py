@@ -12,7 +12,7 @@ every attempt is refused -- the right password too -- until the window ends.
 A successful sign-in clears its account's count.
 
 If Redis cannot be reached the throttle lets attempts through and logs it
-(as the request rate limiter does, `xmc.ratelimit`): sign-in stays available.
+(as the request rate limiter does, `core.ratelimit`): sign-in stays available.
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from k8s_bridge.sim.controllers.kueue import KueueOptions
-from k8s_bridge.sim.resources import by_plural
 from k8s_bridge.sim.controllers.script import parse_duration
+from k8s_bridge.sim.resources import by_plural
 from k8s_bridge.sim.controllers.runtime import (
     CLUSTERQUEUES,
     LOCALQUEUES,

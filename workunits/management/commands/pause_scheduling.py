@@ -10,9 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import ServiceError
 from workunits import scheduling
 from workunits.management.commands._scheduling import add_by_argument, describe, operator
-from xmc.errors import ServiceError
 
 
 class Command(BaseCommand):

@@ -14,9 +14,9 @@ from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core.errors import ServiceError
 from workunits import resumption, scheduling
 from workunits.management.commands._scheduling import add_by_argument, operator
-from xmc.errors import ServiceError
 
 
 class ProgressBar:

@@ -1,4 +1,8 @@
-"""Signing and verifying actuator task envelopes (``xmc.internal.v1.Task``).
+"""The actuator task envelope on the wire (``xmc.internal.v1.Task``): signing, encoding, names.
+
+Producers (the outbox, the resumption run) and the consumer (the actuator) both
+use this module, so neither reaches into the other's.
+
 
 The state server's outbox and the resumption run sign; the actuator verifies
 before it does anything else. The signature is HMAC-SHA256 over the
@@ -12,13 +16,14 @@ signed with it can still be in flight.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import time
 
 from django.conf import settings
 
-from xmc.protos import task_pb2
+from core.protos import task_pb2
 
 
 class InvalidTask(Exception):
@@ -69,3 +74,30 @@ def decode(payload: bytes) -> task_pb2.Task:
     except Exception as exc:  # google.protobuf.message.DecodeError and kin
         raise InvalidTask(f"task payload does not parse: {exc}") from exc
     return task
+
+
+#: The one update-mask path an Update task knows today.
+NOTIFY_WHEN_PATH = "metadata.annotations.notify-when"
+
+
+#: The actuator's Celery task for each Task type (one positional argument:
+#: the signed, serialized Task as base64 text).
+ACTUATOR_TASK_NAMES: dict[int, str] = {
+    task_pb2.Task.CREATE: "xmc.actuator.create",
+    task_pb2.Task.DELETE: "xmc.actuator.delete",
+    task_pb2.Task.RESTART: "xmc.actuator.restart",
+    task_pb2.Task.UPDATE: "xmc.actuator.update",
+}
+
+
+def encode_task(task: task_pb2.Task) -> str:
+    return base64.b64encode(task.SerializeToString(deterministic=True)).decode("ascii")
+
+
+def decode_task(text: str) -> task_pb2.Task:
+    """The inverse of :func:`encode_task` (raises ``InvalidTask`` on garbage)."""
+    try:
+        payload = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise InvalidTask(f"task payload is not base64: {exc}") from exc
+    return decode(payload)

@@ -6,7 +6,7 @@ and are not committed. Importing this package compiles any module that is
 missing or older than its ``.proto``, so a worker, a test or a management
 command never runs against stale generated code.
 
-Use ``from xmc.protos import task_pb2, artifact_lifecycle_event_pb2``.
+Use ``from core.protos import task_pb2, artifact_lifecycle_event_pb2``.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def ensure_compiled() -> None:
     include = str(Path(grpc_tools.__file__).resolve().parent / "_proto")
     with tempfile.TemporaryDirectory(dir=HERE) as tmp:
         for name in stale:
-            # Generated as xmc/protos/<name>_pb2.py relative to the repo root
+            # Generated as core/protos/<name>_pb2.py relative to the repo root
             # so imports inside generated code resolve as package imports.
             rc = protoc.main([
                 "protoc", f"-I{HERE.parent.parent}", f"-I{include}",
@@ -42,13 +42,13 @@ def ensure_compiled() -> None:
                 str(HERE / f"{name}.proto"),
             ])
             if rc != 0:
-                raise RuntimeError(f"protoc failed for xmc/protos/{name}.proto")
+                raise RuntimeError(f"protoc failed for core/protos/{name}.proto")
             for suffix in ("_pb2.py", "_pb2.pyi"):
-                os.replace(Path(tmp) / "xmc" / "protos" / f"{name}{suffix}", HERE / f"{name}{suffix}")
+                os.replace(Path(tmp) / "core" / "protos" / f"{name}{suffix}", HERE / f"{name}{suffix}")
 
 
 ensure_compiled()
 
-from xmc.protos import artifact_lifecycle_event_pb2, task_pb2  # noqa: E402
+from core.protos import artifact_lifecycle_event_pb2, task_pb2  # noqa: E402
 
 __all__ = ["artifact_lifecycle_event_pb2", "ensure_compiled", "task_pb2"]

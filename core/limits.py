@@ -1,12 +1,12 @@
 """The one table of input limits, shared by the models and the validators.
 
 Models declare their column lengths from these constants (``max_length=
-limits.TITLE``) and `xmc.limits.check_fields` validates incoming values
+limits.TITLE``) and `core.limits.check_fields` validates incoming values
 against the same numbers before anything is written, so a request can never
 reach the database with a value the column refuses (which Postgres answers
 with a ``DataError``, and the API would answer with INTERNAL).
 
-Who calls it: ``xmc.convert`` (every ``*_fields`` builder), the work unit
+Who calls it: ``core.convert`` (every ``*_fields`` builder), the work unit
 create path (``workunits.validation``), and the API registry
 (``xmc.api.registry.invoke``), which refuses NUL characters in any string of
 any request (Postgres ``text`` and ``jsonb`` cannot store U+0000).
@@ -19,7 +19,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from xmc.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 #: An email address (RFC 5321 path limit) -- creators, requesters, audit emails.
 EMAIL = 320
