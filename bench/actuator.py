@@ -59,7 +59,8 @@ def main() -> None:
         from django.db import connection
 
         from k8s_bridge import client
-        from k8s_bridge.jobset_builder import Stamp, build_jobset
+        from jobsets.contract import Stamp
+        from jobsets.builder import build_jobset
         from tests import factories
         from workunits import outbox, services
 

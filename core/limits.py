@@ -7,7 +7,7 @@ reach the database with a value the column refuses (which Postgres answers
 with a ``DataError``, and the API would answer with INTERNAL).
 
 Who calls it: ``core.convert`` (every ``*_fields`` builder), the work unit
-create path (``workunits.validation``), and the API registry
+create path (``jobsets.validation``), and the API registry
 (``xmc.api.registry.invoke``), which refuses NUL characters in any string of
 any request (Postgres ``text`` and ``jsonb`` cannot store U+0000).
 """

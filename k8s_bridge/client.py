@@ -19,6 +19,8 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from jobsets.contract import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
+
 __all__ = [
     "ApiException",
     "JOBSET_GROUP", "JOBSET_VERSION", "JOBSET_PLURAL",
@@ -26,9 +28,6 @@ __all__ = [
     "api_client", "coordination", "core", "custom_objects", "reset", "watch",
 ]
 
-JOBSET_GROUP = "jobset.x-k8s.io"
-JOBSET_VERSION = "v1alpha2"
-JOBSET_PLURAL = "jobsets"
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 WORKLOAD_PLURAL = "workloads"

@@ -19,11 +19,12 @@ from django.db import transaction
 
 from core import task_wire
 from core.protos import task_pb2
+from jobsets import contract
 from workunits.choices import TERMINAL, WorkUnitState
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "xmc.google.com/notify-when"
+ANNOTATION = contract.ANNOTATION_NOTIFY_WHEN
 #: The update mask path of an UPDATE task that patches the annotation.
 UPDATE_MASK_PATH = task_wire.NOTIFY_WHEN_PATH
 SEPARATOR = "."

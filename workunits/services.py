@@ -53,9 +53,9 @@ from workunits.choices import (
 from core import convert, limits, pb
 from core.db import int_array, kept_cursor
 from core.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
+from jobsets.validation import validate_executable, validate_work_unit_request
 from workunits.models import DeadLetter, Operation, StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
-from workunits.validation import validate_executable, validate_work_unit_request
 from workunits.wire import execution_record, work_unit_fields, work_unit_to_proto
 
 log = logging.getLogger(__name__)

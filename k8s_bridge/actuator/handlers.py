@@ -17,11 +17,12 @@ from django.conf import settings
 
 from core import pb, task_wire
 from core.protos import task_pb2
+from jobsets.builder import build_jobset
+from jobsets.contract import ANNOTATION_NOTIFY_WHEN, Stamp, jobset_name
 from k8s_bridge import client
 from k8s_bridge.actuator import preconditions
 from k8s_bridge.actuator.preconditions import Decision, ExecutionView
 from k8s_bridge.errors import ActuatorError
-from k8s_bridge.jobset_builder import ANNOTATION_NOTIFY_WHEN, Stamp, build_jobset, jobset_name
 from workunits import services
 from workunits.models import WorkUnitExecution
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jobsets.contract import identity
 from k8s_bridge.errors import ActuatorError
-from k8s_bridge.jobset_builder import identity
 from workunits.choices import TERMINAL, WorkUnitState
 
 

@@ -24,20 +24,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobsets import contract
 from workunits.choices import WorkUnitState
 
 S = WorkUnitState
 Obj = Mapping[str, Any]
 
-XID_LABEL = "xmc.google.com/xid"
-WID_LABEL = "xmc.google.com/wid"
-EID_LABEL = "xmc.google.com/execution-id"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-NOTIFY_WHEN_ANNOTATION = "xmc.google.com/notify-when"
-FINALIZER = "jobset.xmanager.cloud/finalizer"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-#: Label selector of the JobSets this system created (the actuator's builder sets all three).
-JOBSET_SELECTOR = f"{XID_LABEL},{WID_LABEL},{EID_LABEL}"
+# The JobSet contract (names, labels, annotation, finalizer) is spelled once, in jobsets.contract.
+XID_LABEL = contract.LABEL_XID
+WID_LABEL = contract.LABEL_WID
+EID_LABEL = contract.LABEL_EID
+QUEUE_LABEL = contract.QUEUE_LABEL
+NOTIFY_WHEN_ANNOTATION = contract.ANNOTATION_NOTIFY_WHEN
+FINALIZER = contract.FINALIZER
+JOBSET_NAME_LABEL = contract.JOBSET_NAME_LABEL
+#: Label selector of the JobSets this system created (the builder sets all three).
+JOBSET_SELECTOR = contract.JOBSET_SELECTOR
 
 #: Container waiting reasons that mean "this will not start by itself" (STATES.md, startup diagnostics).
 STARTUP_FAILURE_REASONS = frozenset({

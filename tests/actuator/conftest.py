@@ -23,9 +23,8 @@ import pytest
 import redis
 from django.conf import settings
 
+from jobsets.contract import FINALIZER, jobset_name
 from k8s_bridge import client
-
-from k8s_bridge.jobset_builder import FINALIZER, jobset_name
 from k8s_bridge.sim.server import SimulatorHandle, run_simulator
 from workunits.outbox import deliver as REAL_DELIVER
 from tests.childenv import child_database_url

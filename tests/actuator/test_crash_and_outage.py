@@ -21,7 +21,7 @@ import pytest
 from django.db import close_old_connections
 from kombu import pools as kombu_pools
 
-from k8s_bridge.jobset_builder import LABEL_EID
+from jobsets.contract import LABEL_EID
 from tests import factories
 from tests.actuator.conftest import NAMESPACE, REAL_DELIVER, Workers, get_jobset
 from tests.waiting import eventually

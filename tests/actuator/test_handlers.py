@@ -13,10 +13,11 @@ from google.protobuf import any_pb2
 from core import errors as service_errors
 from core import pb, task_wire
 from core.protos import task_pb2
+from jobsets.builder import build_jobset
+from jobsets.contract import Stamp, jobset_name
 from k8s_bridge import client, tasks
 from k8s_bridge.actuator import handlers
 from k8s_bridge.errors import ActuatorError
-from k8s_bridge.jobset_builder import Stamp, build_jobset, jobset_name
 from tests import factories
 from tests.actuator.conftest import NAMESPACE, get_jobset
 from workunits import outbox, services

@@ -17,9 +17,11 @@ import pytest
 
 from core import pb
 from core.errors import InvalidArgument
+from jobsets.accelerators import EXCLUSIVE_TOPOLOGY_ANNOTATION, GPU_ACCELERATORS
+from jobsets.builder import build_jobset
+from jobsets.contract import FINALIZER, Stamp
+from jobsets.validation import validate_executable
 from k8s_bridge import client
-from k8s_bridge.accelerators import EXCLUSIVE_TOPOLOGY_ANNOTATION, GPU_ACCELERATORS
-from k8s_bridge.jobset_builder import FINALIZER, Stamp, build_jobset, validate_executable
 
 W = pb.work_unit
 R = pb.resources

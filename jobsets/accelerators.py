@@ -1,6 +1,6 @@
 """Accelerator names: XManager GPU/TPU names to GKE node labels.
 
-One table shared by request validation (``workunits.validation``) and the
+One table shared by request validation (``jobsets.validation``) and the
 JobSet builder (a later issue), so an accepted GPU type is always one the
 builder can place.
 """
