@@ -69,7 +69,7 @@ def main() -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        sim = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "simcluster", "--port", str(port),
+        sim = subprocess.Popen([sys.executable, "-m", "simulators.cluster", "--port", str(port),
                                 "--kubeconfig-out", str(kubeconfig), "--no-controllers"],
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 60

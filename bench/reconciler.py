@@ -170,7 +170,7 @@ def main() -> None:
 
         from k8s_bridge import client
         from k8s_bridge.reconciler import mapping
-        from k8s_bridge.sim.server import run_simulator
+        from simulators.cluster.server import run_simulator
         from tests import factories
 
         tmp = tempfile.mkdtemp(prefix="bench-reconciler-")

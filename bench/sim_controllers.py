@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import resource
 import time
 
-from k8s_bridge.sim.clock import SimClock
-from k8s_bridge.sim.controllers import start_controllers
-from k8s_bridge.sim.store import Store
+from simulators.cluster.clock import SimClock
+from simulators.cluster.controllers import start_controllers
+from simulators.cluster.store import Store
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ Run from the project root (not part of the test suite):
 
     .venv/bin/python bench/simcluster.py [--jobsets 1000] [--pods-per-jobset 4] [--speed 20]
 
-It starts the simulator (`k8s_bridge.sim.server.run_simulator`, with
+It starts the simulator (`simulators.cluster.server.run_simulator`, with
 controllers) in a separate process, which records the wall-clock commit time
 of every resourceVersion.  Then:
 
@@ -53,7 +53,7 @@ _RV_RE = re.compile(rb'"resourceVersion":"(\d+)"')
 
 def serve(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    from k8s_bridge.sim.server import run_simulator
+    from simulators.cluster.server import run_simulator
 
     commits: dict[int, float] = {}
 

@@ -133,22 +133,22 @@ def write_env(env: dict[str, str]) -> None:
 def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     """Every process the system has so far, in start order."""
     procs: list[Process] = []
-    if "simcluster" in commands:
-        sim_port = free_port(int(os.environ.get("XMC_SIM_PORT", "6443")))
-        kubeconfig = RUN / "kubeconfig"
-        procs.append(Process(
-            "simulator",
-            manage("simcluster", "--port", str(sim_port), "--kubeconfig-out", str(kubeconfig),
-                   "--state-file", str(RUN / "simcluster.json")),
-            url=f"http://127.0.0.1:{sim_port} (kubeconfig {kubeconfig})",
-            ready_url=f"http://127.0.0.1:{sim_port}/version",
-        ))
-        env["KUBECONFIG"] = str(kubeconfig)
-    if "mlrun_emulator" in commands and not os.environ.get("XMC_MLRUN_ENDPOINT"):
+    # The cluster simulator (simulators/cluster) stands in for a cluster locally.
+    sim_port = free_port(int(os.environ.get("XMC_SIM_PORT", "6443")))
+    kubeconfig = RUN / "kubeconfig"
+    procs.append(Process(
+        "simulator",
+        [sys.executable, "-m", "simulators.cluster", "--port", str(sim_port), "--kubeconfig-out", str(kubeconfig),
+         "--state-file", str(RUN / "simcluster.json")],
+        url=f"http://127.0.0.1:{sim_port} (kubeconfig {kubeconfig})",
+        ready_url=f"http://127.0.0.1:{sim_port}/version",
+    ))
+    env["KUBECONFIG"] = str(kubeconfig)
+    if not os.environ.get("XMC_MLRUN_ENDPOINT"):
         # The MachineLearningRun API emulator stands in for the real service locally.
         mlrun_port = free_port(int(os.environ.get("XMC_MLRUN_EMULATOR_PORT", "8790")))
         procs.append(Process(
-            "mlrun", manage("mlrun_emulator", "--port", str(mlrun_port)),
+            "mlrun", [sys.executable, "-m", "simulators.mlrun", "--port", str(mlrun_port)],
             url=f"http://127.0.0.1:{mlrun_port} (MachineLearningRun emulator; /emulator/runs lists the runs)",
             ready_url=f"http://127.0.0.1:{mlrun_port}/emulator/runs",
         ))

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_it_type_checks() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "lifecycle", "k8s_bridge"],
+        [sys.executable, "-m", "mypy", "core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "lifecycle", "k8s_bridge", "simulators"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -25,7 +25,7 @@ from django.conf import settings
 
 from jobsets.contract import FINALIZER, jobset_name
 from k8s_bridge import client
-from k8s_bridge.sim.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle, run_simulator
 from workunits.outbox import deliver as REAL_DELIVER
 from tests.childenv import child_database_url
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED

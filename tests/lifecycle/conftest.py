@@ -1,6 +1,6 @@
 """Fixtures of the artifact lifecycle tests: the MachineLearningRun emulator and the flag.
 
-The emulator (``k8s_bridge.sim.mlrun_emulator``) runs in-process on a free
+The emulator (``simulators.mlrun``) runs in-process on a free
 port; ``lifecycle_on`` turns the flag on and points the settings at it, the
 way ``./dev run`` does for the local system.
 """
@@ -16,7 +16,7 @@ from django.utils import timezone
 from artifacts import services as artifact_services
 from artifacts.models import Artifact
 from core import convert, pb
-from k8s_bridge.sim.mlrun_emulator import EmulatorHandle, run_emulator
+from simulators.mlrun import EmulatorHandle, run_emulator
 from lifecycle import events, rules, services
 from lifecycle.events import LifecycleEvent, Runtime
 from tests import factories

@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from k8s_bridge.sim.mlrun_emulator import EmulatorHandle
+from simulators.mlrun import EmulatorHandle
 from lifecycle import hooks, urls
 from lifecycle.hooks import JobSetContext
 from tests.lifecycle import brokers

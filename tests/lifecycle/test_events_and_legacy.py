@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from artifacts.models import Artifact
-from k8s_bridge.sim.mlrun_emulator import EmulatorHandle
+from simulators.mlrun import EmulatorHandle
 from lifecycle import events, hooks, urls
 from lifecycle.hooks import JobSetContext
 from tests.lifecycle import brokers

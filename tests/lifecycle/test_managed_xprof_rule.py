@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from artifacts.models import Artifact
-from k8s_bridge.sim.mlrun_emulator import EmulatorHandle
+from simulators.mlrun import EmulatorHandle
 from lifecycle import rules, services, urls
 from lifecycle.apps import check_lifecycle_configuration
 from lifecycle.mlrun_client import MLRunClient, MLRunError

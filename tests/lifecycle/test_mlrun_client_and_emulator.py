@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from k8s_bridge.sim.mlrun_emulator import EmulatorHandle, run_emulator
+from simulators.mlrun import EmulatorHandle, run_emulator
 from lifecycle import mlrun_client
 from lifecycle.mlrun_client import GoogleDefaultCredentials, MLRunClient, MLRunError, StaticToken
 
@@ -101,7 +101,7 @@ def test_it_uses_google_default_credentials_in_production_imported_lazily(settin
 
 
 def test_it_serves_the_emulator_command_and_stops_on_sigterm() -> None:
-    proc = subprocess.Popen([sys.executable, "manage.py", "mlrun_emulator", "--port", "0"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "simulators.mlrun", "--port", "0"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert proc.stdout is not None

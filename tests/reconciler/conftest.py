@@ -21,8 +21,8 @@ import yaml
 from k8s_bridge import client
 from k8s_bridge.reconciler import mapping
 from k8s_bridge.reconciler.controller import Options, Reconciler
-from k8s_bridge.sim.controllers.config import DEFAULT_CONFIG
-from k8s_bridge.sim.server import SimulatorHandle, run_simulator
+from simulators.cluster.controllers.config import DEFAULT_CONFIG
+from simulators.cluster.server import SimulatorHandle, run_simulator
 from workunits.models import WorkUnit, WorkUnitExecution
 
 NS = "default"

@@ -80,7 +80,7 @@ ROWS: list[tuple[str, str, Callable[[dict[str, Any]], bool], str]] = [
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
-    from k8s_bridge.sim.server import run_simulator
+    from simulators.cluster.server import run_simulator
     from tests.reconciler.conftest import write_config
     from django.conf import settings
 

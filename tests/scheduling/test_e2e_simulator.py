@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import connection
 
 from artifacts import services as artifact_services
-from k8s_bridge.sim.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle, run_simulator
 from tests import factories, waiting
 from tests.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
 from tests.childenv import child_database_url

@@ -1,6 +1,6 @@
 """One API-only simulator per test session, plus clients pointed at it.
 
-The simulator runs in-process (`k8s_bridge.sim.server.run_simulator` with
+The simulator runs in-process (`simulators.cluster.server.run_simulator` with
 controllers off, so nothing reacts to the objects the tests write); every test
 works in its own namespace.  kubectl runs with a discovery cache that is
 fresh for this simulator instance.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from k8s_bridge.sim.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle, run_simulator
 
 _counter = itertools.count()
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from k8s_bridge.sim.server import SimulatorHandle
-from k8s_bridge.sim.store import ApiError
+from simulators.cluster.server import SimulatorHandle
+from simulators.cluster.store import ApiError
 
 OPERATOR = textwrap.dedent(
     """

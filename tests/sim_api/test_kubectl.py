@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from k8s_bridge.sim.server import SimulatorHandle
-from k8s_bridge.sim.store import format_time
+from simulators.cluster.server import SimulatorHandle
+from simulators.cluster.store import format_time
 from tests.sim_api.conftest import KubectlRunner
 
 JOBSET_YAML = """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from k8s_bridge.sim.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from k8s_bridge.sim.selectors import parse_field_selector, parse_label_selector
+from simulators.cluster.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from simulators.cluster.selectors import parse_field_selector, parse_label_selector
 
 
 def test_it_deletes_keys_with_null_in_a_merge_patch() -> None:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from k8s_bridge.sim.server import SimulatorHandle
+from simulators.cluster.server import SimulatorHandle
 
 G, V, P = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 

@@ -1,4 +1,4 @@
-"""`manage.py simcluster` as a developer runs it: a kubeconfig, controllers, persisted state."""
+"""`python -m simulators.cluster` as a developer runs it: a kubeconfig, controllers, persisted state."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def start(tmp_path: Path, state: Path, log_name: str) -> tuple[subprocess.Popen[
     kubeconfig = tmp_path / f"{log_name}.kubeconfig"
     log = open(tmp_path / f"{log_name}.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "simcluster", "--port", "0", "--speed", "20",
+        [sys.executable, "-m", "simulators.cluster", "--port", "0", "--speed", "20",
          "--kubeconfig-out", str(kubeconfig), "--state-file", str(state)],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
     )

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from k8s_bridge.sim.resources import by_plural
-from k8s_bridge.sim.store import ApiError, Store
+from simulators.cluster.resources import by_plural
+from simulators.cluster.store import ApiError, Store
 
 JOBSETS = by_plural("jobsets")
 PODS = by_plural("pods")

@@ -1,6 +1,6 @@
 """Fixtures for the simulated controllers: an in-process Store + controllers on a fast clock.
 
-No HTTP: tests act on `k8s_bridge.sim.store.Store` exactly as a client would
+No HTTP: tests act on `simulators.cluster.store.Store` exactly as a client would
 and poll with `Sim.eventually` (bounded, never a fixed long sleep).
 """
 
@@ -13,10 +13,10 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from k8s_bridge.sim.clock import SimClock
-from k8s_bridge.sim.controllers import Controllers, start_controllers
-from k8s_bridge.sim.controllers.config import DEFAULT_CONFIG
-from k8s_bridge.sim.store import Store
+from simulators.cluster.clock import SimClock
+from simulators.cluster.controllers import Controllers, start_controllers
+from simulators.cluster.controllers.config import DEFAULT_CONFIG
+from simulators.cluster.store import Store
 from tests import waiting
 
 SPEED = 100.0

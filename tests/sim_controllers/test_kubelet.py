@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from k8s_bridge.sim.clock import SimClock
-from k8s_bridge.sim.controllers import LogUnavailable
-from k8s_bridge.sim.controllers.script import Script, ScriptError, Timeline, parse_script
+from simulators.cluster.clock import SimClock
+from simulators.cluster.controllers import LogUnavailable
+from simulators.cluster.controllers.script import Script, ScriptError, Timeline, parse_script
 from tests.sim_controllers.conftest import Sim, rjob
 
 

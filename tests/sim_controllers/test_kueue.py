@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from k8s_bridge.sim.controllers import UnknownQueue
+from simulators.cluster.controllers import UnknownQueue
 from tests.sim_controllers.conftest import Sim, rjob, small_cluster_queue
 
 

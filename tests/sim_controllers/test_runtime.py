@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from k8s_bridge.sim.clock import SimClock
-from k8s_bridge.sim.controllers.runtime import ObjectCache, WorkQueue, set_condition
+from simulators.cluster.clock import SimClock
+from simulators.cluster.controllers.runtime import ObjectCache, WorkQueue, set_condition
 
 
 def _pod(name: str, rv: int, uid: str = "u1", owner: str | None = None) -> dict[str, Any]:

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from k8s_bridge.sim.controllers.config import DEFAULT_CONFIG
-from k8s_bridge.sim.server import SimulatorHandle, run_simulator
+from simulators.cluster.controllers.config import DEFAULT_CONFIG
+from simulators.cluster.server import SimulatorHandle, run_simulator
 from tests import waiting
 
 SPEED = 100.0

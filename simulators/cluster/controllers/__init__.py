@@ -2,7 +2,7 @@
 
 Entry point: `start_controllers(store, clock, config_path)`, called by the
 `simcluster` management command (and the tests) after creating the
-`k8s_bridge.sim.store.Store` and the `k8s_bridge.sim.clock.SimClock`.  It
+`simulators.cluster.store.Store` and the `simulators.cluster.clock.SimClock`.  It
 loads the queue configuration, registers the JobSet and Kueue webhooks as
 store admission hooks, seeds namespaces/flavors/queues, fills the informer
 cache, and starts every controller's workers.  The returned `Controllers`
@@ -24,24 +24,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from k8s_bridge.sim.clock import SimClock
-from k8s_bridge.sim.controllers.config import SimConfig, load_config, seed
-from k8s_bridge.sim.controllers.job import JobController
-from k8s_bridge.sim.controllers.jobset import (
+from simulators.cluster.clock import SimClock
+from simulators.cluster.controllers.config import SimConfig, load_config, seed
+from simulators.cluster.controllers.job import JobController
+from simulators.cluster.controllers.jobset import (
     JobSetController,
     default_jobset,
     validate_jobset_create,
     validate_jobset_update,
 )
-from k8s_bridge.sim.controllers.kubelet import Kubelet, LogUnavailable
-from k8s_bridge.sim.controllers.kueue import (
+from simulators.cluster.controllers.kubelet import Kubelet, LogUnavailable
+from simulators.cluster.controllers.kueue import (
     KueueJobReconciler,
     KueueScheduler,
     UnknownQueue,
     kueue_jobset_mutate,
     kueue_jobset_validate_update,
 )
-from k8s_bridge.sim.controllers.runtime import (
+from simulators.cluster.controllers.runtime import (
     JOBSETS,
     LOCALQUEUES,
     WATCHED,
@@ -51,7 +51,7 @@ from k8s_bridge.sim.controllers.runtime import (
     ObjectCache,
     Obj,
 )
-from k8s_bridge.sim.resources import ResourceType
+from simulators.cluster.resources import ResourceType
 
 __all__ = ["Controllers", "LogUnavailable", "UnknownQueue", "start_controllers"]
 
@@ -104,7 +104,7 @@ class Controllers:
             errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(
                 obj, old, self.cache.get(LOCALQUEUES.plural, ns, "default") is not None)
         if errors:
-            from k8s_bridge.sim.store import invalid
+            from simulators.cluster.store import invalid
 
             raise invalid(rt, obj["metadata"].get("name") or "", [
                 {"reason": "FieldValueInvalid", "message": e.split(": ", 1)[1], "field": e.split(": ", 1)[0]}
@@ -133,7 +133,7 @@ class Controllers:
 
     def pending_workloads(self, cluster_queue: str | None = None, namespace: str | None = None,
                           local_queue: str | None = None) -> list[dict[str, Any]]:
-        """Kueue visibility API items, see `k8s_bridge.sim.controllers.kueue.KueueScheduler.pending_workloads`.
+        """Kueue visibility API items, see `simulators.cluster.controllers.kueue.KueueScheduler.pending_workloads`.
 
         Raises `UnknownQueue` (-> 404) for a ClusterQueue/LocalQueue that does not exist.
         """

@@ -1,13 +1,13 @@
 """HTTP layer of the simulated Kubernetes API server.
 
-A thin translation from HTTP requests to `k8s_bridge.sim.store.Store` calls
+A thin translation from HTTP requests to `simulators.cluster.store.Store` calls
 and back: URL routing, discovery (legacy and aggregated), a minimal OpenAPI v3
 so `kubectl create/apply -f` validate server-side, Table output for
 `kubectl get`, chunked watch streams, pod logs and the Kueue visibility API.
 No API semantics live here (resourceVersion, generation, finalizers, GC and
 selectors are the store's); this module only parses, calls and serialises.
 
-Used by `k8s_bridge.sim.server.run_simulator` (which `manage.py simcluster`
+Used by `simulators.cluster.server.run_simulator` (which `manage.py simcluster`
 and the tests call).  Clients: the official `kubernetes` Python client, real
 `kubectl` and kopf, all unauthenticated over plain HTTP.
 
@@ -22,7 +22,7 @@ layer otherwise):
   ``"clusterqueues"`` (namespace None) or ``"localqueues"``, returning every
   pending Workload of that queue as PendingWorkload dicts, in queue order,
   with ``positionInClusterQueue``/``positionInLocalQueue`` filled in; raise
-  `k8s_bridge.sim.store.ApiError` (404) for an unknown queue.  The server
+  `simulators.cluster.store.ApiError` (404) for an unknown queue.  The server
   applies ``offset``/``limit``.  Without a provider, the server computes the
   view from the stored Workloads (`default_pending_workloads`).
 * ``register_log_provider(fn, store=None)`` — the kubelet stand-in supplies
@@ -51,10 +51,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from k8s_bridge.sim import tables
-from k8s_bridge.sim.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
-from k8s_bridge.sim.store import ApiError, Store, bad_request, format_time, not_found
-from k8s_bridge.sim.versions import from_version, to_version
+from simulators.cluster import tables
+from simulators.cluster.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
+from simulators.cluster.store import ApiError, Store, bad_request, format_time, not_found
+from simulators.cluster.versions import from_version, to_version
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ class Api:
         rt = by_group_version_plural(group, version, rest[0])
         if rt is None or len(rest) > 3:
             raise _NOT_FOUND
-        # Another served version than the storage one: convert in and out (k8s_bridge.sim.versions).
+        # Another served version than the storage one: convert in and out (simulators.cluster.versions).
         served: ResourceType = rt
 
         def out_v(obj: Any) -> Any:

@@ -4,8 +4,8 @@
 (`k8s_bridge.management.commands.simcluster`) calls it and then waits for a
 signal; the tests (tests/sim_api/conftest.py) call it once per session and
 stop the returned `SimulatorHandle`.  It wires the pieces owned by two people:
-the store and HTTP layer here, and ``k8s_bridge.sim.controllers.start_controllers``
-with ``k8s_bridge.sim.clock.SimClock`` from the controllers side.  When the
+the store and HTTP layer here, and ``simulators.cluster.controllers.start_controllers``
+with ``simulators.cluster.clock.SimClock`` from the controllers side.  When the
 controllers package is not importable the simulator still serves the API (a
 plain API server) if ``controllers=False``, and fails with a clear message
 otherwise.
@@ -29,16 +29,16 @@ from typing import Any
 
 import yaml
 
-from k8s_bridge.sim import apiserver
-from k8s_bridge.sim.apiserver import ApiServer, PodLogBuffer, pod_log_buffer
-from k8s_bridge.sim.resources import by_plural
-from k8s_bridge.sim.store import Store, not_found
+from simulators.cluster import apiserver
+from simulators.cluster.apiserver import ApiServer, PodLogBuffer, pod_log_buffer
+from simulators.cluster.resources import by_plural
+from simulators.cluster.store import Store, not_found
 
 logger = logging.getLogger(__name__)
 
 
 class ControllersUnavailable(RuntimeError):
-    """k8s_bridge.sim.controllers / k8s_bridge.sim.clock cannot be imported."""
+    """simulators.cluster.controllers / simulators.cluster.clock cannot be imported."""
 
 
 def write_kubeconfig(path: str, server_url: str, context: str = "xmc-sim", namespace: str = "default") -> None:
@@ -142,18 +142,18 @@ def _clock_fn(clock: Any) -> Callable[[], float]:
 
 def _make_clock(speed: float, start: float | None) -> Any:
     try:
-        from k8s_bridge.sim.clock import SimClock
+        from simulators.cluster.clock import SimClock
     except ImportError as exc:
-        raise ControllersUnavailable(f"k8s_bridge.sim.clock.SimClock is not available yet: {exc}") from exc
+        raise ControllersUnavailable(f"simulators.cluster.clock.SimClock is not available yet: {exc}") from exc
     return SimClock(speed, start=start)
 
 
 def _start_controllers(store: Store, clock: Any, queues_config: str | None) -> Any:
     try:
-        from k8s_bridge.sim.controllers import start_controllers
+        from simulators.cluster.controllers import start_controllers
     except ImportError as exc:
         raise ControllersUnavailable(
-            "k8s_bridge.sim.controllers.start_controllers is not available yet "
+            "simulators.cluster.controllers.start_controllers is not available yet "
             f"({exc}); run with controllers=False for a plain API server"
         ) from exc
     return start_controllers(store, clock, queues_config)

@@ -2,10 +2,10 @@
 
 `RESOURCE_TYPES` is the single table of every store-backed resource the
 simulator's API server serves (namespaces, pods, events, batch Jobs, JobSets,
-the Kueue kinds and Leases).  The store (`k8s_bridge.sim.store`) uses it for
+the Kueue kinds and Leases).  The store (`simulators.cluster.store`) uses it for
 per-type semantics (scope, status subresource, CRD or built-in, supported field
-selectors), the HTTP layer (`k8s_bridge.sim.apiserver`) for URL routing and
-discovery, and the simulated controllers (`k8s_bridge.sim.controllers`) to name
+selectors), the HTTP layer (`simulators.cluster.apiserver`) for URL routing and
+discovery, and the simulated controllers (`simulators.cluster.controllers`) to name
 what they read and write: ``store.get(by_plural("pods"), ns, name)``.
 """
 
@@ -41,7 +41,7 @@ class ResourceType:
     # Default propagation policy of DELETE when the client gives none.
     default_propagation: str = "Background"
     # Versions served besides `version` (the storage version), converted by
-    # k8s_bridge.sim.versions; the storage version is listed first in discovery.
+    # simulators.cluster.versions; the storage version is listed first in discovery.
     other_versions: tuple[str, ...] = ()
 
     @property
@@ -131,7 +131,7 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ),
         ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", crd=True),
         # Kueue: v1beta2 is the storage version (Kueue >= 0.16), v1beta1 is still
-        # served (deprecated) with conversion (k8s_bridge.sim.versions).  Short
+        # served (deprecated) with conversion (simulators.cluster.versions).  Short
         # names as in kueue config/components/crd/bases (kwl, kueueworkload(s)),
         # plus the older `wl`.
         ResourceType(

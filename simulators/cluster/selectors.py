@@ -1,6 +1,6 @@
 """Label and field selectors of the simulated API server.
 
-Parsed once per list/watch request by `k8s_bridge.sim.store.Store` and then
+Parsed once per list/watch request by `simulators.cluster.store.Store` and then
 applied to each object.  The grammar is the one of Kubernetes' string form:
 ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``,
 ``k>1``/``k<1`` for labels; ``f=v``, ``f==v``, ``f!=v`` for fields; a comma

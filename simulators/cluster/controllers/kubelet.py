@@ -3,18 +3,18 @@
 For each Pod (key: namespace, name) it binds the pod to a fake node (the
 scheduler's job: `spec.nodeName`, `PodScheduled`, event `Scheduled`), then
 writes the pod status that the pod's behaviour script
-(`k8s_bridge.sim.controllers.script`, annotation `sim.xmc.dev/script`) says
+(`simulators.cluster.controllers.script`, annotation `sim.xmc.dev/script`) says
 the pod has at the current simulated time: phase, conditions with transition
 times, container statuses (waiting / running / terminated, restartCount,
 lastState), plus the kubelet Events (Pulling, Pulled, Failed, BackOff,
 Created, Started, Killing).  It requeues itself for the timeline's next change
-through the `k8s_bridge.sim.clock.SimClock`.  Graceful deletions
+through the `simulators.cluster.clock.SimClock`.  Graceful deletions
 (`deletionTimestamp` set by the store) are acted on like a kubelet: event
 `Killing`, the container terminates, then the deletion is confirmed with
 grace period 0.
 
 Container logs are kept in memory and served by `Kubelet.log_lines`
-(exposed as `k8s_bridge.sim.controllers.Controllers.pod_log`).
+(exposed as `simulators.cluster.controllers.Controllers.pod_log`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, cast
 
-from k8s_bridge.sim.clock import format_time, parse_time
-from k8s_bridge.sim.controllers.runtime import (
+from simulators.cluster.clock import format_time, parse_time
+from simulators.cluster.controllers.runtime import (
     PODS,
     Controller,
     ControllerContext,
@@ -36,7 +36,7 @@ from k8s_bridge.sim.controllers.runtime import (
     find_condition,
     is_deleting,
 )
-from k8s_bridge.sim.controllers.script import (
+from simulators.cluster.controllers.script import (
     DEFAULT_SCRIPT,
     SCRIPT_ANNOTATION,
     Script,

@@ -13,7 +13,7 @@ suspend or resume child Jobs, and write the whole status in one update
 (409 -> requeue).  Condition events are emitted after the write succeeds.
 
 `jobset_admission` is registered with `Store.add_admission_hook` by
-`k8s_bridge.sim.controllers.start_controllers`: it applies the JobSet
+`simulators.cluster.controllers.start_controllers`: it applies the JobSet
 defaulting webhook on CREATE and the JobSet validating webhook (immutable
 spec fields) on UPDATE.
 """
@@ -24,8 +24,8 @@ import hashlib
 import re
 from typing import Any, Hashable, Iterable, cast
 
-from k8s_bridge.sim.clock import parse_time
-from k8s_bridge.sim.controllers.runtime import (
+from simulators.cluster.clock import parse_time
+from simulators.cluster.controllers.runtime import (
     controller_owner_name,
     JOBS,
     Key,

@@ -2,7 +2,7 @@
 
 JSON merge patch (RFC 7386), JSON patch (RFC 6902, including ``test``) and a
 strategic merge patch for built-in types.  Pure functions over plain JSON
-data, called by `k8s_bridge.sim.store.Store.patch` with the lock held; they
+data, called by `simulators.cluster.store.Store.patch` with the lock held; they
 never mutate their inputs.  Failures raise `PatchError` (JSON-patch op
 failures: the store answers 422 Invalid) or `ValueError` (undecodable: 400).
 """

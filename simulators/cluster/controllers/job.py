@@ -7,8 +7,8 @@ the completions still missing (Indexed: one per index, named
 applies `backoffLimit` (failed pods, plus container restarts for
 `restartPolicy: OnFailure`) and `activeDeadlineSeconds`, sets the `Complete`
 / `Failed` / `Suspended` conditions and deletes the active Pods of suspended
-or finished Jobs.  Started by `k8s_bridge.sim.controllers.start_controllers`;
-the JobSet controller (`k8s_bridge.sim.controllers.jobset`) reads the Job
+or finished Jobs.  Started by `simulators.cluster.controllers.start_controllers`;
+the JobSet controller (`simulators.cluster.controllers.jobset`) reads the Job
 status this writes.
 """
 
@@ -18,8 +18,8 @@ import random
 import threading
 from typing import Any, Hashable, Iterable, cast
 
-from k8s_bridge.sim.clock import format_time, parse_time
-from k8s_bridge.sim.controllers.runtime import (
+from simulators.cluster.clock import format_time, parse_time
+from simulators.cluster.controllers.runtime import (
     controller_owner_name,
     JOBS,
     Key,

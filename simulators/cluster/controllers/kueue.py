@@ -28,7 +28,7 @@ Three parts, all acting only through the store:
   and the visibility API view (`KueueScheduler.pending_workloads`).
 
 The queue configuration (flavors, queues, priority classes) is seeded from
-YAML by `k8s_bridge.sim.controllers.config`.
+YAML by `simulators.cluster.controllers.config`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Hashable, Iterable, cast
 
-from k8s_bridge.sim.clock import format_time, parse_time
-from k8s_bridge.sim.controllers.quantity import format_quantity, parse_quantity
-from k8s_bridge.sim.controllers.runtime import (
+from simulators.cluster.clock import format_time, parse_time
+from simulators.cluster.controllers.quantity import format_quantity, parse_quantity
+from simulators.cluster.controllers.runtime import (
     controller_owner_name,
     CLUSTERQUEUES,
     JOBSETS,
@@ -741,7 +741,7 @@ class KueueJobReconciler(Controller):
         wspec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets, "active": True, "priority": 0}
         wpc = (md.get("labels") or {}).get(PRIORITY_LABEL)
         # v1beta2 (the storage version): spec.priorityClassRef; v1beta1 readers see
-        # priorityClassName + priorityClassSource (k8s_bridge.sim.versions).
+        # priorityClassName + priorityClassSource (simulators.cluster.versions).
         if wpc:
             wspec.update(priorityClassRef={"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": wpc},
                          priority=int(self.opts.workload_priority_classes.get(wpc, 0)))

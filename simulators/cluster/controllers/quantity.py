@@ -1,6 +1,6 @@
 """Kubernetes resource quantities ("500m", "16Gi", "2", "1e3") as exact fractions.
 
-Used by the simulated Kueue (`k8s_bridge.sim.controllers.kueue`) to add pod
+Used by the simulated Kueue (`simulators.cluster.controllers.kueue`) to add pod
 requests, compare them with ClusterQueue quota and write `resourceUsage` /
 `flavorsUsage` back in canonical-looking form.
 """

@@ -23,9 +23,14 @@ an error answer (directly or as a failed operation), or a ``touch`` that
 changes the run's etag just before the request (a concurrent writer), for the
 next ``times`` matching requests. ``GET /emulator/runs`` and
 ``GET /emulator/requests`` show what was stored and asked.
+
+``python -m simulators.mlrun [--port P] [--host H] [--op-polls N]`` serves it in
+the foreground (``./dev run`` does, and points ``XMC_MLRUN_ENDPOINT`` at it);
+tests start `run_emulator` in-process. State lives in memory only.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import threading
@@ -35,6 +40,8 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from simulators.serving import fail, serve_until_signal
 
 _HTTP = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
          "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "ABORTED": 409, "RESOURCE_EXHAUSTED": 429, "INTERNAL": 500,
@@ -380,3 +387,29 @@ def run_emulator(port: int = 0, host: str = "127.0.0.1", op_polls: int = 1) -> E
     thread = threading.Thread(target=server.serve_forever, name="mlrun-emulator", daemon=True)
     thread.start()
     return EmulatorHandle(emulator, server, thread)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m simulators.mlrun``: serve the emulator until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m simulators.mlrun",
+        description="Serve an emulator of the MachineLearningRun API (hypercomputecluster v1alpha).")
+    parser.add_argument("--port", type=int, default=0, help="listen port (0 = pick a free one)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--op-polls", type=int, default=1, help="polls before an operation is done")
+    options = parser.parse_args(argv)
+    try:
+        handle = run_emulator(port=options.port, host=options.host, op_polls=options.op_polls)
+    except OSError as exc:
+        fail(f"mlrun_emulator: cannot listen on {options.host}:{options.port}: {exc}")
+        return
+
+    def stop() -> str:
+        handle.stop()
+        return "stopped"
+
+    serve_until_signal("mlrun_emulator", handle.url, stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,13 +6,13 @@ finalizer/deletionTimestamp rules, delete preconditions, and the garbage
 collector (ownerReferences with Background/Foreground/Orphan propagation).
 
 Callers:
-* the HTTP layer (`k8s_bridge.sim.apiserver`) turns each request into one
+* the HTTP layer (`simulators.cluster.apiserver`) turns each request into one
   Store call and serialises the result or the `ApiError`;
-* the simulated controllers (`k8s_bridge.sim.controllers`) call
+* the simulated controllers (`simulators.cluster.controllers`) call
   create/get/list/update/patch/delete in-process, exactly as a real controller
   would call the API, and subscribe with `Store.add_listener` to enqueue
   reconciles;
-* `k8s_bridge.sim.server.run_simulator` wires both and persists
+* `simulators.cluster.server.run_simulator` wires both and persists
   `Store.snapshot` to the state file.
 
 Contracts worth knowing (mirroring a real API server, upstream
@@ -56,10 +56,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from k8s_bridge.sim import defaults
-from k8s_bridge.sim.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from k8s_bridge.sim.resources import RESOURCE_TYPES, ResourceType, by_plural
-from k8s_bridge.sim.selectors import parse_field_selector, parse_label_selector
+from simulators.cluster import defaults
+from simulators.cluster.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from simulators.cluster.resources import RESOURCE_TYPES, ResourceType, by_plural
+from simulators.cluster.selectors import parse_field_selector, parse_label_selector
 
 logger = logging.getLogger(__name__)
 
@@ -486,7 +486,7 @@ class Store:
 
         `convert` = (to the client's version, back to storage): the patch is
         applied to the object as the client's API version shows it (the HTTP
-        layer passes k8s_bridge.sim.versions converters).
+        layer passes simulators.cluster.versions converters).
 
         "apply" (server-side apply) is approximated as create-if-absent, else
         merge patch.  A `metadata.resourceVersion` in the patched result that

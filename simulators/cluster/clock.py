@@ -1,7 +1,7 @@
 """Simulated time for the cluster simulator.
 
 `SimClock` is the only source of "now" for the simulated controllers
-(`k8s_bridge.sim.controllers`): the kubelet stand-in times image pulls and
+(`simulators.cluster.controllers`): the kubelet stand-in times image pulls and
 container runs with it, the JobSet controller applies `ttlSecondsAfterFinished`
 with it, and condition timestamps are taken from it.  It runs `speed` times
 faster than wall time, starting at the wall-clock epoch time of its creation,

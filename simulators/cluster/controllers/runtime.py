@@ -1,17 +1,17 @@
 """Controller runtime for the simulator: informer cache, work queues, events.
 
-The simulated controllers (`k8s_bridge.sim.controllers.jobset`, `.job`,
+The simulated controllers (`simulators.cluster.controllers.jobset`, `.job`,
 `.kubelet`, `.kueue`) behave like real Kubernetes controllers: they read from
 a local cache fed by the store's change listener (an informer), put object
 keys on a de-duplicating work queue, and reconcile each key on worker threads
 by reading the current state and writing only the differences through the
-`k8s_bridge.sim.store.Store` methods (optimistic concurrency: a 409 on a stale
+`simulators.cluster.store.Store` methods (optimistic concurrency: a 409 on a stale
 resourceVersion requeues the key).  A periodic resync re-enqueues every key as
 a backstop for any missed event.
 
 `ControllerContext` bundles what every controller needs (store, clock, cache,
 event recorder, config); `Controller` is the base class with the worker loop.
-Created by `k8s_bridge.sim.controllers.start_controllers`.
+Created by `simulators.cluster.controllers.start_controllers`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
-from k8s_bridge.sim.clock import SimClock, format_time
-from k8s_bridge.sim.resources import ResourceType, by_plural
+from simulators.cluster.clock import SimClock, format_time
+from simulators.cluster.resources import ResourceType, by_plural
 
 log = logging.getLogger(__name__)
 

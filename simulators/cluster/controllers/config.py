@@ -1,10 +1,10 @@
 """Queue configuration of the simulator: load the YAML file and seed the store.
 
-`load_config` reads a file such as k8s_bridge/sim/queues_default.yaml (format
+`load_config` reads a file such as simulators/cluster/queues_default.yaml (format
 in docs/architecture/simulator_controllers.md) into `SimConfig`; `seed`
 creates the namespaces, ResourceFlavors, ClusterQueues and LocalQueues it
 names (create-if-missing, never overwriting).  Called by
-`k8s_bridge.sim.controllers.start_controllers`.
+`simulators.cluster.controllers.start_controllers`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from k8s_bridge.sim.controllers.kueue import KueueOptions
-from k8s_bridge.sim.controllers.script import parse_duration
-from k8s_bridge.sim.resources import by_plural
-from k8s_bridge.sim.controllers.runtime import (
+from simulators.cluster.controllers.kueue import KueueOptions
+from simulators.cluster.controllers.script import parse_duration
+from simulators.cluster.resources import by_plural
+from simulators.cluster.controllers.runtime import (
     CLUSTERQUEUES,
     LOCALQUEUES,
     NAMESPACES,

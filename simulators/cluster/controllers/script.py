@@ -5,7 +5,7 @@ annotation `sim.xmc.dev/script`, e.g. ``pull=2s;run=30s;exit=0``.  This module
 parses that text (`parse_script`) and turns it, together with the pod's
 restart policy and the time the kubelet started it, into a deterministic
 timeline of container states (`Timeline`).  The kubelet stand-in
-(`k8s_bridge.sim.controllers.kubelet`) asks the timeline "what does the main
+(`simulators.cluster.controllers.kubelet`) asks the timeline "what does the main
 container look like at simulated time t, which events have happened by then,
 and when is the next change?" and writes the answer as pod status, so a
 reconcile is a pure function of (script, start time, now) and running it
@@ -230,7 +230,7 @@ class View:
 
 
 def _t(seconds: float) -> str:
-    from k8s_bridge.sim.clock import format_time
+    from simulators.cluster.clock import format_time
 
     return format_time(seconds)
 

@@ -1,6 +1,6 @@
 """Server-side printing (meta.k8s.io/v1 Table) for `kubectl get`.
 
-`k8s_bridge.sim.apiserver` calls `to_table` when a GET or watch asks for
+`simulators.cluster.apiserver` calls `to_table` when a GET or watch asks for
 ``application/json;as=Table;v=v1;g=meta.k8s.io``.  Columns reproduce the real
 printers: the CRD additionalPrinterColumns of JobSet and the Kueue kinds, and
 the built-in printers of pods, jobs, namespaces, events and leases (kubectl
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from k8s_bridge.sim.resources import ResourceType
-from k8s_bridge.sim.store import parse_time
+from simulators.cluster.resources import ResourceType
+from simulators.cluster.store import parse_time
 
 Obj = dict[str, Any]
 Cell = Callable[[Obj, float], Any]

@@ -1,6 +1,6 @@
 """Built-in defaulting and validation of the simulated API server.
 
-Called by `k8s_bridge.sim.store.Store` on create (defaults) and on every
+Called by `simulators.cluster.store.Store` on create (defaults) and on every
 main-resource write (validation), standing in for the apiserver's registry
 strategies: pods get the defaults kubectl and controllers expect to read back
 (restartPolicy, terminationGracePeriodSeconds, dnsPolicy, imagePullPolicy...),
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from k8s_bridge.sim.resources import ResourceType
+from simulators.cluster.resources import ResourceType
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -3,10 +3,10 @@
 Kueue >= 0.16 stores `kueue.x-k8s.io/v1beta2` and still serves the deprecated
 `v1beta1` through a conversion webhook (kueue apis/kueue/v1beta1/*_conversion.go,
 apis/kueue/v1beta2/workload_types.go).  The simulator does the same for the
-Kueue kinds of `k8s_bridge.sim.resources.RESOURCE_TYPES`: objects are stored in
+Kueue kinds of `simulators.cluster.resources.RESOURCE_TYPES`: objects are stored in
 the storage version (`ResourceType.version`) and converted on the way in and
 out when a request names another served version
-(`k8s_bridge.sim.resources.ResourceType.served_versions`).
+(`simulators.cluster.resources.ResourceType.served_versions`).
 
 Converted fields (v1beta2 <-> v1beta1; kueue apis/kueue/v1beta1/*_conversion.go):
 Workload `spec.priorityClassRef{group, kind, name}` <-> `spec.priorityClassName`
@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from k8s_bridge.sim.resources import ResourceType
+from simulators.cluster.resources import ResourceType
 
 Obj = dict[str, Any]
 
