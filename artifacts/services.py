@@ -3,7 +3,8 @@
 Called by the API and the admin, and by the artifact lifecycle
 (:func:`set_xprof_url`, fenced on the current execution). Attaching an
 artifact to a work unit lets the lifecycle patch the notify-when annotation
-of its running JobSet (``lifecycle.notify_when.on_artifact_attached``).
+of its running JobSet (``artifacts.hooks.on_artifact_attached``, which the
+lifecycle registers into).
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from artifacts import hooks
 from artifacts.models import Artifact
 from artifacts.wire import ARTIFACT_MUTABLE, artifact_fields
 from core import pb
 from core.errors import InvalidArgument, NotFound
 from experiments.models import Experiment
-from lifecycle import notify_when
 from workunits.models import WorkUnit
 
 
@@ -52,7 +53,7 @@ def create_artifact(
             experiment_id=xid, work_unit=work_unit, create_time=now, update_time=now, **fields
         )
         if wid is not None:
-            notify_when.on_artifact_attached(xid, wid, artifact.payload_kind)  # publishes after commit
+            hooks.on_artifact_attached(xid, wid, artifact.payload_kind)  # publishes after commit
         return artifact
 
 
@@ -78,7 +79,7 @@ def update_artifact(
         artifact.save(update_fields=[*fields, "update_time"])
         if attached and artifact.work_unit is not None:
             # A payload of a newly handled kind is an attach, as far as the lifecycle is concerned.
-            notify_when.on_artifact_attached(artifact.experiment_id, artifact.work_unit.wid, artifact.payload_kind)
+            hooks.on_artifact_attached(artifact.experiment_id, artifact.work_unit.wid, artifact.payload_kind)
         return artifact
 
 

@@ -114,8 +114,8 @@ def main() -> None:
                 "writer": u.writer, "operation_id": None, "request_id": "", "extra": {"mask": list(u.mask)},
             } for n, u in enumerate(batch)]
             with transaction.atomic(durable=True), connection.cursor() as cursor:
-                cursor.execute(services._WRITE_SQL, {
-                    "now": now, "executions": services._dumps(rows), "history": services._dumps(history)})
+                cursor.execute(services.executions._WRITE_SQL, {
+                    "now": now, "executions": services.executions._dumps(rows), "history": services.executions._dumps(history)})
 
         def single_write(batch: Sequence[ExecutionUpdate]) -> None:
             for update in batch:

@@ -1,9 +1,11 @@
+"""The lifecycle app registers into the hooks of the apps below it (``workunits.hooks``, ``artifacts.hooks``)."""
 from __future__ import annotations
 
 from typing import Any
 
 from django.apps import AppConfig
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 
 class LifecycleConfig(AppConfig):
@@ -11,18 +13,22 @@ class LifecycleConfig(AppConfig):
     name = "lifecycle"
 
     def ready(self) -> None:
-        from lifecycle import hooks
+        # Imported here: app modules may import models only once the registry is ready.
+        from artifacts import hooks as artifact_hooks
+        from lifecycle import services, stamping
+        from workunits import hooks as workunit_hooks
 
-        if hooks._close_superseded not in hooks.superseded_hooks:
-            hooks.superseded_hooks.append(hooks._close_superseded)
+        if services.on_execution_superseded not in workunit_hooks.superseded_hooks:
+            workunit_hooks.superseded_hooks.append(services.on_execution_superseded)
+        workunit_hooks.set_notify_when_provider(stamping.notify_when_for)
+        if stamping.on_artifact_attached not in artifact_hooks.attached_hooks:
+            artifact_hooks.attached_hooks.append(stamping.on_artifact_attached)
         checks.register(check_lifecycle_configuration)
 
 
 def check_lifecycle_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Start-up check: with the flag on, the MachineLearningRun project and location must be set."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    from lifecycle import rules
+    from lifecycle import rules  # the app registry is ready when checks run
 
     try:
         rules.check_configuration()

@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
@@ -34,8 +35,9 @@ from core import pb
 from core.protos import artifact_lifecycle_event_pb2 as event_pb2
 from core.queues import Queue
 from lifecycle import notify_when
-from lifecycle.hooks import CommittedTransition, JobSetContext
 from workunits.choices import WorkUnitState
+from workunits.hooks import Transition
+from workunits.models import WorkUnitExecution
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,22 @@ TASK_NAME = "xmc.lifecycle.handle_event"
 #: How many (uid, eid) annotations the tracker remembers (least recently seen dropped first).
 TRACKED_MAX = 100_000
 _STATE_NUMBER = pb.status.WorkUnitStatus.WorkUnitState
+
+
+@dataclass(frozen=True)
+class JobSetContext:
+    """The JobSet an execution runs as, as the reconciler last saw it."""
+
+    xid: int
+    wid: int
+    eid: int
+    namespace: str
+    name: str
+    uid: str
+    creation_time: datetime | None
+    #: The ``xmc.google.com/notify-when`` annotation ("" when absent).
+    notify_when: str
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -160,8 +178,6 @@ def on_jobset_observed(context: JobSetContext, state: str) -> None:
     """Force-notify once when the JobSet's notify-when is newly added (flag on)."""
     if not tracker.newly_added(context.uid, context.eid, context.notify_when):
         return
-    from workunits.models import WorkUnitExecution
-
     # The current *committed* state of that execution (the reconciler's
     # ``state`` may not be written yet, or may be refused by the guards).
     committed = (
@@ -179,7 +195,7 @@ def on_jobset_observed(context: JobSetContext, state: str) -> None:
 
 
 def on_transitions_committed(
-    transitions: Sequence[CommittedTransition], contexts: Mapping[tuple[int, int, int], JobSetContext]
+    transitions: Sequence[Transition], contexts: Mapping[tuple[int, int, int], JobSetContext]
 ) -> int:
     """Publish one event per committed transition the JobSet's notify-when names; how many were sent."""
     sent = 0

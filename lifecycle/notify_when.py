@@ -3,26 +3,20 @@
 The value is the set of work unit states a JobSet's lifecycle rules want to
 hear about, as state names joined by dots in the enum's order
 (``STARTING.RUNNING.STOPPED.COMPLETED.FAILED``). The state server computes
-it (:func:`notify_when_for`: the union of what the rules want for the work
-unit's artifacts) and the actuator stamps it on the JobSet; the reconciler
-reads it back from the JobSet and asks :func:`matches` before it publishes a
-lifecycle event. Nobody else splits or joins the string.
+it (``lifecycle.stamping.notify_when_for``: the union of what the rules want
+for the work unit's artifacts) and the actuator stamps it on the JobSet; the
+reconciler reads it back from the JobSet and asks :func:`matches` before it
+publishes a lifecycle event. Nobody else splits or joins the string. The key
+itself is the JobSet contract's (``jobsets.contract.ANNOTATION_NOTIFY_WHEN``),
+the Update task's mask path the task wire's (``core.task_wire.NOTIFY_WHEN_PATH``).
 """
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Iterable
 
-from django.conf import settings
-from django.db import transaction
-
 from core import task_wire
-from core.protos import task_pb2
 from jobsets import contract
-from workunits.choices import TERMINAL, WorkUnitState
-
-log = logging.getLogger(__name__)
+from workunits.choices import WorkUnitState
 
 ANNOTATION = contract.ANNOTATION_NOTIFY_WHEN
 #: The update mask path of an UPDATE task that patches the annotation.
@@ -48,94 +42,3 @@ def decode(value: str) -> frozenset[str]:
 def matches(value: str, state: str) -> bool:
     """Whether a JobSet annotated with ``value`` wants to hear about ``state``."""
     return state in decode(value)
-
-
-def notify_when_for(xid: int, wid: int) -> str:
-    """The union of the states the rules want for this work unit's artifacts ("" = none, or flag off)."""
-    if not settings.XMC_ARTIFACT_LIFECYCLE_ENABLED:
-        return ""
-    from artifacts.models import Artifact
-    from lifecycle import rules
-
-    registry = rules.registry()
-    if not registry:
-        return ""
-    kinds = set(
-        Artifact.objects.filter(experiment_id=xid, work_unit__wid=wid)
-        .exclude(payload_kind="")
-        .values_list("payload_kind", flat=True)
-        .distinct()
-    )
-    wanted: set[str] = set()
-    for rule in registry:
-        if kinds & rule.payload_kinds:
-            wanted |= rule.wanted_states
-    return encode(wanted)
-
-
-def refresh(task: task_pb2.Task) -> task_pb2.Task:
-    """Recompute ``task.notify_when`` for a Create or Restart task about to be (re-)sent.
-
-    Resumption calls this before re-signing a paused task: artifacts may have
-    been attached while it waited. Other task types are returned unchanged.
-    """
-    if task.type in (task_pb2.Task.CREATE, task_pb2.Task.RESTART):
-        task.notify_when = notify_when_for(task.xid, task.wid)
-    return task
-
-
-def update_task(xid: int, wid: int, eid: int, value: str, *, now_ns: int | None = None) -> task_pb2.Task:
-    """The UPDATE task that patches the annotation of a running JobSet to ``value``."""
-    task = task_pb2.Task(
-        type=task_pb2.Task.UPDATE, xid=xid, wid=wid, eid=eid, notify_when=value,
-        operation_time_ns=now_ns if now_ns is not None else time.time_ns(),
-    )
-    task.update_mask.paths.append(UPDATE_MASK_PATH)
-    return task
-
-
-def on_artifact_attached(xid: int, wid: int, payload_kind: str) -> None:
-    """After an artifact is attached to a work unit: patch its running JobSet's notify-when.
-
-    Called inside the creating transaction; the task is published after
-    commit, and only when a rule handles the artifact's kind and the work
-    unit's current execution has not ended (its JobSet may exist or be about
-    to: the actuator retries a patch of a JobSet it has not created yet).
-    """
-    if not settings.XMC_ARTIFACT_LIFECYCLE_ENABLED or not payload_kind:
-        return
-    from django.core.exceptions import ImproperlyConfigured
-
-    from lifecycle import rules
-
-    try:
-        registry = rules.registry()
-    except ImproperlyConfigured:
-        # Reported at start-up (lifecycle.E001); never fail the user's CreateArtifact over it.
-        log.exception("lifecycle.notify_when.misconfigured", extra={"xid": xid, "wid": wid})
-        return
-    if not any(payload_kind in rule.payload_kinds for rule in registry):
-        return
-    transaction.on_commit(lambda: _publish_update(xid, wid))
-
-
-def _publish_update(xid: int, wid: int) -> None:
-    from workunits import outbox
-    from workunits.models import WorkUnitExecution
-
-    try:
-        current = (
-            WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=wid, execution_state="ACTIVE")
-            .values_list("eid", "state")
-            .first()
-        )
-        if current is None or current[1] in TERMINAL:
-            return
-        value = notify_when_for(xid, wid)
-        if not value:
-            return
-        outbox.publish(update_task(xid, wid, current[0], value))
-        log.info("lifecycle.notify_when.update_sent", extra={"xid": xid, "wid": wid, "eid": current[0], "notify_when": value})
-    except Exception:
-        # The artifact is committed; the next Restart stamps the annotation anyway.
-        log.exception("lifecycle.notify_when.update_failed", extra={"xid": xid, "wid": wid})

@@ -6,7 +6,7 @@ rules in force, empty while ``XMC_ARTIFACT_LIFECYCLE_ENABLED`` is off (so no
 notify-when is stamped and no event is published or handled).
 
 :class:`ManagedXprofRule` mirrors ``managed_xprof`` artifacts as one external
-MachineLearningRun per execution (``lifecycle.urls.mlrun_id``):
+MachineLearningRun per execution (``lifecycle.xprof.mlrun_id``):
 
 * an active state (STARTING, RUNNING) creates the run with ``runPhase
   ACTIVE`` (a run deleted outside XMC is created again), records the console
@@ -31,12 +31,12 @@ import logging
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from lifecycle import urls
+from artifacts import xprof
 from lifecycle.events import LifecycleEvent, Runtime
 from lifecycle.mlrun_client import MLRunClient, MLRunError
 from workunits.choices import TERMINAL, WorkUnitState
@@ -54,6 +54,22 @@ MAX_ATTEMPTS = 5
 _CLUSTER_PATH = re.compile(r"^projects/[^/]+/locations/[^/]+/clusters/[^/]+$")
 
 
+class RunStore(Protocol):
+    """The database reads and writes a rule makes, passed in by its caller (``lifecycle.services.STORE``)."""
+
+    def record_run(self, event: LifecycleEvent, url: str, artifacts: Sequence[Any], *, persist: bool = True) -> bool:
+        """Record the run's URL; False when ``event.eid`` is no longer the current execution."""
+
+    def current_eid(self, xid: int, wid: int) -> int | None:
+        """The work unit's current execution (None when the work unit is gone)."""
+
+    def committed_state(self, xid: int, wid: int, eid: int) -> str:
+        """The committed state of execution ``eid`` ("" when there is none)."""
+
+    def experiment_title(self, xid: int) -> str:
+        """The experiment's title ("" when it is gone)."""
+
+
 class LifecycleRule:
     """The interface every rule implements."""
 
@@ -63,7 +79,8 @@ class LifecycleRule:
     #: Work unit states the rule wants events for (the notify-when union).
     wanted_states: ClassVar[frozenset[str]]
 
-    def handle(self, event: LifecycleEvent, artifacts: Sequence[Any], *, persist: bool = True) -> None:
+    def handle(self, event: LifecycleEvent, artifacts: Sequence[Any], store: RunStore, *,
+               persist: bool = True) -> None:
         """React to ``event`` for the work unit's artifacts of the rule's kinds (idempotent)."""
         raise NotImplementedError
 
@@ -149,31 +166,30 @@ class ManagedXprofRule(LifecycleRule):
 
     # --- the event -------------------------------------------------------------------------
 
-    def handle(self, event: LifecycleEvent, artifacts: Sequence[Any], *, persist: bool = True) -> None:
-        from lifecycle import services
-
-        run_id = urls.mlrun_id(event.xid, event.wid, event.eid)
+    def handle(self, event: LifecycleEvent, artifacts: Sequence[Any], store: RunStore, *,
+               persist: bool = True) -> None:
+        run_id = xprof.mlrun_id(event.xid, event.wid, event.eid)
         state = event.new_state
         if state in TERMINAL:
             details = "" if state == S.COMPLETED else f"the work unit {state.lower()}"
             run = self.set_phase(run_id, TERMINAL_PHASE[state], error_details=details)
             if run is not None:
-                services.record_run(event, self.url(run_id), artifacts, persist=persist)
+                store.record_run(event, self.url(run_id), artifacts, persist=persist)
             return
         if state not in ACTIVE_STATES or not artifacts:
             return
-        current = services.current_eid(event.xid, event.wid)
+        current = store.current_eid(event.xid, event.wid)
         if current is None:
             return  # the work unit is gone
         if current != event.eid:
             log.info("lifecycle.managed_xprof.late_event", extra={"run_id": run_id, "current_eid": current})
             self.set_phase(run_id, "FAILED", error_details=SUPERSEDED_DETAILS)
             return
-        experiment_title = services.experiment_title(event.xid)
+        experiment_title = store.experiment_title(event.xid)
         request = build_run_request(xid=event.xid, wid=event.wid, eid=event.eid, artifact=artifacts[0],
                                     runtime=event.runtime, experiment_title=experiment_title)
         self.set_phase(run_id, "ACTIVE", create=request)
-        if not services.record_run(event, self.url(run_id), artifacts, persist=persist):
+        if not store.record_run(event, self.url(run_id), artifacts, persist=persist):
             # A restart committed while the run was being created: close it at once.
             log.info("lifecycle.managed_xprof.superseded_after_create", extra={"run_id": run_id})
             self.set_phase(run_id, "FAILED", error_details=SUPERSEDED_DETAILS)
@@ -182,17 +198,17 @@ class ManagedXprofRule(LifecycleRule):
         # terminal event handled before this create found no run and counted
         # it as closed. Its state was committed before it was published, so
         # reading the committed state *after* the create closes the run.
-        committed = services.committed_state(event.xid, event.wid, event.eid)
+        committed = store.committed_state(event.xid, event.wid, event.eid)
         if committed in TERMINAL_PHASE:
             details = "" if committed == S.COMPLETED else f"the work unit {committed.lower()}"
             self.set_phase(run_id, TERMINAL_PHASE[committed], error_details=details)
 
     def close_superseded(self, xid: int, wid: int, eid: int, mlrun_url: str = "") -> None:
-        run_id = urls.parse_run_id(mlrun_url) or urls.mlrun_id(xid, wid, eid)
+        run_id = xprof.parse_run_id(mlrun_url) or xprof.mlrun_id(xid, wid, eid)
         self.set_phase(run_id, "FAILED", error_details=SUPERSEDED_DETAILS)
 
     def url(self, run_id: str) -> str:
-        return urls.console_url(self.client.project, self.client.location, run_id)
+        return xprof.console_url(self.client.project, self.client.location, run_id)
 
     # --- the run ---------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@
   artifacts' ``xprof_url`` (fenced on ``eid == current_eid``, through
   ``artifacts.services``) and the execution's ``metadata.mlrun_url``
   (through ``workunits.services``' masked update, fenced the same way);
-* :func:`on_execution_superseded`: registered as a ``lifecycle.hooks``
-  superseded hook; enqueues ``xmc.lifecycle.close_superseded`` so a restart
+* :func:`on_execution_superseded`: registered as a ``workunits.hooks``
+  superseded hook (``lifecycle.apps``); enqueues ``xmc.lifecycle.close_superseded`` so a restart
   never waits for the external service and a failed close is retried;
 * :func:`legacy_sync`: with the flag off, the reconciler keeps the
   MachineLearningRun in step inline, as before the lifecycle existed (no
@@ -30,8 +30,7 @@ from artifacts.models import Artifact
 from core.queues import Queue
 from experiments.models import Experiment
 from lifecycle import rules
-from lifecycle.events import LifecycleEvent, Runtime
-from lifecycle.hooks import JobSetContext
+from lifecycle.events import JobSetContext, LifecycleEvent, Runtime
 from lifecycle.mlrun_client import MLRunClient
 from workunits import services as workunit_services
 from workunits import state as workunit_state
@@ -81,6 +80,25 @@ def record_run(event: LifecycleEvent, url: str, artifacts: Sequence[Any], *, per
     return current
 
 
+class _Store:
+    """The reads and writes of this module a rule makes (``rules.RunStore``), passed to ``rule.handle``."""
+
+    def record_run(self, event: LifecycleEvent, url: str, artifacts: Sequence[Any], *, persist: bool = True) -> bool:
+        return record_run(event, url, artifacts, persist=persist)
+
+    def current_eid(self, xid: int, wid: int) -> int | None:
+        return current_eid(xid, wid)
+
+    def committed_state(self, xid: int, wid: int, eid: int) -> str:
+        return committed_state(xid, wid, eid)
+
+    def experiment_title(self, xid: int) -> str:
+        return experiment_title(xid)
+
+
+STORE = _Store()
+
+
 def handle_event(event: LifecycleEvent) -> None:
     """Run the matching rules; errors of the external service propagate (the event is redelivered)."""
     for rule in rules.registry():
@@ -88,7 +106,7 @@ def handle_event(event: LifecycleEvent) -> None:
             continue
         artifacts = artifacts_for(event.xid, event.wid, rule.payload_kinds)
         if artifacts:
-            rule.handle(event, artifacts)
+            rule.handle(event, artifacts, STORE)
 
 
 def close_superseded(xid: int, wid: int, eid: int) -> None:
@@ -186,7 +204,7 @@ def legacy_sync(context: JobSetContext, state: str) -> None:
                         int(created.timestamp() * 1e9) if created else 0),
     )
     try:
-        rule.handle(event, artifacts, persist=False)
+        rule.handle(event, artifacts, STORE, persist=False)
     except Exception:
         log.exception("lifecycle.legacy_sync_failed", extra={"xid": context.xid, "wid": context.wid, "eid": context.eid})
         return

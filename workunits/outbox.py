@@ -24,8 +24,10 @@ from core import convert, task_wire
 from core.protos import task_pb2
 from core.queues import Queue
 from core.task_wire import ACTUATOR_TASK_NAMES, NOTIFY_WHEN_PATH, encode_task
+from workunits import hooks
 from workunits.choices import TaskType
 from workunits.models import Operation
+from workunits.services import operations as operation_rows
 from workunits.wire import work_unit_to_proto
 
 log = logging.getLogger(__name__)
@@ -55,45 +57,42 @@ def deliver_committed(operations: Sequence[Operation], *, notify_when: str | Non
     ``dispatched_time`` set. A publish that fails is counted on the row (the
     sweep tries again); at ``XMC_OUTBOX_FAILURES_BEFORE_MESSAGE`` failures the
     execution gets the enqueue-failure system message
-    (``services.record_enqueue_failure``). ``notify_when``, when given, is
+    (``services.operations.record_enqueue_failure``). ``notify_when``, when given, is
     the Task's notify-when (see ``build_task``).
     """
     _deliver_rows(operations, notify_when=notify_when)
 
 
 def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None) -> None:
-    from workunits import services  # services imports this module
-
     sent: list[int] = []
     with current_app.producer_or_acquire() as producer:  # one producer (and broker connection) for them all
         for op in operations:
             if op.done or not op.task_type:
                 continue
-            if op.requested_cancellation and services.cancel_pending_operation(op.id):
+            if op.requested_cancellation and operation_rows.cancel_pending_operation(op.id):
                 continue
             try:
                 publish(build_task(op, notify_when=notify_when), producer=producer)
             except Exception as exc:
-                attempts = services.record_dispatch_failure(op.id)
+                attempts = operation_rows.record_dispatch_failure(op.id)
                 log.warning("outbox.publish_failed",
                             extra={"operation": op.id, "attempts": attempts, "error": str(exc)})
                 if attempts == settings.XMC_OUTBOX_FAILURES_BEFORE_MESSAGE:
-                    services.record_enqueue_failure(op.id, f"{type(exc).__name__}: {exc}")
+                    operation_rows.record_enqueue_failure(op.id, f"{type(exc).__name__}: {exc}")
                 continue
             sent.append(op.id)
     if sent:  # one mark for them all
-        services.mark_operations_dispatched(sent)
+        operation_rows.mark_operations_dispatched(sent)
 
 
 def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Task:
     """The unsigned Task an operation row stands for (``publish`` signs it).
 
-    ``notify_when`` is computed from the work unit's artifacts
-    (``lifecycle.hooks.notify_when_for``) unless the caller knows it: a work
-    unit created in the committing transaction has no artifacts yet ("").
+    ``notify_when`` is computed from the work unit's artifacts (through
+    ``workunits.hooks.notify_when_for``, the provider the lifecycle registers)
+    unless the caller knows it: a work unit created in the committing
+    transaction has no artifacts yet ("").
     """
-    from lifecycle.hooks import notify_when_for
-
     wu = op.work_unit
     if wu is None:
         raise ValueError(f"operation {op.id} has no work unit: nothing to send")
@@ -105,7 +104,7 @@ def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Tas
         target_eid=op.target_eid or 0,
         operation_name=op.name,
         operation_time_ns=convert.ns_from_datetime(op.create_time),
-        notify_when=notify_when_for(op.experiment_id, wu.wid) if notify_when is None else notify_when,
+        notify_when=hooks.notify_when_for(op.experiment_id, wu.wid) if notify_when is None else notify_when,
     )
     if op.task_type in (TaskType.CREATE, TaskType.RESTART):
         task.work_unit.Pack(work_unit_to_proto(wu))

@@ -44,8 +44,7 @@ from django.utils import timezone
 
 from core import task_wire
 from core.protos import task_pb2
-from lifecycle import hooks
-from workunits import outbox
+from workunits import hooks, outbox
 from workunits.choices import ExecutionState, ResolutionStatus, TaskType, WorkUnitState
 from workunits.models import PausedTask, SchedulingSwitch, WorkUnit, WorkUnitExecution
 

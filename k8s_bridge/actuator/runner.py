@@ -28,7 +28,7 @@ from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
-from k8s_bridge.errors import backoff_seconds, classify
+from k8s_bridge.errors import CODES, backoff_seconds, classify
 from workunits import services
 from workunits.models import Operation
 
@@ -115,8 +115,6 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
 
 def _give_up(task: task_pb2.Task, name: str, payload: str, operation_id: int | None, code: str, message: str,
              attempts: int) -> None:
-    from k8s_bridge.errors import CODES
-
     log.error("actuator.dead_letter", extra={"task": name, "code": code, "error": message})
     if operation_id is not None:
         services.complete_operation(operation_id, error={"code": CODES.get(code, 2), "message": message})

@@ -55,6 +55,7 @@ from django.db import close_old_connections, connection
 
 from core.errors import InvalidArgument
 from k8s_bridge.reconciler import metrics
+from workunits import services
 from workunits import state as guards
 from workunits.services import Transition
 from workunits.writers import ParallelWriter
@@ -104,9 +105,7 @@ def _slot_order(item: tuple[SlotKey, _Slot]) -> tuple[int, int, int]:
 
 
 def _default_writer(updates: Sequence[guards.ExecutionUpdate]) -> list[Transition]:
-    from workunits.services import update_work_unit_executions
-
-    return update_work_unit_executions(updates)
+    return services.update_work_unit_executions(updates)
 
 
 class UpdateBatcher:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -438,8 +438,7 @@ class Reconciler:
         wanted = {(t.xid, t.wid, t.eid): contexts[(t.xid, t.wid, t.eid)]
                   for t in transitions if (t.xid, t.wid, t.eid) in contexts}
         try:
-            # Transition is a frozen dataclass; the Protocol declares plain (settable) attributes.
-            hooks.on_transitions_committed(cast("Sequence[hooks.CommittedTransition]", transitions), wanted)
+            hooks.on_transitions_committed(transitions, wanted)
         except Exception:
             log.exception("reconciler.hook_failed")
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_it_builds_a_create_task_from_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("lifecycle.hooks.notify_when_for", lambda xid, wid: "COMPLETED")
+    monkeypatch.setattr("workunits.hooks.notify_when_for", lambda xid, wid: "COMPLETED")
     exp = factories.experiment()
     op = Operation.objects.select_related("work_unit").get(
         id=services.create_work_unit(exp.id, factories.work_unit_message()).id)

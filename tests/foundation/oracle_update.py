@@ -25,7 +25,8 @@ from experiments.models import Experiment
 from workunits import state
 from workunits.choices import ExecutionState
 from workunits.models import StatusHistory, StatusMessage, WorkUnitExecution
-from workunits.services import Transition, _lock_work_units, _stamp
+from workunits.services import Transition
+from workunits.services.executions import _lock_work_units, _stamp
 from workunits.state import ExecutionRecord, ExecutionUpdate, Merge
 from workunits.wire import execution_record
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from experiments.models import Experiment
 from tests import factories
 from tests.foundation.test_concurrency import run_threads
+from core import convert
 from workunits import services
 from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecution
 
@@ -21,12 +22,12 @@ SKIP = {"id", "experiment", "work_unit", "execution", "operation", "target", "me
         "update_time", "time", "state_update_time_ns", "response", "end_time", "dispatched_time"}
 
 
-def request(work_unit_id: int = 0, notes: str = "") -> services._Create:
+def request(work_unit_id: int = 0, notes: str = "") -> services.create._Create:
     message = factories.work_unit_message()
     message.notes = notes
-    return services._Create(
+    return services.create._Create(
         work_unit_id=work_unit_id, work_unit_type="STANDARD", priority=None, urls=[],
-        executable=services.convert.to_json(message.executable), tags=["t"], notes=notes,
+        executable=convert.to_json(message.executable), tags=["t"], notes=notes,
         requester=services.Requester("alice@example.com"), now=timezone.now(),
     )
 
@@ -58,8 +59,8 @@ def test_a_batch_writes_and_answers_as_the_same_creates_one_by_one() -> None:
         Operation.objects.filter(experiment=exp, work_unit__wid=4).delete()
     # Allocated ids, explicit ones (new, again in the batch, already there, deleted operation), in one order.
     plan = [0, 7, 0, 2, 7, 4, 0, 5, 0]
-    answers_batched, _ = services._create_batch(batched.id, [request(i, f"n{k}") for k, i in enumerate(plan)])
-    answers_sequential = [services._create_batch(sequential.id, [request(i, f"n{k}")])[0][0]
+    answers_batched, _ = services.create._create_batch(batched.id, [request(i, f"n{k}") for k, i in enumerate(plan)])
+    answers_sequential = [services.create._create_batch(sequential.id, [request(i, f"n{k}")])[0][0]
                           for k, i in enumerate(plan)]
 
     def answer(op: Operation) -> tuple[int, bool, str]:
@@ -87,7 +88,7 @@ def test_creates_that_queue_behind_a_busy_experiment_share_one_transaction() -> 
         for thread in threads:
             thread.start()
         deadline = threading.Event()
-        while len(services._CREATES._queues.get(exp.id, ())) < 11 and not deadline.wait(0.01):  # noqa: SLF001
+        while len(services.create._CREATES._queues.get(exp.id, ())) < 11 and not deadline.wait(0.01):  # noqa: SLF001
             pass
         other.commit()
     for thread in threads:
@@ -109,7 +110,7 @@ def test_a_wid_committed_while_a_batch_waited_for_the_lock_is_answered_not_writt
         other.execute("SELECT 1 FROM experiments_experiment WHERE id = %s FOR UPDATE", [exp.id])
 
         def create(_: int) -> None:  # two transactions of their own (not combined): both read before either wrote
-            [op], _ = services._create_batch(exp.id, [request(7)])
+            [op], _ = services.create._create_batch(exp.id, [request(7)])
             answers.append(op.id)
 
         waiting = threading.Thread(target=lambda: run_threads(create, 2))
@@ -146,6 +147,6 @@ def test_the_create_statement_stays_short_enough_for_psycopg_to_cache_its_conver
 
     exp = factories.experiment()
     services.create_work_unit(exp.id, factories.work_unit_message())
-    statements = [sql for key, sql in services._SQL.items() if isinstance(key, tuple)]  # one per roll-up field list
+    statements = [sql for key, sql in services.create._SQL.items() if isinstance(key, tuple)]  # one per roll-up field list
     assert statements
     assert all(len(sql.encode()) <= MAX_CACHED_STATEMENT_LENGTH for sql in statements)

@@ -65,7 +65,7 @@ def test_it_commits_one_experiment_while_another_waits_for_its_locks() -> None:
     def hold_busy_lock() -> None:
         try:
             with transaction.atomic():
-                services._lock_work_units([(busy.id, busy_wu.wid)])
+                services.executions._lock_work_units([(busy.id, busy_wu.wid)])
                 holding.set()
                 release.wait(timeout=120)
         finally:

@@ -81,9 +81,9 @@ def test_it_stops_a_work_unit_paused_while_the_stop_waited_for_its_lock() -> Non
         # stamped with its own (later) clock and commits.
         try:
             with transaction.atomic():
-                services._lock_work_units([(exp.id, wu.wid)])
+                services.executions._lock_work_units([(exp.id, wu.wid)])
                 wait_for_a_lock_waiter()
-                services._apply_updates([pause_update(wu, convert.ns_from_datetime(timezone.now()))], timezone.now())
+                services.executions._apply_updates([pause_update(wu, convert.ns_from_datetime(timezone.now()))], timezone.now())
             paused.set()
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)

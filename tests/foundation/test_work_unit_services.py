@@ -242,7 +242,7 @@ def test_it_batch_stops_all_or_nothing() -> None:
 
 def test_it_restarts_into_a_new_execution(delivered, monkeypatch, django_capture_on_commit_callbacks) -> None:
     superseded = []
-    monkeypatch.setattr("workunits.services.on_execution_superseded", lambda *a: superseded.append(a))
+    monkeypatch.setattr("workunits.services.commands.on_execution_superseded", lambda *a: superseded.append(a))
     exp = factories.experiment()
     wu = factories.work_unit(exp)
     set_state(wu, "FAILED")
@@ -265,7 +265,7 @@ def test_it_does_not_call_the_superseded_hook_when_the_restart_rolls_back(
     monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
     superseded = []
-    monkeypatch.setattr("workunits.services.on_execution_superseded", lambda *a: superseded.append(a))
+    monkeypatch.setattr("workunits.services.commands.on_execution_superseded", lambda *a: superseded.append(a))
     exp = factories.experiment()
     wu = factories.work_unit(exp)
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(NotFound):

@@ -16,9 +16,9 @@ from django.utils import timezone
 from artifacts import services as artifact_services
 from artifacts.models import Artifact
 from core import convert, pb
-from simulators.mlrun import EmulatorHandle, run_emulator
 from lifecycle import events, rules, services
 from lifecycle.events import LifecycleEvent, Runtime
+from simulators.mlrun import EmulatorHandle, run_emulator
 from tests import factories
 from workunits import services as wu_services
 from workunits import state

@@ -21,14 +21,16 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from simulators.mlrun import EmulatorHandle
-from lifecycle import hooks, urls
+from artifacts import xprof
+from core import task_wire
+from lifecycle import hooks
 from lifecycle.hooks import JobSetContext
+from simulators.mlrun import EmulatorHandle
+from tests import waiting
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
-from core import task_wire
-from tests import waiting
+from workunits import hooks as workunit_hooks
 from tests.childenv import child_database_url
 from workunits import services as wu_services
 from workunits.models import WorkUnit
@@ -94,7 +96,7 @@ def ctx(wu: WorkUnit) -> dict[tuple[int, int, int], JobSetContext]:
 
 
 def phase(emulator: EmulatorHandle, wu: WorkUnit, eid: int) -> str:
-    run = emulator.emulator.run_by_id(urls.mlrun_id(wu.experiment_id, wu.wid, eid))
+    run = emulator.emulator.run_by_id(xprof.mlrun_id(wu.experiment_id, wu.wid, eid))
     return str(run["runPhase"]) if run else ""
 
 
@@ -103,11 +105,11 @@ def test_it_runs_a_work_unit_to_completed_restarts_it_and_survives_service_error
 ) -> None:
     wu = running_work_unit()
     artifact = xprof_artifact(wu)
-    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ALL  # what the Create task stamps
+    assert workunit_hooks.notify_when_for(wu.experiment_id, wu.wid) == ALL  # what the Create task stamps
 
     hooks.on_transitions_committed(set_state(wu, "RUNNING"), ctx(wu))
     eventually(lambda: phase(emulator, wu, 1) == "ACTIVE", worker, "run 1 ACTIVE")
-    url1 = urls.console_url(PROJECT, LOCATION, urls.mlrun_id(wu.experiment_id, wu.wid, 1))
+    url1 = xprof.console_url(PROJECT, LOCATION, xprof.mlrun_id(wu.experiment_id, wu.wid, 1))
 
     def persisted() -> bool:
         artifact.refresh_from_db()
@@ -158,4 +160,4 @@ def test_it_creates_the_run_after_a_late_attach_patches_notify_when(
     # The actuator patched the annotation; the reconciler sees it newly added.
     hooks.on_jobset_observed(context(wu, task.notify_when), "RUNNING")
     eventually(lambda: phase(emulator, wu, 1) == "ACTIVE", worker, "run created after the late attach")
-    assert emulator.emulator.run_by_id(urls.mlrun_id(wu.experiment_id, wu.wid, 1)) is not None
+    assert emulator.emulator.run_by_id(xprof.mlrun_id(wu.experiment_id, wu.wid, 1)) is not None

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from artifacts import xprof
 from artifacts.models import Artifact
-from simulators.mlrun import EmulatorHandle
-from lifecycle import events, hooks, urls
+from lifecycle import events, hooks
 from lifecycle.hooks import JobSetContext
+from simulators.mlrun import EmulatorHandle
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
@@ -94,8 +95,8 @@ def test_it_publishes_no_events_with_the_flag_off_and_the_legacy_sync_keeps_the_
 ) -> None:
     wu = running_work_unit()
     artifact = xprof_artifact(wu)
-    run_id = urls.mlrun_id(wu.experiment_id, wu.wid, 1)
-    url = urls.console_url(PROJECT, LOCATION, run_id)
+    run_id = xprof.mlrun_id(wu.experiment_id, wu.wid, 1)
+    url = xprof.console_url(PROJECT, LOCATION, run_id)
     for st in ("STARTING", "RUNNING"):
         transitions = set_state(wu, st)
         ctx = context(wu, "")  # no notify-when is stamped with the flag off

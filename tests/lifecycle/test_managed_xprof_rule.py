@@ -6,11 +6,12 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from artifacts import xprof
 from artifacts.models import Artifact
-from simulators.mlrun import EmulatorHandle
-from lifecycle import rules, services, urls
+from lifecycle import rules, services
 from lifecycle.apps import check_lifecycle_configuration
 from lifecycle.mlrun_client import MLRunClient, MLRunError
+from simulators.mlrun import EmulatorHandle
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, event_for, execution, running_work_unit, set_state, \
     xprof_artifact
 from workunits import services as wu_services
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 
 def run_of(emulator: EmulatorHandle, xid: int, wid: int, eid: int) -> dict[str, Any] | None:
-    return emulator.emulator.run_by_id(urls.mlrun_id(xid, wid, eid))
+    return emulator.emulator.run_by_id(xprof.mlrun_id(xid, wid, eid))
 
 
 def count(emulator: EmulatorHandle, method: str) -> int:
@@ -53,7 +54,7 @@ def test_it_creates_one_active_run_per_execution_with_the_request_built_from_the
     assert gke == {"id": f"xmc-{wu.experiment_id}-1", "kind": "JobSet", "cluster": CLUSTER, "namespace": "default",
                    "createTime": "2023-11-14T22:13:20Z"}
     assert count(emulator, "POST") == 1
-    url = urls.console_url(PROJECT, LOCATION, urls.mlrun_id(wu.experiment_id, wu.wid, 1))
+    url = xprof.console_url(PROJECT, LOCATION, xprof.mlrun_id(wu.experiment_id, wu.wid, 1))
     assert url.startswith("https://console.cloud.google.com/kubernetes/aiml/run/us-central1/xmc-")
     assert stored_url(artifact) == url
     assert execution(wu, 1).metadata["mlrunUrl"] == url
@@ -135,7 +136,7 @@ def test_it_treats_not_found_on_a_close_path_as_closed(lifecycle_on: Any, emulat
     set_state(wu, "RUNNING")
     services.handle_event(event_for(wu, "RUNNING"))
     client = MLRunClient.from_settings()
-    client.delete(urls.mlrun_id(wu.experiment_id, wu.wid, 1))  # deleted outside XMC
+    client.delete(xprof.mlrun_id(wu.experiment_id, wu.wid, 1))  # deleted outside XMC
     caplog.set_level("INFO", logger="lifecycle.rules")
     services.handle_event(event_for(wu, "COMPLETED"))  # no error: counts as closed
     assert run_of(emulator, wu.experiment_id, wu.wid, 1) is None
@@ -149,7 +150,7 @@ def test_it_creates_the_run_again_when_it_was_deleted_outside_on_the_active_path
     xprof_artifact(wu)
     set_state(wu, "RUNNING")
     services.handle_event(event_for(wu, "STARTING"))
-    MLRunClient.from_settings().delete(urls.mlrun_id(wu.experiment_id, wu.wid, 1))
+    MLRunClient.from_settings().delete(xprof.mlrun_id(wu.experiment_id, wu.wid, 1))
     services.handle_event(event_for(wu, "RUNNING"))
     run = run_of(emulator, wu.experiment_id, wu.wid, 1)
     assert run is not None and run["runPhase"] == "ACTIVE"
@@ -200,7 +201,7 @@ def test_it_closes_the_superseded_run_and_creates_nothing_for_a_late_event(
     services.handle_event(event_for(wu, "RUNNING"))
     run3 = run_of(emulator, wu.experiment_id, wu.wid, 3)
     assert run3 is not None and run3["runPhase"] == "ACTIVE"
-    assert stored_url(artifact).endswith(f"/{urls.mlrun_id(wu.experiment_id, wu.wid, 3)}?project={PROJECT}")
+    assert stored_url(artifact).endswith(f"/{xprof.mlrun_id(wu.experiment_id, wu.wid, 3)}?project={PROJECT}")
 
 
 def test_it_parses_an_older_url_form_when_closing_a_superseded_run(lifecycle_on: Any, emulator: EmulatorHandle) -> None:
@@ -255,11 +256,11 @@ def test_it_has_no_rules_with_the_flag_off(lifecycle_off: Any) -> None:
 
 
 def test_it_builds_the_console_url_in_one_form_and_parses_both() -> None:
-    url = urls.console_url("p", "us-central1", "xmc-1-2-3")
+    url = xprof.console_url("p", "us-central1", "xmc-1-2-3")
     assert url == "https://console.cloud.google.com/kubernetes/aiml/run/us-central1/xmc-1-2-3?project=p"
-    assert urls.parse_run_id(url) == "xmc-1-2-3"
-    assert urls.parse_run_id("https://console.cloud.google.com/x/runs/old-id?project=p") == "old-id"
-    assert urls.parse_run_id("https://example.com/") == ""
+    assert xprof.parse_run_id(url) == "xmc-1-2-3"
+    assert xprof.parse_run_id("https://console.cloud.google.com/x/runs/old-id?project=p") == "old-id"
+    assert xprof.parse_run_id("https://example.com/") == ""
 
 
 def test_it_closes_a_run_created_by_an_active_event_handled_after_the_terminal_one(

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import requests
 
-from simulators.mlrun import EmulatorHandle, run_emulator
 from lifecycle import mlrun_client
 from lifecycle.mlrun_client import GoogleDefaultCredentials, MLRunClient, MLRunError, StaticToken
+from simulators.mlrun import EmulatorHandle, run_emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = {"displayName": "r", "orchestrator": "GKE", "runPhase": "ACTIVE", "tools": [{"xprof": {}}]}

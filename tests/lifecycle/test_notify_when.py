@@ -8,9 +8,10 @@ import pytest
 from artifacts import services as artifact_services
 from core import pb, task_wire
 from core.protos import task_pb2
-from lifecycle import hooks, notify_when
+from lifecycle import notify_when, stamping
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import running_work_unit, set_state, xprof_artifact
+from workunits import hooks as workunit_hooks
 
 pytestmark = pytest.mark.django_db
 ALL = "STARTING.RUNNING.STOPPED.COMPLETED.FAILED"
@@ -29,18 +30,18 @@ def test_it_encodes_in_one_canonical_order_and_matches() -> None:
 
 def test_it_is_the_union_of_what_the_rules_want_for_the_work_units_artifacts(lifecycle_on: Any) -> None:
     wu = running_work_unit()
-    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
+    assert workunit_hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
     artifact_services.create_artifact(wu.experiment_id, wu.wid, pb.artifact.Artifact(
         payload=pb.artifact.ArtifactPayload(text=pb.artifact.TextArtifact(text="hi"))))
-    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ""  # no rule handles text
+    assert workunit_hooks.notify_when_for(wu.experiment_id, wu.wid) == ""  # no rule handles text
     xprof_artifact(wu)
-    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ALL
+    assert workunit_hooks.notify_when_for(wu.experiment_id, wu.wid) == ALL
 
 
 def test_it_stamps_nothing_with_the_flag_off(lifecycle_off: Any) -> None:
     wu = running_work_unit()
     xprof_artifact(wu)
-    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
+    assert workunit_hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
 
 
 def test_it_refreshes_create_and_restart_tasks_for_resumption(lifecycle_on: Any) -> None:
@@ -48,9 +49,9 @@ def test_it_refreshes_create_and_restart_tasks_for_resumption(lifecycle_on: Any)
     xprof_artifact(wu)  # attached while the task was paused
     for kind in (task_pb2.Task.CREATE, task_pb2.Task.RESTART):
         task = task_pb2.Task(type=kind, xid=wu.experiment_id, wid=wu.wid, eid=1)
-        assert notify_when.refresh(task).notify_when == ALL
+        assert stamping.refresh(task).notify_when == ALL
     delete = task_pb2.Task(type=task_pb2.Task.DELETE, xid=wu.experiment_id, wid=wu.wid, eid=1, notify_when="x")
-    assert notify_when.refresh(delete).notify_when == "x"
+    assert stamping.refresh(delete).notify_when == "x"
 
 
 def _attach(wu: Any, capture: Any) -> None:
@@ -117,4 +118,4 @@ def test_it_never_fails_a_create_artifact_over_a_misconfigured_lifecycle(
     set_state(wu, "RUNNING")
     _attach(wu, django_capture_on_commit_callbacks)  # no exception: the check reports it at start-up
     assert brokers.drain("actuator") == []
-    assert hooks.notify_when_for(wu.experiment_id, wu.wid) == ""
+    assert workunit_hooks.notify_when_for(wu.experiment_id, wu.wid) == ""

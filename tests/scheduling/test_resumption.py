@@ -146,7 +146,7 @@ def test_it_skips_an_update_while_the_work_unit_has_no_jobset_yet(broker) -> Non
     resume_inline()
     assert outcome(create) == ("RESUMED", "")
     assert outcome(update) == ("SKIPPED", SkipReason.UPDATE_BEFORE_JOBSET)
-    # The Create carries the current notify-when instead (lifecycle.hooks.notify_when_for).
+    # The Create carries the current notify-when instead (workunits.hooks.notify_when_for).
     assert [name for name, _ in actuator_messages(broker)] == ["xmc.actuator.create"]
 
 

@@ -1,0 +1,69 @@
+"""Extension points of the work units app: what it calls out to, without knowing who listens.
+
+Apps above (the artifact lifecycle) register into these in their
+``AppConfig.ready()`` (``lifecycle.apps``), so ``workunits`` never imports them:
+
+* :data:`superseded_hooks`: called by ``workunits.services`` after a restart
+  commits, with ``(xid, wid, eid)`` of the execution that was archived
+  (:func:`on_execution_superseded`);
+* the notify-when provider (:func:`set_notify_when_provider`): asked by the
+  outbox and the resumption run for the ``notify_when`` of a Create or Restart
+  task (:func:`notify_when_for`; "" while none is registered);
+* :class:`Transition`: what ``workunits.services.update_work_unit_executions``
+  returns for each committed state change (the reconciler hands them on to
+  the lifecycle after commit).
+
+A failing hook is logged and never fails the caller.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import NamedTuple
+
+log = logging.getLogger(__name__)
+
+SupersededHook = Callable[[int, int, int], None]
+NotifyWhenProvider = Callable[[int, int], str]
+
+#: Callables ``(xid, wid, eid)``, registered by the lifecycle app.
+superseded_hooks: list[SupersededHook] = []
+
+_notify_when_provider: list[NotifyWhenProvider] = []
+
+
+class Transition(NamedTuple):
+    """A committed state change, returned for publishing after commit (a named tuple: one per change)."""
+
+    xid: int
+    wid: int
+    eid: int
+    old_state: str
+    new_state: str
+
+
+def on_execution_superseded(xid: int, wid: int, eid: int) -> None:
+    for hook in list(superseded_hooks):
+        try:
+            hook(xid, wid, eid)
+        except Exception:  # a failing rule must not fail the restart
+            log.exception("lifecycle.superseded_hook_failed", extra={"xid": xid, "wid": wid, "eid": eid})
+
+
+def set_notify_when_provider(provider: NotifyWhenProvider | None) -> None:
+    """Register the one notify-when provider (None: none, every task carries "")."""
+    _notify_when_provider[:] = [provider] if provider is not None else []
+
+
+def notify_when_for(xid: int, wid: int) -> str:
+    """The notify-when a Create or Restart task of this work unit carries ("" = none).
+
+    A failure of the provider is logged and stamps nothing (the JobSet still runs).
+    """
+    if not _notify_when_provider:
+        return ""
+    try:
+        return _notify_when_provider[0](xid, wid)
+    except Exception:
+        log.exception("lifecycle.notify_when_failed", extra={"xid": xid, "wid": wid})
+        return ""

@@ -1,0 +1,236 @@
+"""Stop, restart and update of work units, and the admin's re-queue of a dead letter.
+
+Each takes the work unit locks in ``(xid, wid)`` order, then the experiment's
+(the roll-up), records an Operation and hands it to the outbox after commit.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import partial
+
+from django.db import transaction
+from django.utils import timezone
+
+from core import pb
+from core.errors import FailedPrecondition, InvalidArgument, NotFound
+from experiments import services as experiment_services
+from experiments.models import Experiment
+from workunits import outbox, state
+from workunits.choices import ActionType, ExecutionState, TERMINAL, TaskType, WorkUnitState, Writer
+from workunits.hooks import on_execution_superseded
+from workunits.models import DeadLetter, Operation, WorkUnit, WorkUnitExecution
+from workunits.services._rows import (
+    Requester,
+    SYSTEM,
+    _batch_operation,
+    _batch_response,
+    _finish,
+    _insert_execution,
+    _now_ns,
+)
+from workunits.services.executions import _apply_updates, _lock_work_units
+from workunits.state import ExecutionUpdate
+from workunits.wire import execution_record, work_unit_fields
+S = WorkUnitState
+
+
+def _target_work_units(xid: int, wids: Sequence[int] | None) -> dict[tuple[int, int], WorkUnit]:
+    """Lock the targeted work units of ``xid`` (all when ``wids`` is None); all must exist."""
+    if not Experiment.objects.filter(id=xid).exists():
+        raise NotFound(f"experiments/{xid} not found", field="parent")
+    if wids is None:
+        wids = list(WorkUnit.objects.filter(experiment_id=xid).values_list("wid", flat=True))
+    locked = _lock_work_units((xid, wid) for wid in wids)
+    missing = sorted(set(wids) - {wid for _, wid in locked})
+    if missing:
+        raise NotFound(
+            f"work units not found in experiments/{xid}: {', '.join(map(str, missing))}", field="name"
+        )
+    return locked
+
+
+def _targets(
+    xid: int, wids: Sequence[int] | None
+) -> tuple[Experiment, dict[tuple[int, int], WorkUnit], dict[int, WorkUnitExecution]]:
+    """Lock the targets of a stop/restart and read their current executions."""
+    locked = _target_work_units(xid, wids)
+    currents = {
+        ex.work_unit_id: ex
+        for ex in WorkUnitExecution.objects.filter(
+            work_unit__in=locked.values(), execution_state=ExecutionState.ACTIVE
+        )
+    }
+    return Experiment.objects.get(id=xid), locked, currents
+
+
+def stop_work_units(
+    xid: int,
+    wids: Sequence[int] | None,
+    *,
+    batch: bool,
+    requester: Requester = SYSTEM,
+    now: datetime | None = None,
+) -> Operation:
+    """StopWorkUnit / BatchStopWorkUnits.
+
+    Each targeted execution goes to STOPPING (STOPPED directly from
+    SCHEDULING_PAUSED: no JobSet exists) through the guarded update, and a
+    DELETE task is recorded per work unit. A single stop of a work unit that
+    is already stopping returns its pending stop operation; of a terminal one
+    fails with FAILED_PRECONDITION. A batch validates every target first and
+    skips the ones already stopping or terminal. ``wids=None`` means all.
+
+    The clock is read *after* the row locks are held, and the state is
+    stamped at least the stored ``state_update_time``: a writer that
+    committed while we waited (the pause handler, or a host whose clock runs
+    ahead) can never make the timestamp guard drop STOPPED while the STOP
+    operation and its DELETE task still go out.
+    """
+    with transaction.atomic(durable=True):
+        exp, locked, currents = _targets(xid, wids)
+        now = now or timezone.now()  # under the locks: after every write we waited for
+        if not batch:
+            (wu,) = locked.values()
+            ex = currents[wu.id]
+            if ex.state == S.STOPPING:
+                pending = Operation.objects.filter(
+                    work_unit=wu, action_type=ActionType.STOP, done=False, eid=wu.current_eid
+                ).order_by("-id").first()
+                if pending is not None:
+                    return pending
+            if ex.state in TERMINAL:
+                raise FailedPrecondition(f"{wu.name} is already {ex.state}", field="name")
+        parent = _batch_operation(exp, ActionType.STOP, requester, now) if batch else None
+        ops: list[Operation] = []
+        updates: list[ExecutionUpdate] = []
+        for key in sorted(locked):
+            wu = locked[key]
+            ex = currents[wu.id]
+            if ex.state in TERMINAL or (batch and ex.state == S.STOPPING):
+                continue
+            op = Operation.objects.create(
+                experiment=exp, work_unit=wu, parent=parent, action_type=ActionType.STOP, target=wu.name,
+                create_time=now, original_requester=requester.email, asserted_email=requester.asserted_email,
+                task_type=TaskType.DELETE, eid=wu.current_eid, target_eid=wu.current_eid,
+            )
+            ops.append(op)
+            target = S.STOPPED if ex.state == S.SCHEDULING_PAUSED else S.STOPPING
+            updates.append(ExecutionUpdate(
+                xid=xid, wid=wu.wid, eid=wu.current_eid, mask=(state.STATE,), state=target,
+                state_update_time_ns=max(_now_ns(now), ex.state_update_time_ns),
+                writer=Writer.STATE_SERVER, operation_id=op.id,
+            ))
+        _apply_updates(updates, now)
+        if parent is not None and not ops:
+            _finish(parent, now, response=_batch_response(exp, []))
+        outbox.send_on_commit(ops)
+        if parent is not None:
+            return parent
+        return ops[0]
+
+
+def restart_work_units(
+    xid: int,
+    wids: Sequence[int] | None,
+    *,
+    batch: bool,
+    requester: Requester = SYSTEM,
+    now: datetime | None = None,
+) -> Operation:
+    """RestartWorkUnit / BatchRestartWorkUnits.
+
+    For each target: archive execution N (INACTIVE), insert N+1 in
+    RESTARTING as the current execution, record a RESTART task (target eid
+    N), and after commit call the lifecycle superseded hook for N. All
+    targets are validated first; one transaction, all or nothing.
+    """
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        exp, locked, currents = _targets(xid, wids)
+        parent = _batch_operation(exp, ActionType.RESTART, requester, now) if batch else None
+        ops: list[Operation] = []
+        state_moves: list[tuple[str | None, str | None]] = []
+        severity_moves: list[tuple[str | None, str | None]] = []
+        superseded: list[tuple[int, int, int]] = []
+        for key in sorted(locked):
+            wu = locked[key]
+            old = currents[wu.id]
+            old_eid, new_eid = wu.current_eid, wu.current_eid + 1
+            # Archive first: the partial unique constraint allows one ACTIVE row.
+            WorkUnitExecution.objects.filter(pk=old.pk).update(
+                execution_state=ExecutionState.INACTIVE, update_time=now
+            )
+            op = Operation.objects.create(
+                experiment=exp, work_unit=wu, parent=parent, action_type=ActionType.RESTART, target=wu.name,
+                create_time=now, original_requester=requester.email, asserted_email=requester.asserted_email,
+                task_type=TaskType.RESTART, eid=new_eid, target_eid=old_eid,
+            )
+            ops.append(op)
+            _insert_execution(wu, new_eid, S.RESTARTING, now, op)
+            wu.current_eid = new_eid
+            wu.update_time = now
+            wu.save(update_fields=["current_eid", "update_time"])
+            state_moves.append((old.state, S.RESTARTING))
+            severity_moves.append((state.best_severity(execution_record(old)), None))
+            superseded.append((xid, wu.wid, old_eid))
+        experiment_services.apply_rollups({xid: (state_moves, severity_moves)}, now=now)
+        for xid_, wid_, eid_ in superseded:
+            transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
+        outbox.send_on_commit(ops)
+        if parent is not None:
+            if not ops:
+                _finish(parent, now, response=_batch_response(exp, []))
+            return parent
+        return ops[0]
+
+
+def update_work_unit(
+    xid: int, wid: int, message: pb.work_unit.WorkUnit, paths: Sequence[str], *, now: datetime | None = None
+) -> WorkUnit:
+    """UpdateWorkUnit: replace the masked fields (priority, urls, tags, notes)."""
+    if not paths:
+        raise InvalidArgument("update_mask must name at least one field", field="update_mask")
+    fields = work_unit_fields(message, paths)
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        locked = _lock_work_units([(xid, wid)])
+        wu = locked.get((xid, wid))
+        if wu is None:
+            raise NotFound(f"experiments/{xid}/workUnits/{wid} not found", field="work_unit.name")
+        for name, value in fields.items():
+            setattr(wu, name, value)
+        wu.update_time = now
+        wu.save(update_fields=[*fields, "update_time"])
+        return wu
+
+
+def requeue_dead_letter(dead_letter_id: int, *, now: datetime | None = None) -> Operation:
+    """Send a dead-lettered task's operation again (the admin's re-queue action).
+
+    The task is rebuilt from the Operation row, never replayed from the stored
+    payload (which may be the tampered one): the operation is reopened
+    (``done``/``error``/``dispatched_time`` cleared) and handed to the outbox
+    after commit. A dead letter without an operation cannot be re-queued.
+    """
+    now = now or timezone.now()
+    with transaction.atomic(durable=True):
+        dead = DeadLetter.objects.select_for_update().get(id=dead_letter_id)
+        if dead.operation_id is None:
+            raise FailedPrecondition(
+                f"dead letter {dead_letter_id} has no operation to send again (an invalid task)", field="operation"
+            )
+        op = Operation.objects.select_for_update(no_key=True).get(id=dead.operation_id)
+        op.done = False
+        op.end_time = None
+        op.error = None
+        op.response = None
+        op.dispatched_time = None
+        op.save(update_fields=["done", "end_time", "error", "response", "dispatched_time"])
+        if op.parent_id is not None:
+            Operation.objects.filter(id=op.parent_id, done=True).update(done=False, end_time=None, error=None,
+                                                                       response=None)
+        dead.requeued_time = now
+        dead.save(update_fields=["requeued_time"])
+        outbox.send_on_commit([op])
+        return op
