@@ -170,9 +170,8 @@ class RateLimiter:
             if not self._in_outage:
                 self._in_outage = True
                 logger.warning(
-                    "ratelimit.redis_unavailable: allowing requests unmetered until Redis answers (%s: %s)",
-                    type(exc).__name__,
-                    exc,
+                    "ratelimit.redis_unavailable: allowing requests unmetered until Redis answers",
+                    extra={"error": f"{type(exc).__name__}: {exc}"},
                 )
 
     def _leave_outage(self) -> None:

@@ -18,24 +18,12 @@ import random
 from dataclasses import dataclass
 
 from core import errors as service_errors
+from core import pb
 from core.task_wire import InvalidTask
 from k8s_bridge.client import ApiException
 
-#: google.rpc.Code numbers (google/rpc/code.proto) used in Operation.error.
-CODES: dict[str, int] = {
-    "CANCELLED": 1,
-    "UNKNOWN": 2,
-    "INVALID_ARGUMENT": 3,
-    "DEADLINE_EXCEEDED": 4,
-    "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6,
-    "PERMISSION_DENIED": 7,
-    "RESOURCE_EXHAUSTED": 8,
-    "FAILED_PRECONDITION": 9,
-    "ABORTED": 10,
-    "INTERNAL": 13,
-    "UNAVAILABLE": 14,
-}
+#: google.rpc.Code numbers by name (google/rpc/code.proto), as Operation.error carries them.
+CODES: dict[str, int] = {str(name): int(number) for name, number in pb.rpc_code.Code.items()}
 
 PERMANENT_CODES: frozenset[str] = frozenset(
     {"NOT_FOUND", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "PERMISSION_DENIED"}

@@ -2,7 +2,7 @@
 
 Who calls it: ``manage.py pause_scheduling / resume_scheduling /
 scheduling_status``, the admin actions on the switch, the staff-only REST
-endpoints (``workunits.rest``) and, for :func:`hold_task`, the actuator's pause
+endpoints (``xmc.api.scheduling``) and, for :func:`hold_task`, the actuator's pause
 handler (``k8s_bridge.actuator.pause``). Resumption itself lives in
 ``workunits.resumption``.
 

@@ -1,3 +1,4 @@
+"""The project app: its ready() registers the RPC handlers, the system checks and the auth signals."""
 from __future__ import annotations
 
 from django.apps import AppConfig
@@ -9,6 +10,7 @@ class XmcConfig(AppConfig):
 
     def ready(self) -> None:
         from xmc import checks  # noqa: F401 - registers the system checks
+        from xmc.api import handlers  # noqa: F401 - registers every RPC into xmc.api.registry.RPCS
         from xmc.auth import signals
 
         signals.connect()

@@ -1,11 +1,12 @@
-"""Structured logs: one JSON object per line when ``XMC_LOG_FORMAT=json``.
+"""Structured logs: one JSON object per line when ``XMC_LOG_FORMAT=json``, else plain text.
 
 Every process configures logging from ``settings.LOGGING``; with the JSON
 format each record becomes ``{"time", "level", "logger", "event", ...}`` plus
 the record's ``extra`` fields (ids such as ``xid``, ``wid``, ``operation``,
 ``request_id``), so a log pipeline can filter by work unit or request without
-parsing text. Log calls use dotted event names (``reconciler.flush``) and pass
-ids as ``extra``.
+parsing text. The plain format (:class:`PlainFormatter`) prints the same
+extras after the event as ``key=value``. Log calls use dotted event names
+(``reconciler.flush``) and pass values as ``extra``, never in the message.
 
 Also here: :class:`RequestLogMiddleware` (one line per HTTP request, with a
 request id taken from ``X-Request-ID`` or generated, echoed in the response)
@@ -28,6 +29,27 @@ from django.http import HttpRequest, HttpResponse
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
 
 
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields a log call passed through ``extra``."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class PlainFormatter(logging.Formatter):
+    """``time level logger event key=value ...``: the extras follow the event, in the order given."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        extras = _extras(record)
+        if extras:
+            line += " " + " ".join(f"{k}={_plain(v)}" for k, v in extras.items())
+        return line
+
+
+def _plain(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return json.dumps(text) if (not text or any(c.isspace() or c in "\"=" for c in text)) else text
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -36,9 +58,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "event": record.getMessage(),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+        entry.update(_extras(record))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

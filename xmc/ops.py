@@ -3,8 +3,8 @@
 Who calls it: the load balancer / kubelet probes (``GET /healthz``,
 ``GET /readyz``), Prometheus (``GET /metrics``), and every RPC transport,
 which reports each call through `xmc.ops.observe_rpc` (the REST view
-`xmc.api.rest.RpcView` does; the gRPC server should too, with
-``transport="grpc"``).
+`xmc.api.rest.RpcView` with ``transport="rest"``, the gRPC server's
+per-call wrapper in ``xmc.api.grpc_server`` with ``transport="grpc"``).
 
 None of these endpoints needs a token: probes and scrapers have none, and
 they reveal no tenant data (counts per RPC and code only).

@@ -217,7 +217,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {"()": "xmc.logs.PlainFormatter", "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "xmc.logs.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler",

@@ -229,7 +229,7 @@ def test_it_answers_internal_without_the_traceback_and_logs_it(
     assert failed.value.details() == INTERNAL_MESSAGE
     assert "secret-internal-detail" not in failed.value.details()
     [record] = [r for r in caplog.records if r.getMessage().startswith("grpc.internal_error")]
-    assert "ExperimentStateService/GetExperiment" in record.getMessage()
+    assert "ExperimentStateService/GetExperiment" in record.method
     assert record.exc_info is not None and "secret-internal-detail" in str(record.exc_info[1])
 
 

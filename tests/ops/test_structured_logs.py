@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from xmc.logs import JsonFormatter
+from xmc.logs import JsonFormatter, PlainFormatter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +23,14 @@ def test_it_writes_the_event_and_every_extra_field_as_json() -> None:
     assert entry["event"] == "reconciler.flush" and entry["level"] == "INFO" and entry["logger"] == "reconciler"
     assert (entry["xid"], entry["wid"], entry["batch"]) == (7, 3, 12)
     assert entry["time"].endswith("+00:00")
+
+
+def test_it_prints_the_extra_fields_after_the_event_in_the_plain_format() -> None:
+    record = logging.LogRecord("xmc.api.grpc_server", logging.INFO, __file__, 1, "grpc.rpc", None, None)
+    record.method, record.code, record.identity = "ExperimentStateService/GetExperiment", "OK", "alice example"
+    line = PlainFormatter("%(levelname)s %(name)s %(message)s").format(record)
+    assert line == ('INFO xmc.api.grpc_server grpc.rpc method=ExperimentStateService/GetExperiment code=OK '
+                    'identity="alice example"')
 
 
 def test_it_keeps_the_exception_in_the_same_line() -> None:

@@ -148,10 +148,10 @@ class _Delegate:
             return _Failure(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         except (OperationalError, InterfaceError):
             # The database went away or refused the connection: a retry may work.
-            logger.exception("grpc.database_unavailable method=%s", self.full_name)
+            logger.exception("grpc.database_unavailable", extra={"method": self.full_name})
             return _Failure(grpc.StatusCode.UNAVAILABLE, "database unavailable; retry later")
         except Exception:  # noqa: BLE001 - the last line of defence; never leak a traceback
-            logger.exception("grpc.internal_error method=%s", self.full_name)
+            logger.exception("grpc.internal_error", extra={"method": self.full_name})
             return _Failure(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 
 
@@ -159,7 +159,7 @@ def _status_code(name: str) -> grpc.StatusCode:
     try:
         code = grpc.StatusCode[name]
     except KeyError:
-        logger.error("grpc.unknown_status_code code=%s", name)
+        logger.error("grpc.unknown_status_code", extra={"code": name})
         return grpc.StatusCode.INTERNAL
     return grpc.StatusCode.INTERNAL if code is grpc.StatusCode.OK else code
 
@@ -275,8 +275,6 @@ def build_server(
     (SO_REUSEPORT; the kernel spreads connections over them) -- only on
     purpose: by default a taken port is an error.
     """
-    import xmc.api.handlers  # noqa: F401 - registers every RPC into registry.RPCS
-
     workers = max_workers if max_workers is not None else settings.XMC_GRPC_MAX_WORKERS
     chain: list[grpc.ServerInterceptor] = [_DbConnectionsInterceptor()]
     chain += list(interceptors) if interceptors is not None else [AuthInterceptor()]
@@ -307,7 +305,7 @@ def build_server(
         if (service, method) not in registry.RPCS
     ]
     if missing:
-        logger.warning("grpc.unregistered_methods count=%d methods=%s", len(missing), ",".join(missing))
+        logger.warning("grpc.unregistered_methods", extra={"count": len(missing), "methods": ",".join(missing)})
 
     try:
         bound_port = server.add_insecure_port(f"{host}:{port}")
@@ -374,7 +372,7 @@ def serve_until_signalled(server: grpc.Server, grace_s: float = 10.0) -> None:
     stopped = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
-        logger.info("grpc.stopping signal=%s grace_s=%s", signal.Signals(signum).name, grace_s)
+        logger.info("grpc.stopping", extra={"signal": signal.Signals(signum).name, "grace_s": grace_s})
         shutdown(server, grace_s)
         stopped.set()
 

@@ -77,16 +77,14 @@ def invoke(service: str, method: str, request: Message, caller: Caller) -> Messa
     caller's fault, so INVALID_ARGUMENT, never INTERNAL. The durable
     transaction of the service rolled back, so nothing was written.
     """
-    import xmc.api.handlers  # noqa: F401 - registers the handlers
-
     limits.reject_nul(request)
     if len(caller.asserted_email) > limits.EMAIL or "\x00" in caller.asserted_email:
         caller = replace(caller, asserted_email=caller.asserted_email.replace("\x00", "")[: limits.EMAIL])
     try:
         return RPCS[(service, method)].handler(request, caller)
     except DataError as exc:
-        logger.warning("api.data_error method=%s/%s error=%s", service, method, exc)
+        logger.warning("api.data_error", extra={"method": f"{service}/{method}", "error": str(exc)})
         raise InvalidArgument(f"a value of the request is out of range or too long for the database: {exc}") from None
     except (RecursionError, OverflowError) as exc:
-        logger.warning("api.bad_input method=%s/%s error=%r", service, method, exc)
+        logger.warning("api.bad_input", extra={"method": f"{service}/{method}", "error": repr(exc)})
         raise InvalidArgument(f"the request holds a value out of range or nested too deeply ({type(exc).__name__})") from None

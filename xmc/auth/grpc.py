@@ -115,10 +115,10 @@ class _Gate:
             # lookup, so refused calls cost no database query.
             identity = authenticate_bearer(authorization, admit=self._meter if self.rate_limit else None)
         except Unauthenticated as exc:
-            logger.info("auth.grpc.rejected method=%s peer=%s reason=%s", self.method, context.peer(), exc)
+            logger.info("auth.grpc.rejected", extra={"method": self.method, "peer": context.peer(), "reason": str(exc)})
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
         except _RateLimited as limited:
-            logger.debug("auth.grpc.rate_limited method=%s email=%s", self.method, limited.email)
+            logger.debug("auth.grpc.rate_limited", extra={"method": self.method, "email": limited.email})
             retry_after_s = limited.decision.retry_after_s
             context.set_trailing_metadata(((RETRY_AFTER_MS_KEY, str(int(retry_after_s * 1000))),))
             context.abort(
@@ -126,7 +126,7 @@ class _Gate:
                 f"rate limit exceeded for {limited.email}: retry in {retry_after_s:.3f}s",
             )
         except DatabaseError:
-            logger.exception("auth.grpc.lookup_failed method=%s", self.method)
+            logger.exception("auth.grpc.lookup_failed", extra={"method": self.method})
             context.abort(grpc.StatusCode.UNAVAILABLE, "identity lookup failed; retry later")
         return identity, asserted_email
 

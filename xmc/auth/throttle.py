@@ -57,7 +57,7 @@ def is_locked_out(username: str, address: str) -> int:
         pipe.ttl(address_key)
         account, account_ttl, by_address, address_ttl = pipe.execute()
     except (redis.RedisError, OSError) as exc:
-        logger.warning("auth.login_throttle.redis_unavailable error=%s", exc)
+        logger.warning("auth.login_throttle.redis_unavailable", extra={"error": str(exc)})
         return 0
     wait = 0
     if account is not None and int(account) >= settings.XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT:
@@ -78,15 +78,15 @@ def record_failure(username: str, address: str) -> None:
             pipe.incr(key)
         pipe.execute()
     except (redis.RedisError, OSError) as exc:
-        logger.warning("auth.login_throttle.redis_unavailable error=%s", exc)
-    logger.info("auth.login.failed address=%s", address)
+        logger.warning("auth.login_throttle.redis_unavailable", extra={"error": str(exc)})
+    logger.info("auth.login.failed", extra={"address": address})
 
 
 def record_success(username: str, address: str) -> None:
     try:
         _client().delete(_keys(username, address)[0])
     except (redis.RedisError, OSError) as exc:
-        logger.warning("auth.login_throttle.redis_unavailable error=%s", exc)
+        logger.warning("auth.login_throttle.redis_unavailable", extra={"error": str(exc)})
 
 
 class _ThrottleMixin:

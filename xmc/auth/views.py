@@ -165,7 +165,7 @@ def cli_login(request: HttpRequest) -> HttpResponse:
             return _callback_redirect(login.callback_base, login.state, error="access_denied: sign-in was declined")
         return render(request, "auth/error.html", {"message": "Sign-in declined."}, status=403)
     code = do_issue_authorization_code(email=email, code_challenge=login.code_challenge)
-    logger.info("auth.login.code_issued email=%s mode=%s", email, "loopback" if login.port else "manual")
+    logger.info("auth.login.code_issued", extra={"email": email, "mode": "loopback" if login.port else "manual"})
     if login.callback_base is not None:
         return _callback_redirect(login.callback_base, login.state, code=code)
     return render(request, "auth/manual_code.html", {**context, "code": code})
@@ -204,9 +204,9 @@ def cli_token(request: HttpRequest) -> JsonResponse:
     try:
         grant = do_redeem_authorization_code(code=code, code_verifier=verifier)
     except InvalidGrant as exc:
-        logger.info("auth.token.rejected reason=%s", exc)
+        logger.info("auth.token.rejected", extra={"reason": str(exc)})
         return _token_error("invalid_grant", str(exc))
-    logger.info("auth.token.issued email=%s expires_in=%s", grant.email, grant.expires_in)
+    logger.info("auth.token.issued", extra={"email": grant.email, "expires_in": grant.expires_in})
     response = JsonResponse(
         {
             "access_token": grant.access_token,
