@@ -7,7 +7,7 @@ so `kubectl create/apply -f` validate server-side, Table output for
 No API semantics live here (resourceVersion, generation, finalizers, GC and
 selectors are the store's); this module only parses, calls and serialises.
 
-Used by `simulators.cluster.server.run_simulator` (which `manage.py simcluster`
+Used by `simulators.cluster.server.run_simulator` (which `python -m simulators.cluster`
 and the tests call).  Clients: the official `kubernetes` Python client, real
 `kubectl` and kopf, all unauthenticated over plain HTTP.
 

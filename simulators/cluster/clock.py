@@ -10,7 +10,7 @@ timestamps written into objects still look like real, consistent UTC times.
 
 Timers (`SimClock.call_at` / `SimClock.call_later`) run on one daemon thread
 owned by the clock; callbacks must be short (they normally only put a key on
-a controller work queue).  The simulator command (`simcluster`) and the tests
+a controller work queue).  The simulator entry point (`python -m simulators.cluster`) and the tests
 create the clock; nothing else should read `time.time()` for simulated state.
 """
 

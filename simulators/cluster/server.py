@@ -1,7 +1,7 @@
 """Start and stop a whole simulated cluster: store, API server, controllers.
 
-`run_simulator` is the one entry point: `manage.py simcluster`
-(`k8s_bridge.management.commands.simcluster`) calls it and then waits for a
+`run_simulator` is the one entry point: `python -m simulators.cluster`
+(`simulators.cluster.__main__`) calls it and then waits for a
 signal; the tests (tests/sim_api/conftest.py) call it once per session and
 stop the returned `SimulatorHandle`.  It wires the pieces owned by two people:
 the store and HTTP layer here, and ``simulators.cluster.controllers.start_controllers``

@@ -1,7 +1,7 @@
 """Simulated cluster controllers: JobSet, batch Job, kubelet, Kueue.
 
 Entry point: `start_controllers(store, clock, config_path)`, called by the
-`simcluster` management command (and the tests) after creating the
+`python -m simulators.cluster` entry point (and the tests) after creating the
 `simulators.cluster.store.Store` and the `simulators.cluster.clock.SimClock`.  It
 loads the queue configuration, registers the JobSet and Kueue webhooks as
 store admission hooks, seeds namespaces/flavors/queues, fills the informer
