@@ -8,7 +8,7 @@ batches (default 500), all in one run on one database:
 
 * ``new``: ``workunits.services.update_work_unit_executions`` (set-based);
 * ``old``: the row-by-row ORM path it replaced
-  (``tests/foundation/oracle_update.py``);
+  (``tests/workunits/oracle_update.py``);
 * ``single``: the new path with one transaction per update;
 * ``floor``: the same UPDATE and history INSERT as raw SQL without lock,
   read or guards (what the database alone costs).
@@ -56,7 +56,7 @@ def main() -> None:
         from django.test.utils import CaptureQueriesContext
         from django.utils import timezone
 
-        from tests.foundation import oracle_update
+        from tests.workunits import oracle_update
         from workunits import services, state
         from workunits.models import WorkUnitExecution
         from workunits.state import ExecutionUpdate

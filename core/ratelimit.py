@@ -7,7 +7,7 @@ bucket of an identity, so a client cannot double its budget by switching
 protocol, and every web/gRPC process shares it through Redis.
 
 Why it exists: the real client's list loops never stop paging by themselves
-(the real xmanager client's behaviour, tests/real_client), so one script can send thousands of calls
+(the real xmanager client's behaviour, tests/system/real_client), so one script can send thousands of calls
 a second. The bucket holds ``XMC_RATE_LIMIT_BURST`` tokens and refills at
 ``XMC_RATE_LIMIT_PER_S``; each request takes one.
 

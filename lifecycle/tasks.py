@@ -17,10 +17,11 @@ from typing import Any
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from core.queues import Queue
-from lifecycle import events, services
+from lifecycle import events, rules, services
 from lifecycle.mlrun_client import MLRunError
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,6 @@ def close_superseded(self: Any, xid: int, wid: int, eid: int) -> None:
 @worker_init.connect
 def _check_configuration(**kwargs: Any) -> None:
     """A worker with the flag on but no MachineLearningRun project/location refuses to start."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    from lifecycle import rules
-
     try:
         rules.check_configuration()
     except ImproperlyConfigured as exc:

@@ -5,6 +5,9 @@ import os
 
 import pytest
 
+#: The simulator fixtures (api_simulator, api_cluster) and the rjob() builder, for every folder.
+pytest_plugins = ["tests.simulators.fixtures"]
+
 # Servers (and the processes tests start) refuse the public default secret
 # (xmc.checks): the suite signs with a proper test-only key, set before the
 # settings are read and inherited by every child process.

@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from google.protobuf import json_format
 
 from workunits import scheduling, services, timeline
 from workunits.choices import ExecutionState, WorkUnitState
@@ -31,8 +32,10 @@ from workunits.models import (
     WorkUnit,
     WorkUnitExecution,
 )
+from core import pb  # noqa: F401 - registers cloud.xmanager.v1 types for the Any of a stored Task
 from core.admin import ReadOnlyAdminMixin
 from core.errors import ServiceError
+from core.task_wire import InvalidTask, decode
 
 
 def requester(request: HttpRequest) -> services.Requester:
@@ -223,11 +226,6 @@ def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, que
 
 def decoded_task(payload: bytes) -> str:
     """The stored Task as JSON (the packed WorkUnit unpacked), or why it does not parse."""
-    from google.protobuf import json_format
-
-    from core import pb  # noqa: F401 - registers cloud.xmanager.v1 types for the Any
-    from core.task_wire import InvalidTask, decode
-
     try:
         task = decode(bytes(payload))
         return json_format.MessageToJson(task, indent=2, sort_keys=True)

@@ -2,7 +2,7 @@
 
 `run_simulator` is the one entry point: `python -m simulators.cluster`
 (`simulators.cluster.__main__`) calls it and then waits for a
-signal; the tests (tests/sim_api/conftest.py) call it once per session and
+signal; the tests (tests/simulators/cluster/api/conftest.py) call it once per session and
 stop the returned `SimulatorHandle`.  It wires the pieces owned by two people:
 the store and HTTP layer here, and ``simulators.cluster.controllers.start_controllers``
 with ``simulators.cluster.clock.SimClock`` from the controllers side.  When the

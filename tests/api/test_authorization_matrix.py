@@ -1,8 +1,8 @@
 """Who may call what: every RPC x owner / writer / reader / other / staff.
 
 Runs through ``xmc.api.registry.invoke`` (the code both transports call);
-the transport tests (tests/api_grpc/test_acl_matrix.py,
-tests/api_rest/test_acl_matrix.py) run the same cases over the wire and add
+the transport tests (tests/api/grpc_server/test_acl_matrix.py,
+tests/api/rest/test_acl_matrix.py) run the same cases over the wire and add
 the anonymous column (UNAUTHENTICATED / 401).
 """
 from __future__ import annotations

@@ -36,6 +36,7 @@ from django.db import connection
 from core.identity import Identity as Identity
 from core.identity import normalize_email as normalize_email
 from core.identity import validated_email as validated_email
+from xmc.auth.tokens import InvalidToken, decode_token
 
 # The one UNAUTHENTICATED error of the project; re-exported for the adapters.
 from core.errors import Unauthenticated as Unauthenticated
@@ -179,10 +180,6 @@ def authenticate_bearer(
     API is turned away for the price of a signature check and one Redis round
     trip, without a query. The lookup goes through `IDENTITY_CACHE`.
     """
-    # Imported here, not at the top: `xmc.auth.tokens` builds `Identity`
-    # objects from this module, so a top-level import would be circular.
-    from xmc.auth.tokens import InvalidToken, decode_token
-
     token = bearer_token_from_header(authorization_header_value)
     try:
         claims = decode_token(token)

@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db.models.signals import post_delete, post_save, pre_save
 
 from xmc.auth.identity import validated_email
+from xmc.auth.services import do_revoke_tokens
 
 _BEFORE = "_xmc_before_save"
 
@@ -36,8 +37,6 @@ def normalize_user_email(sender: Any, instance: Any, raw: bool = False, **kwargs
 
 
 def revoke_on_change(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    from xmc.auth.services import do_revoke_tokens
-
     before = getattr(instance, _BEFORE, None)
     if raw or created or not before or not before["email"]:
         return
@@ -48,8 +47,6 @@ def revoke_on_change(sender: Any, instance: Any, created: bool, raw: bool = Fals
 
 
 def revoke_on_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
-    from xmc.auth.services import do_revoke_tokens
-
     if instance.email:
         do_revoke_tokens(instance.email, reason="user deleted")
 

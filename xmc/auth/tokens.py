@@ -12,8 +12,9 @@ EMAIL``, raises the generation (`xmc.auth.services.do_revoke_tokens`) and
 every token carrying a lower one is refused (a token without ``gen`` counts
 as generation 0). ``email`` is a plain claim
 because the real ``xmanager`` client reads the caller's email from the
-*unverified* token to fill ``x-goog-user-email`` (the real xmanager client's behaviour, tests/real_client);
-only this module's `verify_token` decides whether a token is genuine.
+*unverified* token to fill ``x-goog-user-email`` (the real xmanager client's behaviour, tests/system/real_client);
+only this module's `decode_token` (called by the single verifier,
+`xmc.auth.identity.authenticate_bearer`) decides whether a token is genuine.
 
 The signing key is not ``SECRET_KEY`` itself but an HMAC of a purpose string
 under it, so a token signature can never be replayed as (or confused with) a
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 import jwt
 from django.conf import settings
 
-from xmc.auth.identity import Identity, Unauthenticated, identity_for_email, normalize_email, validated_email
+from core.identity import normalize_email, validated_email
+from xmc.models import TokenGeneration
 
 ALGORITHM = "HS256"
 _KEY_PURPOSE = b"xmc.auth.tokens.jwt-signing-key.v1"
@@ -167,21 +169,7 @@ def _decode(token: str) -> TokenClaims:
     )
 
 
-def verify_token(token: str) -> Identity:
-    """`decode_token`, then resolve staff rights and groups (one query).
-
-    A token of a deactivated Django user, or a revoked one, is an `InvalidToken` too.
-    """
-    claims = decode_token(token)
-    try:
-        return identity_for_email(claims.email, token_generation=claims.generation)
-    except Unauthenticated as exc:
-        raise InvalidToken(str(exc)) from exc
-
-
 def current_generation(email: str) -> int:
     """The token generation of ``email`` (0 when it was never revoked)."""
-    from xmc.models import TokenGeneration
-
     value = TokenGeneration.objects.filter(email=normalize_email(email)).values_list("generation", flat=True).first()
     return int(value or 0)

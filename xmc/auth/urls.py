@@ -1,6 +1,6 @@
 """URLs of the `xmanager login` flow, mounted at ``/api/cli/`` by `xmc.urls`.
 
-The paths are fixed by the real CLI (the real xmanager client's behaviour, tests/real_client): ``login``,
+The paths are fixed by the real CLI (the real xmanager client's behaviour, tests/system/real_client): ``login``,
 ``token`` and ``success``. ``signin`` is ours (the username/password form).
 """
 from __future__ import annotations

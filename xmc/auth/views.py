@@ -1,4 +1,4 @@
-"""HTTP side of ``xmanager login`` (the real xmanager client's behaviour, tests/real_client), mounted at ``/api/cli/``.
+"""HTTP side of ``xmanager login`` (the real xmanager client's behaviour, tests/system/real_client), mounted at ``/api/cli/``.
 
 What the real CLI does, and what each view answers:
 

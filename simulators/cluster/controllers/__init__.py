@@ -52,6 +52,7 @@ from simulators.cluster.controllers.runtime import (
     Obj,
 )
 from simulators.cluster.resources import ResourceType
+from simulators.cluster.store import invalid
 
 __all__ = ["Controllers", "LogUnavailable", "UnknownQueue", "start_controllers"]
 
@@ -104,8 +105,6 @@ class Controllers:
             errors = validate_jobset_update(obj, old) + kueue_jobset_validate_update(
                 obj, old, self.cache.get(LOCALQUEUES.plural, ns, "default") is not None)
         if errors:
-            from simulators.cluster.store import invalid
-
             raise invalid(rt, obj["metadata"].get("name") or "", [
                 {"reason": "FieldValueInvalid", "message": e.split(": ", 1)[1], "field": e.split(": ", 1)[0]}
                 for e in errors])

@@ -40,6 +40,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
+from simulators.cluster.clock import format_time
+
 SCRIPT_ANNOTATION = "sim.xmc.dev/script"
 DEFAULT_SCRIPT = "pull=1s;run=10s;exit=0"
 
@@ -230,8 +232,6 @@ class View:
 
 
 def _t(seconds: float) -> str:
-    from simulators.cluster.clock import format_time
-
     return format_time(seconds)
 
 

@@ -1,0 +1,16 @@
+"""The code type-checks: mypy over every app (strict for the guards and k8s_bridge, see mypy.ini)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_it_type_checks() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "lifecycle", "k8s_bridge", "simulators"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,63 @@
+"""Dead letters in the admin: the task decoded, and re-queued through a service."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tests import factories
+from tests.k8s_bridge.actuator.test_handlers import run
+from workunits import services
+from workunits.models import DeadLetter, Operation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def operator() -> Client:
+    user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+def _dead_create(cluster: Any) -> tuple[int, DeadLetter]:
+    exp = factories.experiment()
+    create = services.create_work_unit(exp.id, factories.work_unit_message()).id
+    run(create, change=lambda t: setattr(t, "target_eid", 0) or t.work_unit.Clear())  # no work unit: permanent
+    return create, DeadLetter.objects.get(operation_id=create)
+
+
+def test_it_shows_a_dead_letter_with_its_task_decoded(operator: Client, cluster: Any) -> None:
+    create, dead = _dead_create(cluster)
+    page = operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").content.decode()
+    assert "xmc.actuator.create" in page
+    assert f"operations/{create}" in page  # the decoded task's operation name
+    assert "INVALID_ARGUMENT" in page
+
+
+def test_it_requeues_a_dead_letter_from_the_admin(operator: Client, cluster: Any, delivered: list[list[int]],
+                                                  django_capture_on_commit_callbacks: Any) -> None:
+    create, dead = _dead_create(cluster)
+    assert Operation.objects.get(id=create).done
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post("/admin/workunits/deadletter/",
+                      {"action": "requeue_dead_letters", "_selected_action": [dead.id]})
+    op = Operation.objects.get(id=create)
+    assert not op.done and op.error is None and op.dispatched_time is None
+    assert delivered[-1] == [create]
+    assert DeadLetter.objects.get(id=dead.id).requeued_time is not None
+    run(create)  # the re-sent task, built from the row, succeeds
+    assert Operation.objects.get(id=create).error is None
+
+
+def test_it_refuses_to_requeue_a_dead_letter_without_an_operation(operator: Client) -> None:
+    dead = services.record_dead_letter(task_name="xmc.actuator.create", task_type="CREATE", payload=b"junk",
+                                       operation_id=None, error_code="INVALID_ARGUMENT", error_message="bad",
+                                       attempts=1)
+    response = operator.post("/admin/workunits/deadletter/",
+                             {"action": "requeue_dead_letters", "_selected_action": [dead.id]}, follow=True)
+    assert "no operation to send again" in response.content.decode()
+    assert operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").status_code == 200

@@ -1,0 +1,155 @@
+"""The outbox: what is sent, when it counts as dispatched, what the sweeps do."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from core import pb, task_wire
+from core.protos import task_pb2
+from k8s_bridge import tasks
+from tests import factories
+from tests.k8s_bridge.actuator.conftest import REAL_DELIVER
+from workunits import outbox, services
+from workunits.models import Operation, WorkUnitExecution
+from xmc import broker
+from xmc.celery import app
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_builds_a_create_task_from_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("workunits.hooks.notify_when_for", lambda xid, wid: "COMPLETED")
+    exp = factories.experiment()
+    op = Operation.objects.select_related("work_unit").get(
+        id=services.create_work_unit(exp.id, factories.work_unit_message()).id)
+    task = outbox.build_task(op)
+    assert (task.type, task.xid, task.wid, task.eid, task.target_eid) == (task_pb2.Task.CREATE, exp.id, 1, 1, 0)
+    assert task.operation_name == f"experiments/{exp.id}/workUnits/1/operations/{op.id}"
+    assert task.notify_when == "COMPLETED"
+    work_unit = pb.work_unit.WorkUnit()
+    assert task.work_unit.Unpack(work_unit)
+    assert work_unit.executable.jobset.jobs[0].name == "trainer"
+
+
+def test_it_marks_dispatched_only_when_the_broker_took_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    exp = factories.experiment()
+    op_id = services.create_work_unit(exp.id, factories.work_unit_message()).id
+
+    def refuse(task: task_pb2.Task, **_: Any) -> None:
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr("workunits.outbox.publish", refuse)
+    REAL_DELIVER([op_id])
+    row = Operation.objects.get(id=op_id)
+    assert row.dispatched_time is None and row.dispatch_attempts == 1
+
+    sent: list[task_pb2.Task] = []
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
+    REAL_DELIVER([op_id])
+    row = Operation.objects.get(id=op_id)
+    assert row.dispatched_time is not None and len(sent) == 1
+
+
+def test_it_signs_what_it_publishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str, list[str], dict[str, Any]]] = []
+    monkeypatch.setattr(app, "send_task", lambda name, args, **kw: sent.append((name, args, kw)))
+    exp = factories.experiment()
+    op = Operation.objects.select_related("work_unit").get(
+        id=services.create_work_unit(exp.id, factories.work_unit_message()).id)
+    outbox.publish(outbox.build_task(op))
+    [(name, [payload], options)] = sent
+    assert name == "xmc.actuator.create"
+    task_wire.verify(task_wire.decode_task(payload))
+    # Logs and monitors show the operation, not the base64 payload.
+    assert options["argsrepr"] == f"({op.name!r},)"
+
+
+def test_it_marks_everything_one_delivery_sent_in_one_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    exp = factories.experiment()
+    ids = [services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(3)]
+    sent: list[task_pb2.Task] = []
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
+    with CaptureQueriesContext(connection) as queries:
+        REAL_DELIVER(ids)
+    marks = [q["sql"] for q in queries.captured_queries if "dispatched_time =" in q["sql"]]
+    assert len(sent) == 3 and len(marks) == 1
+    assert not Operation.objects.filter(id__in=ids, dispatched_time__isnull=True).exists()
+    # A second mark of the same operations changes nothing: the first time counts.
+    first = {op.id: op.dispatched_time for op in Operation.objects.filter(id__in=ids)}
+    assert services.mark_operations_dispatched(ids) == 0
+    assert {op.id: op.dispatched_time for op in Operation.objects.filter(id__in=ids)} == first
+
+
+def test_the_broker_keeps_one_redis_client_per_channel_and_still_delivers() -> None:
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.transport, broker.Transport)
+        channel = conn.default_channel
+        assert channel._create_client() is channel._create_client()
+        queue = conn.SimpleQueue(f"xmc-test-broker-{uuid.uuid4().hex}")
+        try:
+            for n in (1, 2):
+                queue.put({"n": n})
+            got = []
+            for _ in range(2):
+                message = queue.get(timeout=5)
+                got.append(message.payload["n"])
+                message.ack()
+            assert got == [1, 2]
+        finally:
+            queue.clear()
+            queue.close()
+
+
+def test_it_tells_a_stopping_execution_with_an_error_when_the_delete_cannot_be_sent(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: (_ for _ in ()).throw(ConnectionError("down")))
+    exp = factories.experiment()
+    services.create_work_unit(exp.id, factories.work_unit_message())
+    stop = services.stop_work_units(exp.id, [1], batch=False).id
+    for _ in range(settings.XMC_OUTBOX_FAILURES_BEFORE_MESSAGE):
+        REAL_DELIVER([stop])
+    ex = WorkUnitExecution.objects.get(work_unit__experiment_id=exp.id, eid=1)
+    assert ex.system_message["severity"] == "ERROR"
+    assert ex.state == "STOPPING"
+
+
+def test_it_sweeps_only_undispatched_pending_operations_old_enough(delivered: list[list[int]], settings: Any) -> None:
+    settings.XMC_OUTBOX_SWEEP_MIN_AGE_S = 60
+    exp = factories.experiment()
+    old, young, sent, done = (services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(4))
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Operation.objects.filter(id__in=[old, sent, done]).update(create_time=long_ago)
+    Operation.objects.filter(id=sent).update(dispatched_time=long_ago)
+    services.complete_operation(done)
+    delivered.clear()
+    assert tasks.sweep_outbox() == 1
+    assert delivered == [[old]]
+
+
+def test_it_purges_done_operations_after_the_retention(settings: Any) -> None:
+    exp = factories.experiment()
+    old, recent, pending = (services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(3))
+    for op_id in (old, recent):
+        services.complete_operation(op_id)
+    now = timezone.now()
+    Operation.objects.filter(id=old).update(end_time=now - timedelta(days=91))
+    Operation.objects.filter(id=recent).update(end_time=now - timedelta(days=89))
+    Operation.objects.filter(id=pending).update(create_time=now - timedelta(days=200))
+    assert tasks.purge_operations() == 1
+    assert set(Operation.objects.filter(id__in=[old, recent, pending]).values_list("id", flat=True)) == {recent, pending}
+
+
+def test_it_schedules_both_sweeps_on_beat() -> None:
+    app.loader.import_default_modules()
+    queues = {entry["task"]: entry["options"]["queue"] for entry in app.conf.beat_schedule.values()}
+    assert queues == {"xmc.actuator.sweep_outbox": "actuator", "xmc.actuator.purge_operations": "actuator",
+                      "xmc.resumption.cleanup": "resumption"}
+    registered = set(app.tasks)
+    assert set(queues) <= registered  # every scheduled name is a task a worker knows

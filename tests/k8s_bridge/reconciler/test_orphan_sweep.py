@@ -1,0 +1,104 @@
+"""The orphan sweep on a full resync: every case of STATES.md, and what it must leave alone."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from tests import factories
+from tests.k8s_bridge.reconciler.conftest import Cluster, execution, state_of
+from tests.waiting import eventually
+from workunits import services
+from workunits.choices import TaskType, WorkUnitState
+from workunits.models import Operation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+S = WorkUnitState
+
+
+def actuator_finished(wu, task_type: str, error: dict | None = None) -> None:
+    """What the actuator records when it is done with a task (its operation row)."""
+    Operation.objects.filter(work_unit=wu, task_type=task_type).update(done=True, error=error)
+
+
+def test_it_stops_a_stopping_execution_whose_jobset_is_gone(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    actuator_finished(wu, TaskType.CREATE)
+    services.stop_work_units(wu.experiment_id, [wu.wid], batch=False)
+    assert state_of(wu) == S.STOPPING
+    repairs = rec.resync()
+    assert [r.case for r in repairs] == ["stopping_without_jobset"]
+    assert state_of(wu) == S.STOPPED
+
+
+def test_it_fails_an_execution_whose_jobset_vanished_without_the_finalizer(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    actuator_finished(wu, TaskType.CREATE)
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    cluster.strip_finalizer_and_delete(wu)
+    eventually(lambda: cluster.jobset(wu) is None, what="JobSet gone")
+    assert state_of(wu) == S.RUNNING  # no event will ever repair this
+    rec.resync()
+    ex = execution(wu)
+    assert ex.state == S.FAILED
+    assert ex.system_message["severity"] == "ERROR"
+    assert "finalizer" in ex.system_message["userFacingText"]
+
+
+def test_it_fails_a_created_execution_without_jobset_once_its_operation_is_done(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    actuator_finished(wu, TaskType.CREATE, error={"code": 3, "message": "hostNetwork needs exclusive topology"})
+    rec.resync()
+    ex = execution(wu)
+    assert ex.state == S.FAILED
+    assert "hostNetwork needs exclusive topology" in ex.system_message["userFacingText"]
+
+
+def test_it_never_touches_an_execution_whose_create_is_still_pending(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    stopping = factories.work_unit(wu.experiment)
+    services.stop_work_units(wu.experiment_id, [stopping.wid], batch=False)
+    assert rec.resync() == []
+    assert state_of(wu) == S.INITIALIZING
+    assert state_of(stopping) == S.STOPPING
+
+
+def test_it_deletes_the_jobset_of_an_archived_execution(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    actuator_finished(wu, TaskType.CREATE)
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    services.restart_work_units(wu.experiment_id, [wu.wid], batch=False)
+    assert rec.resync() == []  # the restart operation is pending: the actuator is on it
+    assert cluster.jobset(wu) is not None
+    actuator_finished(wu, TaskType.RESTART)  # ... and it lost the JobSet swap
+    cases = sorted(r.case for r in rec.resync())
+    assert cases == ["created_without_jobset", "jobset_of_archived_execution"]
+    eventually(lambda: cluster.jobset(wu) is None, what="eid-1 JobSet deleted (finalizer removed, fenced)")
+    assert execution(wu, 1).state == S.RUNNING  # history is untouched
+    assert state_of(wu, 2) == S.FAILED
+
+
+def test_it_deletes_a_jobset_whose_work_unit_does_not_exist(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    exp = factories.experiment()
+    ghost = types.SimpleNamespace(experiment_id=exp.id, wid=77, current_eid=1, refresh_from_db=lambda: None)
+    cluster.create_jobset(ghost, script="pull=1s;run=300s;exit=0")
+    assert [r.case for r in rec.resync()] == ["jobset_without_work_unit"]
+    eventually(lambda: cluster.jobset(ghost) is None, what="ghost JobSet deleted and its finalizer removed")
+
+
+def test_it_leaves_jobsets_and_executions_that_agree_alone(cluster: Cluster, make_reconciler) -> None:
+    rec = make_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=1s;run=300s;exit=0")
+    actuator_finished(wu, TaskType.CREATE)
+    eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")
+    assert rec.resync() == []
+    assert state_of(wu) == S.RUNNING and cluster.jobset(wu) is not None

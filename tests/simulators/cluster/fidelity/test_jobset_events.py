@@ -1,0 +1,47 @@
+"""Every JobSet condition change records an Event (jobset pkg/controllers/jobset_controller.go
+`setCondition`: reason and message of the condition, emitted after the status update; Warning for
+Failed and RestartingJobSet=True, Normal for the rest), plus the failure-policy action event."""
+
+from __future__ import annotations
+
+from tests.simulators.cluster.fidelity.conftest import Cluster, rjob
+
+
+def test_it_records_an_event_for_every_jobset_condition_change(cluster: Cluster) -> None:
+    # Fails once (restart 1 heals it), then completes.
+    cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=2s;exit=1;heal=restarts:1")],
+                          failurePolicy={"maxRestarts": 2})
+    cluster.eventually(lambda: (c := cluster.cond(cluster.jobset("flaky"), "Completed")) and c["status"] == "True",
+                       timeout=30, what="completed after one restart")
+
+    def seen() -> set[tuple[str, str, str]]:
+        return {(e.type, e.reason, e.message) for e in cluster.events("JobSet", "flaky")}
+
+    failed_job = "flaky-main-0"
+    expected = {
+        ("Normal", "SuspendedJobs", "jobset is suspended"),  # created suspended by Kueue's webhook
+        ("Normal", "ResumeJobs", "jobset is resumed"),
+        # RestartingJobSet=True: the condition event and the action event, both Warning.
+        ("Warning", "DefaultFailurePolicy", f"applying RestartJobSet failure policy action (first failed job: {failed_job})"),
+        ("Warning", "RestartJobSetFailurePolicyAction", f"applying RestartJobSet failure policy action (first failed job: {failed_job})"),
+        ("Normal", "JobsReady", "all jobs are ready"),  # RestartingJobSet=False/JobsReady
+        ("Normal", "AllJobsCompleted", "jobset completed successfully"),
+        ("Normal", "JobSetCompleted", "jobset completed successfully"),  # RestartingJobSet=False/JobSetCompleted
+    }
+    cluster.eventually(lambda: expected <= seen(), what=f"events {sorted(expected - seen())}")
+    assert all(e.source.component == "jobset-controller" or e.reporting_component for e in cluster.events("JobSet", "flaky"))
+
+    # kubectl, as a user would look at them.
+    out = cluster.kubectl("get", "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=flaky").stdout
+    for reason in ("DefaultFailurePolicy", "JobsReady", "JobSetCompleted", "AllJobsCompleted"):
+        assert reason in out, out
+
+
+def test_it_records_the_failed_condition_as_a_warning_and_restarting_false_as_normal(cluster: Cluster) -> None:
+    cluster.create_jobset("doomed", [rjob("main", script="pull=0s;run=2s;exit=1")], failurePolicy={"maxRestarts": 1})
+    cluster.eventually(lambda: (c := cluster.cond(cluster.jobset("doomed"), "Failed")) and c["status"] == "True",
+                       timeout=30, what="failed after the restart")
+    msg = "jobset failed due to reaching max number of restarts (first failed job: doomed-main-0)"
+    cluster.eventually(lambda: {("Warning", "ReachedMaxRestarts", msg), ("Normal", "JobSetFailed", "jobset failed")}
+                       <= {(e.type, e.reason, e.message) for e in cluster.events("JobSet", "doomed")},
+                       what="Failed and RestartingJobSet=False events")
