@@ -24,11 +24,12 @@ M = TypeVar("M", bound=Message)
 
 def to_json(message: Message) -> dict[str, Any]:
     """A message as a proto3 JSON dict (lowerCamelCase names, enums by name)."""
-    return json_format.MessageToDict(message)
+    data: dict[str, Any] = json_format.MessageToDict(message)
+    return data
 
 
 def from_json(cls: type[M], data: Mapping[str, Any] | None, *, field: str = "") -> M:
-    message = cls()
+    message: M = cls()
     if data:
         try:
             json_format.ParseDict(dict(data), message)
@@ -64,7 +65,7 @@ def ns_from_datetime(value: datetime) -> int:
 def enum_name(enum: Any, number: int, *, field: str, allow_unspecified: bool = False) -> str:
     """The stored name of an enum number, or INVALID_ARGUMENT naming ``field``."""
     try:
-        name = enum.Name(number)
+        name = str(enum.Name(number))
     except ValueError:
         raise InvalidArgument(f"{field}: {number} is not a valid value", field=field) from None
     if number == 0 and not allow_unspecified:

@@ -257,7 +257,7 @@ def _canonical(task: task_pb2.Task) -> bytes:
     unsigned = task_pb2.Task()
     unsigned.CopyFrom(task)
     for name in ("expire_time_ns", "key_id", "signature"):
-        unsigned.ClearField(name)  # type: ignore[arg-type]
+        unsigned.ClearField(name)
     return unsigned.SerializeToString(deterministic=True)
 
 

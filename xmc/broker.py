@@ -19,7 +19,7 @@ from typing import Any
 from kombu.transport import redis
 
 
-class Channel(redis.Channel):  # type: ignore[misc]
+class Channel(redis.Channel):
     _sync_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
@@ -31,6 +31,6 @@ class Channel(redis.Channel):  # type: ignore[misc]
         return client
 
 
-class Transport(redis.Transport):  # type: ignore[misc]
+class Transport(redis.Transport):
     Channel = Channel
 

@@ -1,4 +1,4 @@
-"""The code type-checks: mypy over every app (strict for the guards and k8s_bridge, see mypy.ini)."""
+"""The code type-checks: mypy over every package (strict per package, see mypy.ini)."""
 from __future__ import annotations
 
 import subprocess

@@ -291,7 +291,7 @@ def _create_sql(rollup_fields: tuple[str, ...]) -> str:
     """
     cached = _SQL.get(rollup_fields)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     qn = connection.ops.quote_name
     column = {(alias, f.column): f"c{i}" for i, (alias, f) in enumerate(_create_fields())}
     recordset = ", ".join(f"{column[alias, f.column]} {f.db_type(connection)}" for alias, f in _create_fields())

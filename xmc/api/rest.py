@@ -308,8 +308,8 @@ def build_request(binding: Binding, *, path_values: Mapping[str, str], query: Ma
             raise InvalidArgument(f"invalid {where}: {exc}", field=None if binding.body == "*" else binding.body) from None
     for key, values in query.items():
         _apply_query_parameter(message, key, values, bound=binding.bound_fields)
-    if binding.infers_update_mask and not message.update_mask.paths:  # type: ignore[attr-defined]
-        message.update_mask.paths.extend(_implied_mask(binding, data))  # type: ignore[attr-defined]
+    if binding.infers_update_mask and not message.update_mask.paths:
+        message.update_mask.paths.extend(_implied_mask(binding, data))
     for variable in binding.path.variables:
         _set_path_field(message, variable.field_path, path_values[variable.group])
     return message
