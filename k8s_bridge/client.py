@@ -1,7 +1,8 @@
 """The only module that imports the ``kubernetes`` SDK.
 
 Everything else in the project (actuator, reconciler, commands) asks this
-module for API objects and for the few SDK types it needs, so the SDK stays
+module for API objects, for the few SDK types it needs and for the two raw
+calls the generated client lacks (`json_patch`, `get_json`), so the SDK stays
 behind one seam (an import-linter contract keeps it so). It loads the
 kubeconfig named by ``settings.KUBECONFIG``, else the in-cluster service
 account, else ``~/.kube/config``; nothing here knows whether the API server is
@@ -9,7 +10,9 @@ a real cluster or the bundled simulator.
 """
 from __future__ import annotations
 
+import json
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -25,7 +28,8 @@ __all__ = [
     "ApiException",
     "JOBSET_GROUP", "JOBSET_VERSION", "JOBSET_PLURAL",
     "KUEUE_GROUP", "KUEUE_VERSION", "WORKLOAD_PLURAL",
-    "api_client", "coordination", "core", "custom_objects", "reset", "watch",
+    "VISIBILITY_PATH", "api_client", "coordination", "core", "custom_objects", "get_json", "json_patch", "reset",
+    "watch",
 ]
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -81,3 +85,37 @@ def coordination() -> Any:
 def watch() -> Any:
     """A new ``kubernetes.watch.Watch`` (one per stream)."""
     return k8s_watch.Watch()
+
+
+# --- Raw calls the generated client has no method for -----------------------------
+#
+# * `json_patch`: an RFC 6902 JSON patch of a custom object (the generated
+#   ``patch_namespaced_custom_object`` always sends a merge patch, which cannot
+#   carry a ``test`` operation on the resourceVersion);
+# * `get_json`: a GET of any path, e.g. Kueue's visibility API (`VISIBILITY_PATH`).
+
+VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/{cq}/pendingworkloads"
+
+
+def json_patch(group: str, version: str, namespace: str, plural: str, name: str,
+               operations: Sequence[dict[str, Any]]) -> Any:
+    return api_client().call_api(
+        "/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", "PATCH",
+        {"group": group, "version": version, "namespace": namespace, "plural": plural, "name": name},
+        [],
+        {"Accept": "application/json", "Content-Type": "application/json-patch+json"},
+        body=list(operations),
+        response_type="object",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+        _request_timeout=15,
+    )
+
+
+def get_json(path: str, path_params: dict[str, str] | None = None) -> Any:
+    response = api_client().call_api(
+        path, "GET", path_params or {}, [], {"Accept": "application/json"},
+        auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False,
+        _request_timeout=10,
+    )
+    return json.loads(response.data)

@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from core import convert
 from k8s_bridge import client
-from k8s_bridge.reconciler import kube, mapping, metrics, sweep
+from k8s_bridge.reconciler import mapping, metrics, sweep
 from k8s_bridge.reconciler.batcher import UpdateBatcher
 from k8s_bridge.reconciler.mapping import ExecutionKey, Observation, QueuePosition
 from k8s_bridge.reconciler.watchers import Informer, Key, Kind, Obj, key_of
@@ -339,7 +339,7 @@ class Reconciler:
             cq = self._cluster_queue(namespace, queue)
             cached = self._positions.get(cq)
             if cached is None or time.monotonic() - cached[0] > min(1.0, self.options.position_refresh_s / 2):
-                body = kube.get_json(kube.VISIBILITY_PATH, {"cq": cq})
+                body = client.get_json(client.VISIBILITY_PATH, {"cq": cq})
                 items = body.get("items") or []
                 table = {
                     (str(i["metadata"].get("namespace") or ""), str(i["metadata"]["name"])):
@@ -396,7 +396,7 @@ class Reconciler:
             return
         remaining = [f for f in finalizers if f != mapping.FINALIZER]
         try:
-            kube.json_patch(
+            client.json_patch(
                 client.JOBSET_GROUP, self.jobsets[key[0]].version, key[0], client.JOBSET_PLURAL, key[1],
                 [{"op": "test", "path": "/metadata/resourceVersion", "value": md.get("resourceVersion")},
                  {"op": "replace", "path": "/metadata/finalizers", "value": remaining}],
