@@ -263,7 +263,15 @@ def merge_execution(current: ExecutionRecord, update: ExecutionUpdate, now_ns: i
             new_messages.append(("user", update.user_message))
             user = dict(update.user_message)
     if SCHEDULING_INFORMATION in mask:
-        scheduling = dict(update.scheduling_information) if update.scheduling_information else None
+        # Written only while SCHEDULING (STATES.md): a queue position that arrives
+        # with, or after, a state change out of SCHEDULING (an older observation
+        # whose state the guard refused, or an information-only update applied after
+        # the move in the same batch) would otherwise outlive the state it explains.
+        # Clearing is always accepted.
+        if not update.scheduling_information:
+            scheduling = None
+        elif new_state == S.SCHEDULING:
+            scheduling = dict(update.scheduling_information)
     detailed = current.detailed_status
     if DETAILED_STATUS in mask:
         detailed = dict(update.detailed_status) if update.detailed_status else None

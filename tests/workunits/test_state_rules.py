@@ -206,6 +206,30 @@ def test_it_clears_scheduling_information_when_leaving_scheduling() -> None:
     assert merge.record.scheduling_information is None
 
 
+def test_it_refuses_queue_information_for_an_execution_that_left_scheduling() -> None:
+    queued = {"severity": "INFO", "userFacingText": "Queued in q (position 3 of 4)"}
+    # An information-only update after the move out of SCHEDULING.
+    late = merge_execution(record(S.RUNNING), upd(mask=(state.SCHEDULING_INFORMATION,), scheduling_information=queued), NOW)
+    assert late.record.scheduling_information is None and not late.changed
+    # An older observation (its SCHEDULING refused by the time guard) carrying a position.
+    stale = merge_execution(record(S.RUNNING, t=LATER + 10),
+                            upd(mask=(state.STATE, state.SCHEDULING_INFORMATION), st=S.SCHEDULING,
+                                scheduling_information=queued), NOW)
+    assert stale.record.state == S.RUNNING and stale.record.scheduling_information is None
+
+
+def test_it_writes_and_clears_queue_information_while_scheduling() -> None:
+    queued = {"severity": "INFO", "userFacingText": "Queued in q (position 3 of 4)"}
+    merge = merge_execution(record(S.SCHEDULING), upd(mask=(state.SCHEDULING_INFORMATION,), scheduling_information=queued), NOW)
+    assert merge.record.scheduling_information == queued
+    entering = merge_execution(record(S.INITIALIZING), upd(mask=(state.STATE, state.SCHEDULING_INFORMATION), st=S.SCHEDULING,
+                                                         scheduling_information=queued), NOW)
+    assert entering.record.scheduling_information == queued
+    cleared = merge_execution(record(S.RUNNING, scheduling_information=queued),
+                              upd(mask=(state.SCHEDULING_INFORMATION,), scheduling_information=None), NOW)
+    assert cleared.record.scheduling_information is None
+
+
 # --- Rule: complete_time ---------------------------------------------------------------------
 
 

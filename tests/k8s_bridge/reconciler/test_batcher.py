@@ -192,6 +192,41 @@ def test_it_clears_queue_information_when_scheduling_and_running_meet_in_one_flu
     assert ex.state == S.RUNNING and ex.scheduling_information is None
 
 
+@pytest.mark.parametrize("order", ["workload_first", "jobset_first"])
+def test_a_queue_position_never_survives_the_move_out_of_scheduling_in_one_flush(order: str) -> None:
+    """The Workload's observation (queue position, information only) and the JobSet's move
+    to STARTING land in the same flush, put in either order: the position must not stay."""
+    wu = factories.work_unit(factories.experiment())
+    batcher = UpdateBatcher(flush_interval_s=60)
+    info = {"severity": "INFO", "source": "SCHEDULER", "userFacingText": "Queued in cpu-queue (position 2 of 3)"}
+    batcher.put("jobset", at(wu, S.SCHEDULING, 1, mask=(state.STATE, state.SCHEDULING_INFORMATION),
+                             scheduling_information=info))
+    assert batcher.flush() and execution(wu).scheduling_information == info
+    position = ExecutionUpdate(xid=wu.experiment_id, wid=wu.wid, eid=wu.current_eid,
+                               mask=(state.SCHEDULING_INFORMATION,), scheduling_information=info)
+    started = at(wu, S.STARTING, 2, mask=(state.STATE, state.SCHEDULING_INFORMATION), scheduling_information=None)
+    puts = [("workload", position), ("jobset", started)]
+    for source, update in (puts if order == "workload_first" else puts[::-1]):
+        batcher.put(source, update)
+    assert batcher.flush()
+    ex = execution(wu)
+    assert ex.state == S.STARTING and ex.scheduling_information is None
+
+
+def test_a_late_observation_of_scheduling_leaves_no_position_on_a_running_execution() -> None:
+    """An observation computed while SCHEDULING but written after a newer RUNNING one (its
+    state is refused as older): its queue position is refused with it."""
+    wu = factories.work_unit(factories.experiment())
+    mask = (state.STATE, state.SCHEDULING_INFORMATION)
+    info = {"severity": "INFO", "source": "SCHEDULER", "userFacingText": "Queued in cpu-queue (position 1 of 1)"}
+    stale = at(wu, S.SCHEDULING, 1, mask=mask, scheduling_information=info)
+    services.update_work_unit_executions([at(wu, S.RUNNING, 2, mask=mask, scheduling_information=None), stale])
+    ex = execution(wu)
+    assert ex.state == S.RUNNING and ex.scheduling_information is None
+    services.update_work_unit_executions([stale])
+    assert execution(wu).scheduling_information is None
+
+
 def test_with_two_connections_a_failed_part_keeps_its_slots_and_the_committed_part_is_reported() -> None:
     from django.db import connection
 
