@@ -27,7 +27,8 @@ layer otherwise):
   view from the stored Workloads (`default_pending_workloads`).
 * ``register_log_provider(fn, store=None)`` — the kubelet stand-in supplies
   container logs: ``fn(namespace, pod_name, container, previous)`` returning
-  ``[(sim_time, line), ...]`` or a string; raise LookupError for a missing pod
+  ``[(sim_time, line), ...]``, ``[(sim_time, line, stream), ...]`` (stream
+  ``stdout`` / ``stderr``) or a string; raise LookupError for a missing pod
   (404) and any other exception for "no logs" (400 with its message).
   Without a provider, logs come from `pod_log_buffer(store)`, which tests can
   append to.
@@ -51,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from simulators.cluster import tables
+from simulators.cluster import podlogs, tables
 from simulators.cluster.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
 from simulators.cluster.store import ApiError, Store, bad_request, format_time, not_found
 from simulators.cluster.versions import from_version, to_version
@@ -534,6 +535,7 @@ class Api:
     # -- pods/log --------------------------------------------------------------------
 
     def _pod_log(self, req: Request, namespace: str, name: str) -> Response:
+        """pods/{name}/log: options, filters and follow are `simulators.cluster.podlogs`'s."""
         pod = self.store.get("pods", namespace, name)
         container = req.query.get("container") or None
         spec = pod.get("spec") or {}
@@ -547,54 +549,24 @@ class Api:
             container = names[0]
         if container not in all_names:
             raise bad_request(f'container "{container}" is not valid for pod "{name}"')
-        previous = req.flag("previous")
-        timestamps = req.flag("timestamps")
-        tail = req.int_param("tailLines")
-        limit_bytes = req.int_param("limitBytes")
+        opts = podlogs.parse_options(req.query, name, str(container), self.store.clock())
 
-        def fetch() -> list[tuple[float, str]]:
-            return self._log_lines(pod, namespace, name, container, previous)
+        def fetch(previous: bool) -> list[podlogs.Line]:
+            return self._log_lines(self.store.get("pods", namespace, name), namespace, name, str(container), previous)
 
-        def render(lines: list[tuple[float, str]]) -> bytes:
-            out = []
-            for ts, text in lines:
-                prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1e9):09d}Z " if timestamps else ""
-                out.append(f"{prefix}{text}\n")
-            return "".join(out).encode()
+        if not opts.follow:
+            return Response(200, podlogs.body(opts, fetch), "text/plain")
+        # Errors (404, "waiting to start") are answered before the stream opens.
+        first = fetch(opts.previous)
+        served = iter([first])
 
-        lines = fetch()
-        if tail is not None:
-            lines = lines[-tail:] if tail > 0 else []
-        if not req.flag("follow"):
-            body = render(lines)
-            if limit_bytes:
-                body = body[:limit_bytes]
-            return Response(200, body, "text/plain")
+        def fetch_once_then_live(previous: bool) -> list[podlogs.Line]:
+            return next(served, None) or fetch(previous)
 
-        def follow() -> Iterator[bytes | None]:
-            sent = len(fetch()) - len(lines)
-            yield render(lines) or None
-            sent += len(lines)
-            while True:
-                time.sleep(0.2)
-                try:
-                    current = fetch()
-                    pod_now = self.store.get("pods", namespace, name)
-                except ApiError:
-                    return
-                except Exception:  # noqa: BLE001 - provider says "no logs": stop following
-                    return
-                if len(current) > sent:
-                    yield render(current[sent:])
-                    sent = len(current)
-                else:
-                    yield None
-                if _container_finished(pod_now, container):
-                    return
+        stream = podlogs.follow(opts, fetch_once_then_live, lambda: self.store.get("pods", namespace, name))
+        return Response(200, content_type="text/plain", stream=stream)
 
-        return Response(200, content_type="text/plain", stream=follow())
-
-    def _log_lines(self, pod: Obj, namespace: str, name: str, container: str, previous: bool) -> list[tuple[float, str]]:
+    def _log_lines(self, pod: Obj, namespace: str, name: str, container: str, previous: bool) -> list[podlogs.Line]:
         provider = _provider("logs", self.store)
         if provider is not None:
             try:
@@ -605,9 +577,7 @@ class Api:
                 raise
             except Exception as exc:  # noqa: BLE001 - the kubelet's "no logs yet" errors
                 raise bad_request(str(exc)) from None
-            if isinstance(result, str):
-                return [(0.0, line) for line in result.splitlines()]
-            return [(float(t), str(text)) for t, text in result]
+            return podlogs.normalise(result)
         status = next((cs for cs in (pod.get("status") or {}).get("containerStatuses") or []
                        if cs.get("name") == container), None)
         waiting = ((status or {}).get("state") or {}).get("waiting")
@@ -617,7 +587,7 @@ class Api:
             why = {"ImagePullBackOff": "trying and failing to pull image",
                    "ErrImagePull": "image can't be pulled"}.get(reason, reason)
             raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {why}')
-        return lines
+        return podlogs.normalise(lines)
 
     # -- Kueue visibility --------------------------------------------------------------
 
@@ -826,15 +796,6 @@ class Api:
             return _json({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
                           "paths": paths, "components": {"schemas": {}}})
         raise _NOT_FOUND
-
-
-def _container_finished(pod: Obj, container: str) -> bool:
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return True
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == container and (cs.get("state") or {}).get("terminated"):
-            return True
-    return False
 
 
 # ---------------------------------------------------------------------------

@@ -139,8 +139,8 @@ class Controllers:
         return self.scheduler.pending_workloads(cluster_queue, namespace, local_queue)
 
     def pod_log_lines(self, namespace: str, name: str, container: str | None = None,
-                      previous: bool = False) -> list[tuple[float, str]]:
-        """(simulated epoch seconds, line) pairs; LookupError -> 404, LogUnavailable -> 400."""
+                      previous: bool = False) -> list[tuple[float, str, str]]:
+        """(simulated epoch seconds, line, stream) triples; LookupError -> 404, LogUnavailable -> 400."""
         return self.kubelet.log_lines(namespace, name, container, previous)
 
     def pod_log(self, namespace: str, name: str, container: str | None = None, previous: bool = False,
@@ -154,8 +154,8 @@ class Controllers:
             lines = lines[-tail_lines:] if tail_lines > 0 else []
         if timestamps:
             return "".join(f"{dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%f000Z')} {text}\n"
-                           for t, text in lines)
-        return "".join(f"{text}\n" for _, text in lines)
+                           for t, text, _ in lines)
+        return "".join(f"{text}\n" for _, text, _ in lines)
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until every work queue is drained (tests)."""

@@ -100,8 +100,11 @@ class Kubelet(Controller):
     # --- logs ------------------------------------------------------------------
 
     def log_lines(self, namespace: str, name: str, container: str | None = None,
-                  previous: bool = False) -> list[tuple[float, str]]:
-        """(simulated time, line) of a container's log; LookupError if no such pod."""
+                  previous: bool = False) -> list[tuple[float, str, str]]:
+        """(simulated time, line, stream) of a container's log; LookupError if no such pod.
+
+        The stream is ``stdout`` or ``stderr``. As the kubelet, only the current
+        container's log and (``previous``) the one before it are kept."""
         pod = self.cache.get(PODS.plural, namespace, name)
         if pod is None:
             raise LookupError(f'pods "{name}" not found')
@@ -131,7 +134,7 @@ class Kubelet(Controller):
             why = {"ErrImagePull": "image can't be pulled",
                    "ImagePullBackOff": "trying and failing to pull image"}.get(waiting or "", waiting or "ContainerCreating")
             raise LogUnavailable(f'container "{cname}" in pod "{name}" is waiting to start: {why}')
-        return [(t, text) for (t, attempt, text) in view.logs if attempt == current]
+        return [(t, text, stream) for (t, attempt, text, stream) in view.logs if attempt == current]
 
     # --- reconcile -------------------------------------------------------------
 

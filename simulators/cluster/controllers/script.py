@@ -23,18 +23,27 @@ Grammar (documented in docs/architecture/simulator_controllers.md)::
     ready    = "after:" duration | "never" | "immediate"
     crash    = "every:" duration [ ",times:" integer ]
     heal     = "restarts:" integer                     ; behave as pull=1s;exit=0 from that JobSet restart attempt on
-    log      = "every:" duration                       ; progress line interval (default 5s)
+    log      = "every:" duration [ ":" template ]      ; progress line interval (default 5s) and its text
+    print    = text                                    ; a stdout line when the container starts (repeatable)
+    stderr   = text                                    ; a stderr line just before it exits (repeatable)
     oom                                                ; a bare flag: exit code 137 is reported as OOMKilled
     create   = "fail:" ( "CreateContainerConfigError" | "CreateContainerError" )   ; container never created
     start    = "fail"                                  ; RunContainerError: every start fails (exit 128, StartError)
     evict    = "after:" duration                       ; kubelet node-pressure eviction (phase Failed, reason Evicted)
     node     = "lost:" duration                        ; the node is lost: DisruptionTarget, deleted, stuck Terminating
 
+A log template may name ``{n}`` (1-based line number of the attempt), ``{x}``
+(a deterministic, decreasing "loss"), ``{t}`` (seconds since the attempt
+started), ``{attempt}`` and ``{container}``; other text (braces included) is
+kept as it is.  Every log line carries its stream (``stdout`` / ``stderr``):
+the exit line of a non-zero exit and the ``stderr`` lines go to stderr.
+
 Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import dataclass, field, replace
@@ -48,6 +57,7 @@ DEFAULT_SCRIPT = "pull=1s;run=10s;exit=0"
 PULL_FAIL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 CREATE_FAIL_REASONS = ("CreateContainerConfigError", "CreateContainerError")
 
+_PLACEHOLDER = re.compile(r"\{(n|x|t|attempt|container)\}")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -75,6 +85,9 @@ class Script:
     crash_times: int | None = None  # None = every attempt crashes
     heal_restarts: int | None = None
     log_every: float = 5.0
+    log_template: str | None = None
+    prints: tuple[str, ...] = ()
+    stderr_lines: tuple[str, ...] = ()
     oom: bool = False
     create_fail: str | None = None
     start_fail: bool = False
@@ -177,11 +190,29 @@ def parse_script(text: str | None) -> Script:
             values["node_lost_after"] = parse_duration(value[len("lost:"):])
         elif key == "log":
             if not value.startswith("every:"):
-                raise ScriptError("log must be every:<duration>")
-            values["log_every"] = max(0.001, parse_duration(value[len("every:"):]))
+                raise ScriptError("log must be every:<duration>[:<template>]")
+            every, _, template = value[len("every:"):].partition(":")
+            values["log_every"] = max(0.001, parse_duration(every))
+            if template.strip():
+                values["log_template"] = template.strip()
+        elif key == "print":
+            values["prints"] = (*values.get("prints", ()), value)
+        elif key == "stderr":
+            values["stderr_lines"] = (*values.get("stderr_lines", ()), value)
         else:
             raise ScriptError(f"unknown key {key!r}")
     return replace(script, **values)
+
+
+def render_template(template: str, *, n: int, elapsed: float, attempt: int, container: str) -> str:
+    """One progress line from a `log=every:<d>:<template>` template (unknown braces stay)."""
+    values = {"n": str(n), "x": f"{2.0 * math.exp(-0.05 * n) + 0.1:.4f}", "t": f"{elapsed:g}",
+              "attempt": str(attempt), "container": container}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+#: One container log line: (simulated time, attempt, text, stream "stdout" | "stderr").
+LogLine = tuple[float, int, str, str]
 
 
 def backoff(n: int) -> float:
@@ -215,7 +246,7 @@ class Segment:
     ready: bool
     attempt_start: float | None  # when the current attempt's container started
     happenings: list[Happening] = field(default_factory=list)
-    logs: list[tuple[float, int, str]] = field(default_factory=list)
+    logs: list[LogLine] = field(default_factory=list)
     final: bool = False
 
 
@@ -228,7 +259,7 @@ class View:
     unready_since: float  # when it last stopped being ready (or t0)
     next_change: float | None
     happenings: list[Happening]
-    logs: list[tuple[float, int, str]]
+    logs: list[LogLine]
 
 
 def _t(seconds: float) -> str:
@@ -289,13 +320,18 @@ class Timeline:
             logs.extend(self._progress(cur.attempt_start, cur.attempt_start, now, cur.restart_count))
         return View(cur, ready_since, unready_since, nxt, happenings, logs)
 
-    def _progress(self, attempt_start: float, from_t: float, to_t: float, attempt: int) -> list[tuple[float, int, str]]:
+    def _progress(self, attempt_start: float, from_t: float, to_t: float, attempt: int) -> list[LogLine]:
         every = self.script.log_every
-        out: list[tuple[float, int, str]] = []
+        template = self.script.log_template
+        out: list[LogLine] = []
         k = int((from_t - attempt_start) // every) + 1
         while attempt_start + k * every <= to_t and len(out) < 100_000:
             t = attempt_start + k * every
-            out.append((t, attempt, f"[sim] {self.container}: working, {k * every:g}s elapsed"))
+            if template is None:
+                text = f"[sim] {self.container}: working, {k * every:g}s elapsed"
+            else:
+                text = render_template(template, n=k, elapsed=k * every, attempt=attempt, container=self.container)
+            out.append((t, attempt, text, "stdout"))
             k += 1
         return out
 
@@ -381,7 +417,8 @@ class Timeline:
             happenings = [pulled, Happening(start, "Normal", "Created", f"Created container: {c}"),
                           Happening(start, "Normal", "Started", f"Started container {c}")]
             running = {"running": {"startedAt": _t(start)}}
-            logs = [(start, attempt, f"[sim] {c}: started image={img} attempt={attempt}")]
+            logs: list[LogLine] = [(start, attempt, f"[sim] {c}: started image={img} attempt={attempt}", "stdout")]
+            logs += [(start, attempt, text, "stdout") for text in s.prints]
             ready_at = None if s.ready_after is None else start + s.ready_after
             end = None if duration is None else start + duration
             if ready_at is not None and (end is None or ready_at < end) and ready_at <= start:
@@ -396,7 +433,9 @@ class Timeline:
             reason = "Completed" if code == 0 else ("OOMKilled" if code == 137 and s.oom else "Error")
             terminated = {"terminated": {"exitCode": code, "reason": reason, "startedAt": _t(start), "finishedAt": _t(end),
                                          "containerID": f"containerd://sim-{attempt}"}}
-            exit_log = self._progress(start, start, end, attempt) + [(end, attempt, f"[sim] {c}: exiting with code {code}")]
+            exit_log = self._progress(start, start, end, attempt)
+            exit_log += [(end, attempt, text, "stderr") for text in s.stderr_lines]
+            exit_log.append((end, attempt, f"[sim] {c}: exiting with code {code}", "stdout" if code == 0 else "stderr"))
             restarts = self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code != 0)
             if not restarts:
                 phase = "Succeeded" if code == 0 else "Failed"
