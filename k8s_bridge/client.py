@@ -28,8 +28,8 @@ __all__ = [
     "ApiException",
     "JOBSET_GROUP", "JOBSET_VERSION", "JOBSET_PLURAL",
     "KUEUE_GROUP", "KUEUE_VERSION", "WORKLOAD_PLURAL",
-    "VISIBILITY_PATH", "api_client", "coordination", "core", "custom_objects", "get_json", "json_patch", "reset",
-    "watch",
+    "VISIBILITY_PATH", "api_client", "batch", "coordination", "core", "custom_objects", "get_json", "json_patch",
+    "reset", "watch",
 ]
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -76,6 +76,10 @@ def custom_objects() -> Any:
 
 def core() -> Any:
     return k8s.CoreV1Api(api_client())
+
+
+def batch() -> Any:
+    return k8s.BatchV1Api(api_client())
 
 
 def coordination() -> Any:

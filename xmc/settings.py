@@ -138,6 +138,18 @@ XMC_RECONCILER_MAX_BATCH = env.int("XMC_RECONCILER_MAX_BATCH", default=500)
 XMC_RECONCILER_RESYNC_S = env.int("XMC_RECONCILER_RESYNC_S", default=300)
 XMC_RECONCILER_LEASE_DURATION_S = env.float("XMC_RECONCILER_LEASE_DURATION_S", default=15.0)
 XMC_RECONCILER_METRICS_PORT = env.int("XMC_RECONCILER_METRICS_PORT", default=9108)
+
+# --- Container logs (k8s_bridge.logs, docs/architecture/logs.md) -------------------
+# Where archived pod logs go: any fsspec URL (s3://bucket/prefix, gs://...); empty =
+# a folder under the run directory (XMC_RUN_DIR, default .run/).
+XMC_RUN_DIR = env.str("XMC_RUN_DIR", default=str(BASE_DIR / ".run"))
+XMC_LOG_ARCHIVE_URL = env.str("XMC_LOG_ARCHIVE_URL", default="") or f"file://{Path(XMC_RUN_DIR).resolve()}/log-archive"
+# The last this-many bytes of each container's log are archived.
+XMC_LOG_ARCHIVE_MAX_BYTES = env.int("XMC_LOG_ARCHIVE_MAX_BYTES", default=10 * 1024 * 1024)
+# How long the finalizer keeps a stopped JobSet (and so its pods) for their logs to be archived.
+XMC_LOG_ARCHIVE_FINALIZER_WAIT_S = env.float("XMC_LOG_ARCHIVE_FINALIZER_WAIT_S", default=30.0)
+# "Open in your cluster's log explorer": a URL with {namespace}, {pod}, {container}, {xid}, {wid}, {eid}.
+XMC_LOGS_CONSOLE_URL_TEMPLATE = env.str("XMC_LOGS_CONSOLE_URL_TEMPLATE", default="")
 # Name of this cluster in execution metadata (management/executing cluster); "" leaves it out.
 XMC_K8S_CLUSTER_NAME = env.str("XMC_K8S_CLUSTER_NAME", default="")
 

@@ -42,6 +42,8 @@ from django.utils import timezone
 
 from core import convert
 from k8s_bridge import client
+from k8s_bridge.logs import archive as logarchive
+from k8s_bridge.logs import pods as podlogs
 from k8s_bridge.reconciler import mapping, metrics, sweep
 from k8s_bridge.reconciler.batcher import UpdateBatcher
 from k8s_bridge.reconciler.mapping import ExecutionKey, Observation, QueuePosition
@@ -102,6 +104,8 @@ class Reconciler:
         can_write: Callable[[], bool] = lambda: True,
         write: Callable[[Sequence[guards.ExecutionUpdate]], list[Transition]] | None = None,
         now: Callable[[], datetime] = timezone.now,
+        archiver: logarchive.Archiver | None = None,
+        archive_logs: bool = True,
     ) -> None:
         self.options = options
         self.can_write = can_write
@@ -140,6 +144,15 @@ class Reconciler:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.resyncs = 0
+        # Container logs are archived on the archiver's own thread and connection (a side
+        # path: nothing here or in the batcher waits for it; k8s_bridge.logs.archive).
+        self.archiver = archiver if archiver is not None else (
+            logarchive.Archiver(can_write=can_write) if archive_logs else None)
+        if self.archiver is not None and self.archiver.on_archived is None:
+            self.archiver.on_archived = self._on_archived
+        self._jobs: dict[str, tuple[tuple[Any, ...], list[Obj]]] = {}
+        self._finalize_written: dict[str, float] = {}
+        self._finalize_tailed: set[str] = set()
 
     # --- events -> dirty keys ---------------------------------------------------------------
 
@@ -164,6 +177,9 @@ class Reconciler:
                     self._dirty.pop(key, None)
                     self._deleted_pods.pop(key, None)
                     self._waiting_seen.pop(str(md.get("uid")), None)
+                    self._jobs.pop(str(md.get("uid")), None)
+                    self._finalize_written.pop(str(md.get("uid")), None)
+                    self._finalize_tailed.discard(str(md.get("uid")))
                     if ek is not None:
                         self._metadata_written.pop(ek, None)
                         self._contexts.pop((ek.xid, ek.wid, ek.eid), None)
@@ -265,11 +281,15 @@ class Reconciler:
             evicted = mapping.find_condition(workload, "Evicted")
             if evicted is not None and evicted.get("reason") == "Preempted":
                 preemptor_priority = self._priority_of(mapping.preemptor_uid(str(evicted.get("message") or "")))
+        self._archive(ek, jobset, pods)
+        deleted = self._deleted_for(key, uid)
+        failing = mapping.to_work_unit_state(jobset) in (S.FAILED, S.PARTIALLY_FAILED)
         observation = mapping.observe(
             jobset, workload, pods, now=self._now(), grace=timedelta(seconds=self.options.grace_s),
             position=position, preemptor_priority=preemptor_priority,
             waiting_on=waiting or self._waiting_seen.get(uid, ""), cluster_name=self.options.cluster_name,
-            deleted_pods=self._deleted_for(key, uid),
+            deleted_pods=deleted, jobs=self._jobs_for(jobset) if failing else (),
+            tails=self._tails([*pods, *deleted]) if failing else None,
         )
         if observation is None:
             return None
@@ -299,8 +319,55 @@ class Reconciler:
         if obs.system_message is not None:
             self.batcher.put("pods", guards.ExecutionUpdate(
                 xid=obs.key.xid, wid=obs.key.wid, eid=obs.key.eid, mask=(guards.SYSTEM_MESSAGE,),
-                system_message=obs.system_message, writer=Writer.RECONCILER, extra={"jobset": key[1]},
+                system_message=obs.system_message, force_status_message_update=obs.force_message,
+                writer=Writer.RECONCILER, extra={"jobset": key[1]},
             ), seen=seen)
+
+    # --- container logs and the Jobs behind a failure ----------------------------------------
+
+    def _archive(self, ek: ExecutionKey, jobset: Obj, pods: Sequence[Obj], *, snapshot: bool = False) -> None:
+        """Hand the pods to the archiver (only queues keys; never blocks on I/O)."""
+        if self.archiver is None:
+            return
+        per_job = podlogs.pods_per_job(jobset)
+        going = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
+        self.archiver.observe(ek.xid, ek.wid, ek.eid, pods, per_job=per_job, snapshot=snapshot)
+        if going and not snapshot:
+            self.archiver.observe(ek.xid, ek.wid, ek.eid, going, per_job=per_job, snapshot=True)
+
+    def _on_archived(self, inst: logarchive.Instance, row: Any) -> None:
+        """A log was archived: look at its JobSet again (a failure message gains its last lines)."""
+        self._mark((inst.namespace, podlogs.jobset_name(inst.xid, inst.wid)))
+
+    def _tails(self, pods: Sequence[Obj]) -> dict[tuple[str, str], tuple[int, list[str], int | None, str]]:
+        if self.archiver is None:
+            return {}
+        out = {}
+        for pod in pods:
+            md = pod.get("metadata") or {}
+            for container, held in self.archiver.tails(str(md.get("uid") or "")).items():
+                out[(str(md.get("name") or ""), container)] = held
+        return out
+
+    def _jobs_for(self, jobset: Obj) -> list[Obj]:
+        """The JobSet's Jobs (for their failure reasons), read once per JobSet status; [] if unreadable."""
+        md = jobset.get("metadata") or {}
+        uid = str(md.get("uid") or "")
+        status = jobset.get("status") or {}
+        version = (status.get("restarts"), repr(status.get("replicatedJobsStatus")),
+                   repr([c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"]))
+        cached = self._jobs.get(uid)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            result = client.batch().list_namespaced_job(
+                str(md.get("namespace") or ""), label_selector=f"{podlogs.JOBSET_UID_LABEL}={uid}", _request_timeout=10)
+            jobs = list(client.api_client().sanitize_for_serialization(result).get("items") or [])
+        except Exception:  # noqa: BLE001 - the explanation goes without the Jobs' reasons
+            log.debug("reconciler.jobs_unreadable", exc_info=True)
+            return cached[1] if cached is not None else []
+        self._jobs[uid] = (version, jobs)
+        return jobs
 
     def _priority_of(self, workload_uid: str) -> int | None:
         if not workload_uid:
@@ -364,16 +431,28 @@ class Reconciler:
             return
         uid = str(md.get("uid", ""))
         state = mapping.to_work_unit_state(jobset)
+        pods = self._pods_for(key)
+        # Before the finalizer lets the JobSet (and so its pods) go, their logs are archived.
+        self._archive(ek, jobset, pods, snapshot=True)
+        if uid in self._finalize_written:
+            if not self._logs_settled(key, jobset, uid, pods):
+                return
+            if state == S.FAILED:
+                self._write_failure_tail(key, jobset, ek, uid, pods)
+            self._remove_finalizer(key, jobset, ek, state, "written")
+            return
         mask: tuple[str, ...] = (guards.STATE, guards.DETAILED_STATUS, guards.SCHEDULING_INFORMATION)
-        message = (mapping.failure_explanation(self._pods_for(key), self._deleted_for(key, uid))
+        deleted = self._deleted_for(key, uid)
+        message = (mapping.failure_explanation(pods, deleted, jobset=jobset, jobs=self._jobs_for(jobset),
+                                               tails=self._tails([*pods, *deleted]))
                    if state == S.FAILED else None)
         if message is not None:
             mask += (guards.SYSTEM_MESSAGE,)
         update = guards.ExecutionUpdate(
             xid=ek.xid, wid=ek.wid, eid=ek.eid, mask=mask, state=state,
             state_update_time_ns=self._terminal_time_ns(ek), detailed_status=mapping.jobset_status(jobset),
-            scheduling_information=None, system_message=message, writer=Writer.FINALIZER,
-            extra={"jobset": key[1], "uid": uid},
+            scheduling_information=None, system_message=message, force_status_message_update=message is not None,
+            writer=Writer.FINALIZER, extra={"jobset": key[1], "uid": uid},
         )
         why = "written"
         try:
@@ -392,6 +471,51 @@ class Reconciler:
         self._finalize_failing_since.pop(uid, None)
         if transitions:
             self._publish(transitions, [self._context(jobset, ek)])
+        self._finalize_written[uid] = time.monotonic()
+        if message is not None and "auxiliaryInfo" in message:
+            self._finalize_tailed.add(uid)
+        if not self._logs_settled(key, jobset, uid, pods):
+            return
+        if state == S.FAILED:
+            self._write_failure_tail(key, jobset, ek, uid, pods)
+        self._remove_finalizer(key, jobset, ek, state, why)
+
+    def _write_failure_tail(self, key: Key, jobset: Obj, ek: ExecutionKey, uid: str, pods: Sequence[Obj]) -> None:
+        """The failure message again, now with the archived last lines (once; best effort)."""
+        if uid in self._finalize_tailed:
+            return
+        self._finalize_tailed.add(uid)
+        deleted = self._deleted_for(key, uid)
+        message = mapping.failure_explanation(pods, deleted, jobset=jobset, jobs=self._jobs_for(jobset),
+                                              tails=self._tails([*pods, *deleted]))
+        if message is None or "auxiliaryInfo" not in message:
+            return
+        try:
+            self._write([guards.ExecutionUpdate(
+                xid=ek.xid, wid=ek.wid, eid=ek.eid, mask=(guards.SYSTEM_MESSAGE,), system_message=message,
+                force_status_message_update=True, writer=Writer.FINALIZER, extra={"jobset": key[1], "uid": uid},
+            )])
+        except Exception:
+            close_old_connections()
+            log.exception("reconciler.failure_tail_write_failed", extra={"jobset": key[1]})
+
+    def _logs_settled(self, key: Key, jobset: Obj, uid: str, pods: Sequence[Obj]) -> bool:
+        """The pods' logs are archived, or we waited ``XMC_LOG_ARCHIVE_FINALIZER_WAIT_S`` (the state is written)."""
+        if self.archiver is None:
+            return True
+        uids = [str((p.get("metadata") or {}).get("uid") or "") for p in pods]
+        if self.archiver.settled(uids):
+            return True
+        waited = time.monotonic() - self._finalize_written.get(uid, time.monotonic())
+        if waited >= float(settings.XMC_LOG_ARCHIVE_FINALIZER_WAIT_S):
+            log.warning("reconciler.finalizer_logs_not_archived", extra={"jobset": key[1], "waited_s": round(waited, 1)})
+            return True
+        self._mark(key, delay=0.25)
+        return False
+
+    def _remove_finalizer(self, key: Key, jobset: Obj, ek: ExecutionKey, state: str, why: str) -> None:
+        md = jobset.get("metadata") or {}
+        finalizers = list(md.get("finalizers") or ())
         if not self.can_write():
             return
         remaining = [f for f in finalizers if f != mapping.FINALIZER]
@@ -585,6 +709,8 @@ class Reconciler:
             for informer in group.values():
                 informer.synced.wait(max(0.0, deadline - time.monotonic()))
         self.batcher.start()
+        if self.archiver is not None:
+            self.archiver.start()
         for target, name in ((self._worker, "reconciler-worker"), (self._resync_loop, "reconciler-resync")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -601,6 +727,8 @@ class Reconciler:
                 informer.relist("start")
         repairs = self.resync()
         self.process_dirty()
+        if self.archiver is not None:
+            self.archiver.drain()
         # Writes what is pending (retrying a failed flush until the drain timeout), then
         # closes the batcher's writer threads and their database connections.
         self.batcher.stop(drain=True)
@@ -617,6 +745,8 @@ class Reconciler:
                 informer.stop()
         for thread in self._threads:
             thread.join(10)
+        if self.archiver is not None:
+            self.archiver.stop()
         if not drain:
             self.batcher.discard()
         self.batcher.stop(drain=drain)

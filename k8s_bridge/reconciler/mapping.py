@@ -12,8 +12,9 @@ execution updates.
 * :func:`scheduling_information` explains a SCHEDULING execution: queue and
   1-based position (Kueue visibility API), the ``QuotaReserved=False``
   message, and why it is pending *again* after an eviction.
-* :func:`startup_diagnostic` and :func:`failure_explanation` turn pod
-  container states into an ERROR system message.
+* :func:`startup_diagnostic` and :func:`failure_explanation`
+  (``k8s_bridge.reconciler.explain``) turn pod, Job and JobSet states into an
+  ERROR system message; a Workload Kueue deactivated gets one too.
 * :func:`execution_metadata` says where the execution really runs.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobsets import contract
+from k8s_bridge.reconciler import explain
 from workunits.choices import WorkUnitState
 
 S = WorkUnitState
@@ -42,12 +44,9 @@ JOBSET_NAME_LABEL = contract.JOBSET_NAME_LABEL
 JOBSET_SELECTOR = contract.JOBSET_SELECTOR
 
 #: Container waiting reasons that mean "this will not start by itself" (STATES.md, startup diagnostics).
-STARTUP_FAILURE_REASONS = frozenset({
-    "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
-    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
-})
+STARTUP_FAILURE_REASONS = explain.STARTUP_FAILURE_REASONS
 #: Pod-level reasons of a pod lost with its node (kubelet / node lifecycle / eviction).
-NODE_LOSS_REASONS = frozenset({"NodeLost", "Evicted", "Terminated", "NodeShutdown", "Shutdown"})
+NODE_LOSS_REASONS = explain.NODE_LOSS_REASONS
 
 SCHEDULER = "SCHEDULER"
 KUBERNETES = "KUBERNETES"
@@ -331,44 +330,17 @@ def startup_diagnostic(jobset: Obj, pods: Sequence[Obj], *, now: datetime, grace
     return _message("ERROR", KUBERNETES, f"Cannot start: {first.describe()}{more}")
 
 
-def failure_explanation(pods: Sequence[Obj], deleted: Sequence[Obj] = ()) -> dict[str, Any] | None:
-    """Explain OOM kills and pods lost with their node (for PARTIALLY_FAILED / FAILED).
+def failure_explanation(pods: Sequence[Obj], deleted: Sequence[Obj] = (), *, jobset: Obj | None = None,
+                        jobs: Sequence[Obj] = (), tails: explain.Tails | None = None) -> dict[str, Any] | None:
+    """Explain a failure (PARTIALLY_FAILED / FAILED): `k8s_bridge.reconciler.explain.failure_message`.
 
     ``deleted`` are pods that were deleted before they succeeded (the Job
     controller counts them as failed, reference §5.19); they are gone from
     the cluster by the time the JobSet fails, so the caller remembers them.
+    ``jobs`` are the JobSet's Jobs (their failure reasons), ``tails`` the
+    archived last log lines of its containers.
     """
-    oom: list[str] = []
-    lost: list[str] = []
-    for pod in deleted:
-        node = (pod.get("spec") or {}).get("nodeName") or "its node"
-        why = (pod.get("status") or {}).get("reason") or "deleted"
-        lost.append(f"pod {(pod.get('metadata') or {}).get('name', '')} on {node} ({why})")
-    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name", ""))):
-        md = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        name = str(md.get("name", ""))
-        for cs in status.get("containerStatuses") or []:
-            for st in ((cs.get("state") or {}).get("terminated"), (cs.get("lastState") or {}).get("terminated")):
-                if st and st.get("reason") == "OOMKilled":
-                    oom.append(f"pod {name} container {cs.get('name')}")
-                    break
-        disrupted = find_condition(pod, "DisruptionTarget")
-        if (status.get("reason") in NODE_LOSS_REASONS
-                or (disrupted is not None and disrupted.get("status") == "True")
-                or (md.get("deletionTimestamp") and status.get("phase") not in ("Succeeded", "Failed"))):
-            node = (pod.get("spec") or {}).get("nodeName") or "its node"
-            why = status.get("reason") or (disrupted or {}).get("reason") or "deleted"
-            lost.append(f"pod {name} on {node} ({why})")
-    parts = []
-    if oom:
-        parts.append("Out of memory (OOMKilled): " + ", ".join(sorted(set(oom))[:3]))
-    if lost:
-        unique = list(dict.fromkeys(lost))
-        parts.append("Pod lost with its node or deleted (counts as a failure): " + ", ".join(unique[:3]))
-    if not parts:
-        return None
-    return _message("ERROR", KUBERNETES, "; ".join(parts))
+    return explain.failure_message(jobset, pods, deleted, jobs, tails)
 
 
 # --- execution metadata -------------------------------------------------------------
@@ -413,11 +385,13 @@ class Observation:
     state: str
     detailed_status: dict[str, Any]
     scheduling_information: dict[str, Any] | None
-    #: An ERROR diagnostic (startup failure, OOM / node loss) or ``None``.
+    #: An ERROR diagnostic (startup failure, failure explanation, deactivation) or ``None``.
     system_message: dict[str, Any] | None
     metadata: dict[str, Any]
     #: the JobSet's resourceVersion this observation was computed from
     resource_version: str = ""
+    #: the message explains a failure: it replaces an earlier ERROR (e.g. the same one without its log lines)
+    force_message: bool = False
 
 
 def observe(
@@ -432,6 +406,8 @@ def observe(
     waiting_on: str = "",
     cluster_name: str = "",
     deleted_pods: Sequence[Obj] = (),
+    jobs: Sequence[Obj] = (),
+    tails: explain.Tails | None = None,
 ) -> Observation | None:
     key = execution_key(jobset)
     if key is None:
@@ -442,10 +418,14 @@ def observe(
         info = scheduling_information(jobset, workload, position, preemptor_priority=preemptor_priority,
                                       waiting_on=waiting_on or waiting_summary(pods))
     message = None
+    force = False
     if state in (S.PARTIALLY_FAILED, S.FAILED):
-        message = failure_explanation(pods, deleted_pods)
+        message = failure_explanation(pods, deleted_pods, jobset=jobset, jobs=jobs, tails=tails)
+        force = message is not None
     elif state in (S.STARTING, S.RUNNING, S.SCHEDULING):
         message = startup_diagnostic(jobset, pods, now=now, grace=grace)
+        if state == S.SCHEDULING and message is None:
+            message = explain.deactivation_message(workload)
     return Observation(
         key=key,
         state=state,
@@ -454,4 +434,5 @@ def observe(
         system_message=message,
         metadata=execution_metadata(jobset, workload, cluster_name=cluster_name),
         resource_version=str((jobset.get("metadata") or {}).get("resourceVersion") or ""),
+        force_message=force,
     )

@@ -257,6 +257,9 @@ def build_document() -> dict[str, Any]:
         operation_id = binding.rpc if count == 1 else f"{binding.rpc}{count}"
         item = paths.setdefault(binding.path.openapi_path, {})
         item[binding.http_method.lower()] = _operation(binding, operation_id, schemas)
+    from xmc.api import logs  # the one non-RPC endpoint documented here (streamed text / NDJSON)
+
+    paths.update(logs.openapi_paths())
     components_schemas = {"Error": ERROR_SCHEMA, **dict(sorted(schemas.schemas.items()))}
     tags = sorted({op["tags"][0] for item in paths.values() for op in item.values()})
     return {

@@ -29,11 +29,19 @@ def test_it_is_a_valid_openapi_3_document(document: dict[str, Any]) -> None:
 
 
 def test_it_lists_every_binding_once(document: dict[str, Any]) -> None:
-    listed = {(method.upper(), op["x-path-template"]) for item in document["paths"].values()
-              for method, op in item.items()}
+    ops = [(method, op) for item in document["paths"].values() for method, op in item.items()]
+    listed = {(method.upper(), op["x-path-template"]) for method, op in ops if not op.get("x-not-an-rpc")}
     assert listed == {(b.http_method, b.template) for b in BINDINGS}
-    operation_ids = [op["operationId"] for item in document["paths"].values() for op in item.values()]
-    assert len(operation_ids) == len(set(operation_ids)) == len(BINDINGS)
+    operation_ids = [op["operationId"] for _, op in ops]
+    assert len(operation_ids) == len(set(operation_ids)) == len(BINDINGS) + 1  # + GetExecutionLogs
+
+
+def test_it_documents_the_logs_endpoint(document: dict[str, Any]) -> None:
+    logs = document["paths"]["/v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs"]["get"]
+    assert logs["operationId"] == "GetExecutionLogs"
+    assert [p["name"] for p in logs["parameters"] if p["in"] == "query"] == [
+        "replica", "container", "follow", "tailLines", "sinceTime", "previous", "timestamps", "format"]
+    assert set(logs["responses"]["200"]["content"]) == {"text/plain", "application/x-ndjson"}
 
 
 def test_it_spells_paths_with_one_parameter_per_id(document: dict[str, Any]) -> None:

@@ -44,11 +44,12 @@ class Cluster:
                       priority_class: str | None = None, failure_policy: dict[str, Any] | None = None,
                       image: str = "busybox:1.36", backoff_limit: int = 0,
                       extra_jobs: dict[str, str] | None = None, success_policy: dict[str, Any] | None = None,
+                      restart_policy: str = "Never", active_deadline_s: int | None = None,
                       ) -> dict[str, Any]:
         wu.refresh_from_db()
         eid = eid or wu.current_eid
         container: dict[str, Any] = {"name": "main", "image": image, "resources": {"requests": {"cpu": cpu}}}
-        pod_spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+        pod_spec: dict[str, Any] = {"containers": [container], "restartPolicy": restart_policy}
         if priority_class:
             pod_spec["priorityClassName"] = priority_class
         labels = {
@@ -59,13 +60,13 @@ class Cluster:
         if priority_class:
             labels["kueue.x-k8s.io/priority-class"] = priority_class
         def rjob(name: str, script: str, replicas: int) -> dict[str, Any]:
-            return {
-                "name": name, "replicas": replicas,
-                "template": {"spec": {
-                    "parallelism": pods, "completions": pods, "backoffLimit": backoff_limit,
-                    "template": {"metadata": {"annotations": {"sim.xmc.dev/script": script}}, "spec": pod_spec},
-                }},
+            job_spec: dict[str, Any] = {
+                "parallelism": pods, "completions": pods, "backoffLimit": backoff_limit,
+                "template": {"metadata": {"annotations": {"sim.xmc.dev/script": script}}, "spec": pod_spec},
             }
+            if active_deadline_s is not None:
+                job_spec["activeDeadlineSeconds"] = active_deadline_s
+            return {"name": name, "replicas": replicas, "template": {"spec": job_spec}}
 
         spec: dict[str, Any] = {
             "suspend": True,
