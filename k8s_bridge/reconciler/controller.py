@@ -444,7 +444,8 @@ class Reconciler:
         mask: tuple[str, ...] = (guards.STATE, guards.DETAILED_STATUS, guards.SCHEDULING_INFORMATION)
         deleted = self._deleted_for(key, uid)
         message = (mapping.failure_explanation(pods, deleted, jobset=jobset, jobs=self._jobs_for(jobset),
-                                               tails=self._tails([*pods, *deleted]))
+                                               tails=self._tails([*pods, *deleted]),
+                                               waited_on=self._waiting_seen.get(uid, ""))
                    if state == S.FAILED else None)
         if message is not None:
             mask += (guards.SYSTEM_MESSAGE,)
@@ -487,7 +488,8 @@ class Reconciler:
         self._finalize_tailed.add(uid)
         deleted = self._deleted_for(key, uid)
         message = mapping.failure_explanation(pods, deleted, jobset=jobset, jobs=self._jobs_for(jobset),
-                                              tails=self._tails([*pods, *deleted]))
+                                              tails=self._tails([*pods, *deleted]),
+                                              waited_on=self._waiting_seen.get(uid, ""))
         if message is None or "auxiliaryInfo" not in message:
             return
         try:

@@ -176,8 +176,13 @@ def _some(items: list[str]) -> str:
 
 
 def failure_message(jobset: Obj | None, pods: Sequence[Obj], deleted: Sequence[Obj] = (), jobs: Sequence[Obj] = (),
-                    tails: Tails | None = None) -> dict[str, Any] | None:
-    """The ERROR message explaining a failure (None when the cluster says nothing at all)."""
+                    tails: Tails | None = None, waited_on: str = "") -> dict[str, Any] | None:
+    """The ERROR message explaining a failure (None when the cluster says nothing at all).
+
+    ``waited_on`` is what the pods were last seen waiting on (the reconciler
+    remembers it: pods that could not start are often deleted by the time
+    their Job fails, e.g. at its deadline).
+    """
     parts: list[str] = []
     verdict = _verdict(jobset)
     if verdict:
@@ -196,6 +201,8 @@ def failure_message(jobset: Obj | None, pods: Sequence[Obj], deleted: Sequence[O
     waiting = _waiting(pods)
     if waiting:
         parts.append(_some(waiting))
+    elif waited_on and any(r in waited_on for r in STARTUP_FAILURE_REASONS):
+        parts.append(f"Its pods could not start: {waited_on}")
     lost = _lost(pods, deleted)
     if lost:
         parts.append("Pod lost with its node or deleted (counts as a failure): " + _some(lost))

@@ -331,7 +331,8 @@ def startup_diagnostic(jobset: Obj, pods: Sequence[Obj], *, now: datetime, grace
 
 
 def failure_explanation(pods: Sequence[Obj], deleted: Sequence[Obj] = (), *, jobset: Obj | None = None,
-                        jobs: Sequence[Obj] = (), tails: explain.Tails | None = None) -> dict[str, Any] | None:
+                        jobs: Sequence[Obj] = (), tails: explain.Tails | None = None,
+                        waited_on: str = "") -> dict[str, Any] | None:
     """Explain a failure (PARTIALLY_FAILED / FAILED): `k8s_bridge.reconciler.explain.failure_message`.
 
     ``deleted`` are pods that were deleted before they succeeded (the Job
@@ -340,7 +341,7 @@ def failure_explanation(pods: Sequence[Obj], deleted: Sequence[Obj] = (), *, job
     ``jobs`` are the JobSet's Jobs (their failure reasons), ``tails`` the
     archived last log lines of its containers.
     """
-    return explain.failure_message(jobset, pods, deleted, jobs, tails)
+    return explain.failure_message(jobset, pods, deleted, jobs, tails, waited_on)
 
 
 # --- execution metadata -------------------------------------------------------------
@@ -420,7 +421,8 @@ def observe(
     message = None
     force = False
     if state in (S.PARTIALLY_FAILED, S.FAILED):
-        message = failure_explanation(pods, deleted_pods, jobset=jobset, jobs=jobs, tails=tails)
+        message = failure_explanation(pods, deleted_pods, jobset=jobset, jobs=jobs, tails=tails,
+                                      waited_on=waiting_on or waiting_summary(pods))
         force = message is not None
     elif state in (S.STARTING, S.RUNNING, S.SCHEDULING):
         message = startup_diagnostic(jobset, pods, now=now, grace=grace)
