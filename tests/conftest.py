@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -12,6 +13,8 @@ pytest_plugins = ["tests.simulators.fixtures"]
 # (xmc.checks): the suite signs with a proper test-only key, set before the
 # settings are read and inherited by every child process.
 os.environ.setdefault("XMC_SECRET_KEY", "xmc-test-suite-secret-key-0123456789abcdefghijklmnopqrstuvwxyz")
+# Reconcilers started by tests archive pod logs into a throw-away folder, not .run/.
+os.environ.setdefault("XMC_LOG_ARCHIVE_URL", f"file://{tempfile.mkdtemp(prefix='xmc-test-log-archive-')}")
 
 
 @pytest.fixture(autouse=True)

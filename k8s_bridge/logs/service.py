@@ -164,9 +164,11 @@ def _live(xid: int, wid: int, eid: int, pod: podlogs.PodRef, query: LogQuery,
     """Read the pod's log; None when the pod is gone (the caller turns to the archive)."""
     container = _container(query, list(pod.containers))
     try:
-        # The tail is applied here after `since`; ask the server for it only without `since`.
+        # The tail is applied here after `since`; ask the server for it only without `since`, or
+        # when following (an open stream cannot be tailed after `since`: the kubelet's order then).
+        server_tail = query.tail_lines if (query.since is None or query.follow) else None
         raw = podlogs.read_lines(pod, container, previous=query.previous, follow=query.follow,
-                                 tail_lines=query.tail_lines if query.since is None else None)
+                                 tail_lines=server_tail)
     except client.ApiException as exc:
         if exc.status == 404:
             return None
@@ -187,14 +189,7 @@ def _live(xid: int, wid: int, eid: int, pod: podlogs.PodRef, query: LogQuery,
     filtered = _filter(raw, query.since)
 
     def lines() -> Iterator[LogLine]:
-        source: Iterator[podlogs.RawLine]
-        if query.follow:
-            if query.tail_lines is not None and query.since is not None:
-                source = iter(_tail(filtered, query.tail_lines))  # cannot tail an open stream after `since`
-            else:
-                source = filtered
-        else:
-            source = iter(_tail(filtered, query.tail_lines))
+        source: Iterator[podlogs.RawLine] = filtered if query.follow else iter(_tail(filtered, query.tail_lines))
         try:
             for line in source:
                 yield LogLine(pod.replica, pod.name, container, _ts(line.timestamp), line.text, "cluster")

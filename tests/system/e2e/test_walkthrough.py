@@ -137,15 +137,18 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     assert states in (["INITIALIZING", "STARTING", "RUNNING", "COMPLETED"],
                       ["INITIALIZING", "SCHEDULING", "STARTING", "RUNNING", "COMPLETED"]), states
 
-    # fails: FAILED, and the status says why (the JobSet's Failed condition;
-    # a plain non-zero exit has no system message -- those explain OOM kills
-    # and lost nodes only).
+    # fails: FAILED, and the status says why (the JobSet's Failed condition, and
+    # the system message: the replica, the container's exit code, the Job's
+    # backoff limit; k8s_bridge.reconciler.explain).
     failed = _execution(xid, wids["fails"])
     fails_states = [to for _, to in _history(xid, wids["fails"])]
     assert "RUNNING" in fails_states and fails_states[-1] == "FAILED", fails_states
     conditions = (failed.detailed_status or {}).get("jobsetStatus", {}).get("conditions", [])
     [failure] = [c for c in conditions if c.get("type") == "Failed"]
     assert failure["status"] == "True" and failure["message"], failure
+    explained = (failed.system_message or {}).get("userFacingText", "")
+    assert "replica fails-0" in explained and "exited with code 1" in explained, explained
+    assert "BackoffLimitExceeded" in explained, explained
     rest = _rest(system, "GET", f"/v1/experiments/{xid}/workUnits/{wids['fails']}")
     rest_status = rest["currentWorkUnitExecution"]["status"]
     assert rest_status["state"] == "FAILED"
