@@ -200,6 +200,7 @@ class Archiver:
         self._queue: list[tuple[float, int, Instance]] = []  # (due monotonic, seq, instance)
         self._seq = itertools.count()
         self._known: dict[tuple[str, str, int], str] = {}  # key -> "queued" | "ARCHIVED" | "LOST"
+        self._by_execution: dict[tuple[int, int, int], set[str]] = {}  # -> pod uids (to forget them)
         self._tails: dict[tuple[str, str], tuple[int, list[str], int | None, str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,8 +223,18 @@ class Archiver:
             if state in (PodLogArchive.Status.ARCHIVED, LOST) or (state == "queued" and not retry):
                 return
             self._known[inst.key] = "queued"
+            self._by_execution.setdefault((inst.xid, inst.wid, inst.eid), set()).add(inst.pod_uid)
             heapq.heappush(self._queue, (time.monotonic() + delay, next(self._seq), inst))
             self._wake.notify()
+
+    def forget(self, xid: int, wid: int, eid: int) -> None:
+        """Drop what is remembered of an execution's pods (its JobSet is gone); the rows stay."""
+        with self._lock:
+            uids = self._by_execution.pop((xid, wid, eid), set())
+            for key in [k for k, state in self._known.items() if k[0] in uids and state != "queued"]:
+                del self._known[key]
+            for key in [k for k in self._tails if k[0] in uids]:
+                del self._tails[key]
 
     def settled(self, pod_uids: Iterable[str]) -> bool:
         """Every instance asked for of these pods is archived (or lost): nothing is queued."""

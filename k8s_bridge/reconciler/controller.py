@@ -182,6 +182,8 @@ class Reconciler:
                     self._finalize_tailed.discard(str(md.get("uid")))
                     if ek is not None:
                         self._metadata_written.pop(ek, None)
+                        if self.archiver is not None:
+                            self.archiver.forget(ek.xid, ek.wid, ek.eid)
                         self._contexts.pop((ek.xid, ek.wid, ek.eid), None)
                 return
             self._mark(key)

@@ -273,3 +273,64 @@ def test_an_archive_store_failing_for_a_while_never_blocks_a_state_write(
                what="the failure message gains its last lines")
     eventually(lambda: cluster.jobset(other) is None, timeout=60, what="the stopped JobSet let go")
 
+
+
+def test_the_archive_keeps_the_last_bytes_and_the_console_link(cluster: Cluster, logs_reconciler,
+                                                               settings: Any) -> None:
+    settings.XMC_LOGS_CONSOLE_URL_TEMPLATE = "https://logs.example/q?ns={namespace}&pod={pod}&c={container}&x={xid}-{wid}-{eid}"
+    logs_reconciler(max_bytes=300)
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=0s;log=every:100ms:line {n} of a chatty job;run=3s;exit=0")
+    eventually(lambda: state_of(wu) == S.COMPLETED, timeout=60, what="COMPLETED")
+    live = get(url(wu))
+    pod = live["X-XMC-Log-Pod"]
+    assert live["X-XMC-Logs-Console-URL"] == (
+        f"https://logs.example/q?ns=default&pod={pod}&c=main&x={wu.experiment_id}-{wu.wid}-{wu.current_eid}")
+    full = body(live).splitlines()
+    row = eventually(lambda: PodLogArchive.objects.filter(xid=wu.experiment_id, wid=wu.wid,
+                                                          status=PodLogArchive.Status.ARCHIVED).first(),
+                     timeout=30, what="archived")
+    assert row.truncated and row.bytes <= 300
+    cluster.delete_jobset(wu)
+    eventually(lambda: cluster.jobset(wu) is None, timeout=60, what="the JobSet gone")
+    eventually(lambda: get(url(wu))["X-XMC-Log-Source"] == "archive", timeout=60, what="served from the archive")
+    archived = get(url(wu))
+    assert archived["X-XMC-Log-Truncated"] == "true" and archived["X-XMC-Logs-Console-URL"].startswith("https://logs.")
+    kept = body(archived).splitlines()
+    assert 0 < len(kept) < len(full) and kept == full[-len(kept):]  # the last whole lines
+    assert kept[-1] == "[sim] main: exiting with code 0"
+
+
+def test_which_container_instances_can_be_archived() -> None:
+    def pod(**cs: Any) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "uid": "u1", "namespace": "ns",
+                             "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "w", "jobset.sigs.k8s.io/job-index": "2"}},
+                "spec": {"containers": [{"name": "main"}]},
+                "status": {"containerStatuses": [{"name": "main", **cs}]}}
+
+    done = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    keys = lambda p, **kw: [(i.attempt, i.previous, i.finished, i.exit_code) for i in  # noqa: E731
+                            logarchive.instances(1, 2, 3, p, **kw)]
+    assert keys(pod(restartCount=0, state=done)) == [(0, False, True, 1)]
+    assert keys(pod(restartCount=0, state={"running": {}})) == []
+    assert keys(pod(restartCount=0, state={"running": {}}), snapshot=True) == [(0, False, False, None)]
+    # Crash-looping: the last instance is still restartCount; once the next runs, restartCount - 1 (previous).
+    assert keys(pod(restartCount=2, state={"waiting": {"reason": "CrashLoopBackOff"}}, lastState=done)) == [(2, False, True, 1)]
+    assert keys(pod(restartCount=3, state={"running": {}}, lastState=done)) == [(2, True, True, 1)]
+    assert keys(pod(restartCount=3, state={"running": {}}, lastState=done), snapshot=True) == [
+        (2, True, True, 1), (3, False, False, None)]
+    [inst] = logarchive.instances(1, 2, 3, pod(restartCount=0, state=done))
+    assert inst.replica == "w-2" and inst.key == ("u1", "main", 0)
+
+
+def test_only_the_last_whole_lines_within_the_limit_are_kept() -> None:
+    from k8s_bridge.logs.pods import RawLine
+
+    lines = [RawLine(f"2026-01-01T00:00:{i:02d}Z", f"line {i}") for i in range(50)]
+    data, cut, tail = logarchive.last_bytes(iter(lines), 100)
+    kept = data.decode().splitlines()
+    assert cut and len(data) <= 100 and kept[-1] == "2026-01-01T00:00:49Z line 49"
+    assert all(k.split(" ", 1)[1] == f"line {i}" for k, i in zip(kept, range(50 - len(kept), 50)))
+    assert tail == [f"line {i}" for i in range(30, 50)]
+    whole, cut, _ = logarchive.last_bytes(iter(lines[:2]), 1000)
+    assert not cut and whole.decode().count("\n") == 2
