@@ -40,6 +40,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection
 from django.utils import timezone
+from prometheus_client import Counter
 
 from k8s_bridge import client
 from k8s_bridge.logs import pods as podlogs
@@ -53,6 +54,9 @@ TAIL_BYTES = 4096
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 LOST = PodLogArchive.Status.LOST
+#: served with the reconciler's metrics (``manage.py reconcile --metrics-port``)
+RESULTS = Counter("xmc_log_archive_total", "Container log archive attempts by result (archived, failed, lost, known)",
+                  ["result"])
 
 
 @dataclass(frozen=True)
@@ -233,8 +237,8 @@ class Archiver:
             uids = self._by_execution.pop((xid, wid, eid), set())
             for key in [k for k, state in self._known.items() if k[0] in uids and state != "queued"]:
                 del self._known[key]
-            for key in [k for k in self._tails if k[0] in uids]:
-                del self._tails[key]
+            for tail_key in [k for k in self._tails if k[0] in uids]:
+                del self._tails[tail_key]
 
     def settled(self, pod_uids: Iterable[str]) -> bool:
         """Every instance asked for of these pods is archived (or lost): nothing is queued."""
@@ -308,6 +312,7 @@ class Archiver:
             return
         row = self._row(inst)
         if row.status in (PodLogArchive.Status.ARCHIVED, LOST):
+            RESULTS.labels("known").inc()
             self._settle(inst, row)
             return
         ref = podlogs.PodRef(namespace=inst.namespace, name=inst.pod_name, uid=inst.pod_uid, replica=inst.replica,
@@ -323,6 +328,7 @@ class Archiver:
                     status=LOST, last_error=f"{exc.status}: {(exc.body or exc.reason or '')[:500]}",
                     attempts=row.attempts + 1)
                 row.refresh_from_db()
+                RESULTS.labels("lost").inc()
                 log.warning("logs.archive_lost", extra={"pod": inst.pod_name, "container": inst.container,
                                                         "attempt": inst.attempt, "status": exc.status})
                 self._settle(inst, row)
@@ -338,6 +344,7 @@ class Archiver:
             self._retry(inst, row, repr(exc))
             return
         self.writes += 1
+        RESULTS.labels("archived").inc()
         now = timezone.now()
         PodLogArchive.objects.filter(pk=row.pk).update(
             status=PodLogArchive.Status.ARCHIVED, url=url, bytes=len(data), truncated=cut, tail="\n".join(tail),
@@ -380,6 +387,7 @@ class Archiver:
                 attempts=attempts, last_error=error[:2000], next_try_at=timezone.now() + timedelta(seconds=delay))
         if count:
             self.failures += 1
+            RESULTS.labels("failed").inc()
             log.warning("logs.archive_failed", extra={"pod": inst.pod_name, "container": inst.container,
                                                       "attempt": inst.attempt, "tries": attempts, "error": error[:300],
                                                       "retry_in_s": delay})

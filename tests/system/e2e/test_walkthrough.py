@@ -148,7 +148,7 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     assert failure["status"] == "True" and failure["message"], failure
     explained = (failed.system_message or {}).get("userFacingText", "")
     assert "replica fails-0" in explained and "exited with code 1" in explained, explained
-    assert "BackoffLimitExceeded" in explained, explained
+    assert "BackoffLimitExceeded" in explained and "after 2 failed pod(s)" in explained, explained
     rest = _rest(system, "GET", f"/v1/experiments/{xid}/workUnits/{wids['fails']}")
     rest_status = rest["currentWorkUnitExecution"]["status"]
     assert rest_status["state"] == "FAILED"
