@@ -150,6 +150,8 @@ XMC_LOG_ARCHIVE_MAX_BYTES = env.int("XMC_LOG_ARCHIVE_MAX_BYTES", default=10 * 10
 XMC_LOG_ARCHIVE_FINALIZER_WAIT_S = env.float("XMC_LOG_ARCHIVE_FINALIZER_WAIT_S", default=30.0)
 # "Open in your cluster's log explorer": a URL with {namespace}, {pod}, {container}, {xid}, {wid}, {eid}.
 XMC_LOGS_CONSOLE_URL_TEMPLATE = env.str("XMC_LOGS_CONSOLE_URL_TEMPLATE", default="")
+# Followed logs (?follow=true) one web process keeps open at once; each holds a request thread.
+XMC_LOGS_MAX_FOLLOWS = env.int("XMC_LOGS_MAX_FOLLOWS", default=2)
 # Name of this cluster in execution metadata (management/executing cluster); "" leaves it out.
 XMC_K8S_CLUSTER_NAME = env.str("XMC_K8S_CLUSTER_NAME", default="")
 

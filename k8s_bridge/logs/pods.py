@@ -34,6 +34,8 @@ POD_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 #: read timeout of one non-follow log read (seconds)
 READ_TIMEOUT_S = 30.0
+#: a followed log with no new line for this long ends (the reader reconnects with sinceTime)
+FOLLOW_IDLE_S = 300.0
 
 
 def jobset_name(xid: int, wid: int) -> str:
@@ -200,7 +202,7 @@ def read_lines(ref: PodRef, container: str, *, previous: bool = False, follow: b
     if limit_bytes is not None:
         kwargs["limit_bytes"] = limit_bytes
     if timeout_s is not None:
-        kwargs["_request_timeout"] = timeout_s if not follow else (10.0, None)
+        kwargs["_request_timeout"] = timeout_s if not follow else (10.0, FOLLOW_IDLE_S)
     response = client.core().read_namespaced_pod_log(ref.name, ref.namespace, **kwargs)
     return _lines(response)
 

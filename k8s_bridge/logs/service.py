@@ -15,6 +15,9 @@ then ``tail_lines`` (the last N of what remains).
 from __future__ import annotations
 
 import heapq
+import itertools
+import logging
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +29,8 @@ from k8s_bridge.logs import archive
 from k8s_bridge.logs import pods as podlogs
 from k8s_bridge.models import PodLogArchive
 from core.errors import FailedPrecondition, InvalidArgument, NotFound, ServiceError
+
+log = logging.getLogger(__name__)
 
 ALL_REPLICAS = "all"
 #: lines one request may return from the archive or a non-follow read (a page asks for less)
@@ -100,19 +105,13 @@ def _filter(lines: Iterator[podlogs.RawLine], since: datetime | None) -> Iterato
         yield line
 
 
-def _tail(lines: Iterator[podlogs.RawLine], tail: int | None) -> list[podlogs.RawLine]:
+def _tail(lines: Iterator[podlogs.RawLine], tail: int | None) -> Iterator[podlogs.RawLine]:
+    """The last ``tail`` lines (held in memory), or every line as it comes (at most `MAX_LINES`)."""
     if tail is None:
-        out = []
-        for n, line in enumerate(lines):
-            if n >= MAX_LINES:
-                break
-            out.append(line)
-        return out
+        return itertools.islice(lines, MAX_LINES)
     if tail == 0:
-        return []
-    from collections import deque
-
-    return list(deque(lines, maxlen=min(tail, MAX_LINES)))
+        return iter(())
+    return iter(deque(lines, maxlen=min(tail, MAX_LINES)))
 
 
 def _archived_rows(xid: int, wid: int, eid: int) -> list[PodLogArchive]:
@@ -189,10 +188,15 @@ def _live(xid: int, wid: int, eid: int, pod: podlogs.PodRef, query: LogQuery,
     filtered = _filter(raw, query.since)
 
     def lines() -> Iterator[LogLine]:
-        source: Iterator[podlogs.RawLine] = filtered if query.follow else iter(_tail(filtered, query.tail_lines))
+        source: Iterator[podlogs.RawLine] = filtered if query.follow else _tail(filtered, query.tail_lines)
         try:
             for line in source:
                 yield LogLine(pod.replica, pod.name, container, _ts(line.timestamp), line.text, "cluster")
+        except (OSError, client.ApiException) as exc:
+            # The API server closed the stream mid-way (pod deleted, restart): what was sent stands.
+            log.info("logs.stream_ended", extra={"pod": pod.name, "container": container, "error": repr(exc)[:200]})
+        except Exception as exc:  # noqa: BLE001 - urllib3's ProtocolError and friends: same
+            log.info("logs.stream_ended", extra={"pod": pod.name, "container": container, "error": repr(exc)[:200]})
         finally:
             close = getattr(raw, "close", None)
             if close is not None:
@@ -230,7 +234,7 @@ def _archived(xid: int, wid: int, eid: int, namespace: str, replica: str, query:
         lines_all = archive.read_archived(row)
     except Exception as exc:  # noqa: BLE001 - the store is down: say so, never 500
         raise Unavailable(f"the log archive did not answer: {exc!r}") from None
-    chosen = _tail(_filter(iter(lines_all), query.since), query.tail_lines)
+    chosen = list(_tail(_filter(iter(lines_all), query.since), query.tail_lines))
     url = console_url(row.namespace, row.pod_name, container, xid, wid, eid)
     return LogStream(
         "archive", [], replica, row.pod_name, container, containers,

@@ -733,6 +733,12 @@ class Reconciler:
         self.process_dirty()
         if self.archiver is not None:
             self.archiver.drain()
+            # Finalizers that waited for those archives are due again shortly.
+            with self._lock:
+                waiting = bool(self._retry_at)
+            if waiting:
+                time.sleep(0.3)
+                self.process_dirty()
         # Writes what is pending (retrying a failed flush until the drain timeout), then
         # closes the batcher's writer threads and their database connections.
         self.batcher.stop(drain=True)

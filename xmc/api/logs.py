@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -63,7 +64,7 @@ from workunits.models import WorkUnitExecution
 from xmc.api.rest import rest_exception_handler
 from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle, IdentityUser
 from xmc.auth.identity import Identity
-from core.errors import InvalidArgument, NotFound
+from core.errors import InvalidArgument, NotFound, ResourceExhausted
 
 PARAMETERS = ("replica", "container", "follow", "tailLines", "sinceTime", "previous", "timestamps", "format")
 FORMATS = {"text": "text/plain; charset=utf-8", "ndjson": "application/x-ndjson"}
@@ -156,6 +157,16 @@ def parse_query(params: Mapping[str, list[str]]) -> tuple[LogQuery, str, bool]:
 
 def render(lines: Iterator[LogLine], fmt: str, timestamps: bool, *, prefix_replica: bool,
            deadline: float | None = None) -> Iterator[bytes]:
+    try:
+        yield from _render(lines, fmt, timestamps, prefix_replica=prefix_replica, deadline=deadline)
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()  # the cluster stream goes with the response (client gone, deadline)
+
+
+def _render(lines: Iterator[LogLine], fmt: str, timestamps: bool, *, prefix_replica: bool,
+            deadline: float | None) -> Iterator[bytes]:
     for line in lines:
         if fmt == "ndjson":
             yield json.dumps({"replica": line.replica, "pod": line.pod, "container": line.container,
@@ -192,6 +203,44 @@ def headers(stream: LogStream) -> dict[str, str]:
     return {k: v for k, v in out.items() if v != ""}
 
 
+_FOLLOW_LOCK = threading.Lock()
+_FOLLOW_SLOTS: list[threading.BoundedSemaphore] = []
+
+
+def _follows() -> threading.BoundedSemaphore:
+    """Per process: at most ``XMC_LOGS_MAX_FOLLOWS`` followed logs open at once."""
+    with _FOLLOW_LOCK:
+        if not _FOLLOW_SLOTS:
+            _FOLLOW_SLOTS.append(threading.BoundedSemaphore(max(1, int(settings.XMC_LOGS_MAX_FOLLOWS))))
+        return _FOLLOW_SLOTS[0]
+
+
+class _Releasing:
+    """``chunks``, giving the follow slot back once: at the end, or when Django closes the
+    response (the client went away), even if it was never iterated."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._released = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._chunks
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
+        finally:
+            _follows().release()
+
+
 class ExecutionLogsView(APIView):
     authentication_classes = (BearerAuthentication,)
     permission_classes = (IsAuthenticated,)
@@ -215,10 +264,25 @@ class ExecutionLogsView(APIView):
         metadata = readable_execution(user.identity, x, w, e)
         query, fmt, timestamps = parse_query(dict(request.query_params.lists()))
         namespace = str(metadata.get("namespace") or settings.XMC_K8S_NAMESPACE)
-        stream = service.open_logs(x, w, e, namespace, query)
+        held = False
+        if query.follow:
+            # A followed log holds one of the process's few request threads while it is open.
+            if not _follows().acquire(blocking=False):
+                raise ResourceExhausted(
+                    f"this server already follows {settings.XMC_LOGS_MAX_FOLLOWS} logs; retry shortly, or poll "
+                    "without follow using sinceTime", field="follow")
+            held = True
+        try:
+            stream = service.open_logs(x, w, e, namespace, query)
+        except BaseException:
+            if held:
+                _follows().release()
+            raise
         deadline = time.monotonic() + FOLLOW_MAX_S if query.follow else None
         body = render(stream.lines, fmt, timestamps, prefix_replica=stream.replica == service.ALL_REPLICAS,
                       deadline=deadline)
+        if held:
+            body = _Releasing(body)  # type: ignore[assignment]
         response = StreamingHttpResponse(body, content_type=FORMATS[fmt])
         for key, value in headers(stream).items():
             response[key] = value
@@ -273,7 +337,7 @@ def openapi_paths() -> dict[str, Any]:
                     "headers": {h: {"schema": {"type": "string"}} for h in header_names},
                     "content": {"text/plain": {"schema": {"type": "string"}},
                                 "application/x-ndjson": {"schema": line_schema}}},
-            "400": error, "401": error, "404": error, "429": error, "503": error,
+            "400": error, "401": error, "404": error, "429": error, "503": error,  # 429: too many follows
         },
     }}}
 

@@ -334,3 +334,22 @@ def test_only_the_last_whole_lines_within_the_limit_are_kept() -> None:
     assert tail == [f"line {i}" for i in range(30, 50)]
     whole, cut, _ = logarchive.last_bytes(iter(lines[:2]), 1000)
     assert not cut and whole.decode().count("\n") == 2
+
+
+def test_a_web_process_follows_a_bounded_number_of_logs(cluster: Cluster, logs_reconciler, settings: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from xmc.api import logs as logs_view
+
+    settings.XMC_LOGS_MAX_FOLLOWS = 1
+    monkeypatch.setattr(logs_view, "_FOLLOW_SLOTS", [])
+    logs_reconciler()
+    wu = running(cluster, "pull=0s;log=every:1s:step {n};run=forever")
+    first = get(url(wu, query="follow=true"))
+    assert first.status_code == 200 and first.streaming
+    second = get(url(wu, query="follow=true"))
+    assert second.status_code == 429 and second.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert get(url(wu, query="tailLines=1")).status_code == 200  # reading without follow is not limited
+    first.close()  # the client went away: its slot is free again
+    third = get(url(wu, query="follow=true"))
+    assert third.status_code == 200
+    third.close()
