@@ -93,8 +93,13 @@ def test_it_mounts_no_kubernetes_token_where_no_api_is_called(objects: list[dict
     accounts = _of_kind(objects, "ServiceAccount")
     assert accounts["xmc-api"]["automountServiceAccountToken"] is False
     deployments = _of_kind(objects, "Deployment")
-    for name in ("xmc-web", "xmc-grpc", "xmc-beat"):
+    for name in ("xmc-grpc", "xmc-beat"):
         assert deployments[name]["spec"]["template"]["spec"]["serviceAccountName"] == "xmc-api"
+    # The web reads pod logs only (the logs endpoint): its own account, bound to xmc-logs-reader.
+    assert deployments["xmc-web"]["spec"]["template"]["spec"]["serviceAccountName"] == "xmc-web"
+    assert accounts["xmc-web"].get("automountServiceAccountToken") is not False
+    [binding] = [b for b in _of_kind(objects, "RoleBinding").values() if b["roleRef"]["name"] == "xmc-logs-reader"]
+    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("ServiceAccount", "xmc-web")]
     for name in ("xmc-reconciler", f"xmc-worker-{Queue.ACTUATOR.value}"):
         assert deployments[name]["spec"]["template"]["spec"]["serviceAccountName"] == "xmc-controller"
 
@@ -120,8 +125,10 @@ CALLS = {
     ("kueue.x-k8s.io", "workloads", "list"),
     ("kueue.x-k8s.io", "workloads", "watch"),
     ("kueue.x-k8s.io", "localqueues", "get"),   # reconciler: a LocalQueue's ClusterQueue
-    ("", "pods", "list"),
+    ("", "pods", "list"),                       # reconciler watchers; logs: an execution's pods
     ("", "pods", "watch"),
+    ("", "pods/log", "get"),                    # logs endpoint and the log archiver
+    ("batch", "jobs", "list"),                  # reconciler: the Jobs' failure reasons
     ("coordination.k8s.io", "leases", "get"),   # leader election
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),
@@ -133,6 +140,7 @@ SDK_METHODS = {
     "get_namespaced_custom_object", "create_namespaced_custom_object", "delete_namespaced_custom_object",
     "patch_namespaced_custom_object", "list_namespaced_custom_object", "list_namespaced_pod",
     "read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease",
+    "read_namespaced_pod_log", "list_namespaced_job",
 }
 
 
@@ -153,5 +161,5 @@ def test_it_knows_every_kubernetes_call_of_the_production_code() -> None:
         if "sim" in path.relative_to(ROOT / "k8s_bridge").parts[:1]:
             continue  # the simulator is not production code
         used |= set(re.findall(r"\b((?:get|create|delete|patch|list|read|replace|watch)_[a-z_]+)\(", path.read_text()))
-    sdk_calls = {m for m in used if m.endswith(("_custom_object", "_pod", "_lease"))}
+    sdk_calls = {m for m in used if m.endswith(("_custom_object", "_pod", "_lease", "_pod_log", "_job"))}
     assert sdk_calls <= SDK_METHODS, sorted(sdk_calls - SDK_METHODS)
