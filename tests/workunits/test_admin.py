@@ -28,7 +28,7 @@ def test_it_lists_and_shows_every_model(operator: Client) -> None:
                 "/admin/workunits/statushistory/", "/admin/workunits/statusmessage/",
                 "/admin/workunits/pausedtask/", "/admin/workunits/deadletter/",
                 "/admin/workunits/schedulingswitch/", "/admin/artifacts/artifact/",
-                "/admin/xmc/cliauthorizationcode/"]:
+                "/admin/xmc/cliauthorizationcode/", "/admin/k8s_bridge/podlogarchive/"]:
         assert operator.get(url).status_code == 200, url
     page = operator.get(f"/admin/workunits/workunit/{wu.id}/change/").content.decode()
     assert "Initializing" in page  # the execution inline
