@@ -126,8 +126,9 @@ def open_logs(xid: int, wid: int, eid: int, namespace: str, query: LogQuery) -> 
         live = podlogs.jobset_pods(jobset) if jobset is not None else []
     except client.ApiException as exc:
         raise Unavailable(f"the cluster did not answer: {exc.status} {exc.reason}") from None
-    except OSError as exc:
-        raise Unavailable(f"the cluster is unreachable: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - unreachable, no credentials, ...: 503, never 500
+        log.warning("logs.cluster_unreachable", extra={"error": repr(exc)[:300]})
+        raise Unavailable(f"the cluster is unreachable from this server: {type(exc).__name__}") from None
     rows = _archived_rows(xid, wid, eid)
     replicas = sorted({p.replica for p in live} | {r.replica for r in rows}, key=podlogs._replica_sort_key)
     if query.replica == ALL_REPLICAS:
@@ -183,8 +184,9 @@ def _live(xid: int, wid: int, eid: int, pod: podlogs.PodRef, query: LogQuery,
                              pod.namespace, note=message,
                              console_url=console_url(pod.namespace, pod.name, container, xid, wid, eid))
         raise Unavailable(f"the cluster did not answer: {exc.status} {exc.reason}") from None
-    except OSError as exc:
-        raise Unavailable(f"the cluster is unreachable: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - unreachable: 503, never 500
+        log.warning("logs.cluster_unreachable", extra={"error": repr(exc)[:300]})
+        raise Unavailable(f"the cluster is unreachable from this server: {type(exc).__name__}") from None
     filtered = _filter(raw, query.since)
 
     def lines() -> Iterator[LogLine]:
@@ -218,6 +220,10 @@ def _status_message(exc: client.ApiException) -> str:
 def _archived(xid: int, wid: int, eid: int, namespace: str, replica: str, query: LogQuery,
               rows: Sequence[PodLogArchive]) -> LogStream:
     mine = [r for r in rows if r.replica == replica]
+    if not mine:
+        # The pod went between the listing and the read, and nothing of it is archived (yet).
+        return LogStream("none", [], replica, "", query.container or "", [], iter(()), namespace,
+                         note="the pod is gone and its log is not archived (yet)")
     newest_pod = max(mine, key=lambda r: r.id).pod_uid
     of_pod = [r for r in mine if r.pod_uid == newest_pod]
     containers = list(dict.fromkeys(r.container for r in sorted(of_pod, key=lambda r: r.id)))

@@ -353,3 +353,25 @@ def test_a_web_process_follows_a_bounded_number_of_logs(cluster: Cluster, logs_r
     third = get(url(wu, query="follow=true"))
     assert third.status_code == 200
     third.close()
+
+
+def test_a_cluster_out_of_reach_is_503_and_a_pod_not_started_says_why(cluster: Cluster, logs_reconciler,
+                                                                      settings: Any, tmp_path: Path) -> None:
+    logs_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=fail:ImagePullBackOff")
+
+    def waiting() -> Any:
+        response = get(url(wu))
+        return response if response.status_code == 200 and response.get("X-XMC-Log-Note") else None
+
+    pulling = eventually(waiting, timeout=60, what="a pod waiting on its image")
+    assert body(pulling) == "" and "waiting to start" in pulling["X-XMC-Log-Note"], pulling.get("X-XMC-Log-Note")
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: d\nclusters: [{name: d, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: d, context: {cluster: d, user: d}}]\nusers: [{name: d, user: {}}]\n")
+    settings.KUBECONFIG = str(dead)
+    client.reset()
+    unreachable = get(url(wu))
+    assert unreachable.status_code == 503 and unreachable.json()["error"]["status"] == "UNAVAILABLE"
