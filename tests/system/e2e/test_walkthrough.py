@@ -149,6 +149,13 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     explained = (failed.system_message or {}).get("userFacingText", "")
     assert "replica fails-0" in explained and "exited with code 1" in explained, explained
     assert "BackoffLimitExceeded" in explained and "after 2 failed pod(s)" in explained, explained
+    # ... and its output can be read over REST by its owner, no cluster credentials needed.
+    logs = urllib.request.Request(
+        f"{system.api}/v1/experiments/{xid}/workUnits/{wids['fails']}/executions/1/logs?tailLines=1",
+        headers={"Authorization": f"Bearer {system.exports['XMC_AUTH_TOKEN']}"})
+    with urllib.request.urlopen(logs, timeout=30) as response:
+        assert response.read().decode() == "[sim] fails: exiting with code 1\n"
+        assert response.headers["X-XMC-Log-Replica"] == "fails-0"
     rest = _rest(system, "GET", f"/v1/experiments/{xid}/workUnits/{wids['fails']}")
     rest_status = rest["currentWorkUnitExecution"]["status"]
     assert rest_status["state"] == "FAILED"
