@@ -6,3 +6,11 @@ from django.apps import AppConfig
 class K8sBridgeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "k8s_bridge"
+
+    def ready(self) -> None:
+        # The execution-logs endpoint reads the cluster, so it lives here and is
+        # mounted beside the API's bindings through the API's extension point.
+        from k8s_bridge.logs import views
+        from xmc.api import extensions
+
+        extensions.register(views.urlpatterns, views.openapi_paths)

@@ -2,5 +2,5 @@
 
 `k8s_bridge.logs.pods` (the cluster side), `k8s_bridge.logs.archive` (the
 archive and its thread), `k8s_bridge.logs.service` (what the REST endpoint
-`xmc.api.logs` serves). See docs/architecture/logs.md.
+`k8s_bridge.logs.views` serves). See docs/architecture/logs.md.
 """

@@ -1,6 +1,6 @@
 """An execution's container logs: live from the cluster while its pods exist, else from the archive.
 
-Who calls it: the REST view `xmc.api.logs` (after its permission check).
+Who calls it: the REST view `k8s_bridge.logs.views` (after its permission check).
 `open_logs` decides, before the first byte, where the lines come from and
 returns a `LogStream`: what was chosen (replica, pod, container, source) and
 an iterator of `LogLine` (with ``follow`` it yields lines as the container

@@ -24,6 +24,7 @@ from google.api import field_behavior_pb2
 from google.protobuf import descriptor
 from google.protobuf.descriptor import FieldDescriptor
 
+from xmc.api import extensions
 from xmc.api.rest import BINDINGS, HTTP_STATUS, Binding
 
 OPENAPI_VERSION = "3.0.3"
@@ -257,9 +258,8 @@ def build_document() -> dict[str, Any]:
         operation_id = binding.rpc if count == 1 else f"{binding.rpc}{count}"
         item = paths.setdefault(binding.path.openapi_path, {})
         item[binding.http_method.lower()] = _operation(binding, operation_id, schemas)
-    from xmc.api import logs  # the one non-RPC endpoint documented here (streamed text / NDJSON)
-
-    paths.update(logs.openapi_paths())
+    for extra in extensions.openapi_paths:  # endpoints that are not RPCs (e.g. streamed logs)
+        paths.update(extra())
     components_schemas = {"Error": ERROR_SCHEMA, **dict(sorted(schemas.schemas.items()))}
     tags = sorted({op["tags"][0] for item in paths.values() for op in item.values()})
     return {

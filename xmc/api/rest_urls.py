@@ -2,20 +2,21 @@
 
 Included at the site root by ``xmc.urls`` (``path("", include("xmc.api.rest_urls"))``),
 so the paths are exactly the protos' (``/v1/experiments/1/workUnits/2:stop``).
-The staff-only scheduling switch (`xmc.api.scheduling`) and the execution logs
-(`xmc.api.logs`) sit next to them.
+The staff-only scheduling switch (`xmc.api.scheduling`) and the endpoints
+upper apps register in `xmc.api.extensions` (the execution logs,
+`k8s_bridge.logs.views`) sit next to them.
 Anything else under ``/v1/`` answers 404 in the API's error shape.
 """
 from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from xmc.api import logs, openapi, rest, scheduling
+from xmc.api import extensions, openapi, rest, scheduling
 
 urlpatterns: list[URLPattern] = [
     path("v1/openapi.json", openapi.openapi_json, name="rest-openapi"),
     path("v1/docs", openapi.docs_page, name="rest-docs"),
-    *logs.urlpatterns,  # container logs (not an RPC: plain text or NDJSON, streamed)
+    *extensions.urlpatterns,  # e.g. container logs (not an RPC: plain text or NDJSON, streamed)
     *rest.urlpatterns(),
     *scheduling.urlpatterns,  # staff-only: the scheduling switch
     re_path(r"^v1(?:/.*)?$", rest.not_found, name="rest-not-found"),

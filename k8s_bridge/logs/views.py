@@ -1,9 +1,9 @@
 """``GET /v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs``: an execution's container logs.
 
-Mounted by ``xmc.api.rest_urls`` before the API's catch-all 404; documented in
-the OpenAPI document (`xmc.api.logs.openapi_paths`) and in
+Mounted by ``xmc.api.rest_urls`` (registered into `xmc.api.extensions` by ``K8sBridgeConfig.ready``) before the API's catch-all 404; documented in
+the OpenAPI document (`k8s_bridge.logs.views.openapi_paths`) and in
 docs/architecture/logs.md. Thin: authenticate (bearer, per-identity rate
-limit), check who may read (`xmc.api.logs.readable_execution`), validate the
+limit), check who may read (`k8s_bridge.logs.views.readable_execution`), validate the
 query, then `k8s_bridge.logs.service.open_logs` chooses live pod or archive
 and this view streams the lines.
 
