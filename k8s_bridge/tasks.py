@@ -57,9 +57,9 @@ def update(self: Any, payload: str) -> None:
 
 @_task(name="xmc.actuator.sweep_outbox", queue=Queue.ACTUATOR.value, ignore_result=True)
 def sweep_outbox() -> int:
-    """Re-send operations that are not done and never reached the broker."""
-    cutoff = timezone.now() - timedelta(seconds=settings.XMC_OUTBOX_SWEEP_MIN_AGE_S)
-    ids = list(outbox.undispatched_operations(cutoff).values_list("id", flat=True)[:1000])
+    """Re-send operations that are not done and never reached the broker, or whose lease ran out
+    (``workunits.outbox.due_operations``): at most 1,000 a tick, oldest first."""
+    ids = list(outbox.due_operations(timezone.now()).values_list("id", flat=True)[:1000])
     if ids:
         outbox.deliver(ids)
     return len(ids)

@@ -13,9 +13,11 @@ What each JobSet's annotation was when last seen is tracked per
 ``(JobSet UID, eid)``: a JobSet re-created for the next execution, or a new
 object with the same name, starts afresh. The first sight of an annotated
 JobSet counts as newly added (after a reconciler restart the consumer may
-see one event twice; it is idempotent). Publishing is ``send_task`` of
-``xmc.lifecycle.handle_event`` with the base64 of the serialized event;
-a failure to publish is logged and never fails the reconciler.
+see one event twice; it is idempotent). Publishing writes an outbox row
+(``workunits.delivery.enqueue``: these hooks run after the reconciler's
+commit) and sends ``xmc.lifecycle.handle_event`` with the base64 of the
+serialized event and the row's id; a send the broker refused, or a message
+Redis lost, is sent again by the sweep. Nothing here fails the reconciler.
 """
 from __future__ import annotations
 
@@ -28,13 +30,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from celery import current_app
 from django.conf import settings
 
 from core import pb
 from core.protos import artifact_lifecycle_event_pb2 as event_pb2
 from core.queues import Queue
 from lifecycle import notify_when
+from workunits import delivery
 from workunits.choices import WorkUnitState
 from workunits.hooks import Transition
 from workunits.models import WorkUnitExecution
@@ -136,9 +138,13 @@ def _runtime(context: JobSetContext) -> Runtime:
 
 
 def publish(event: LifecycleEvent) -> bool:
-    """Send ``event`` to the lifecycle queue; False (logged) when the broker refused it."""
+    """Record ``event`` in the outbox and send it to the lifecycle queue.
+
+    True once the row is written (the sweep re-sends it if the broker did not
+    take it now); False (logged) only when even the row could not be written.
+    """
     try:
-        current_app.send_task(TASK_NAME, args=[encode(event)], queue=Queue.LIFECYCLE.value)
+        delivery.enqueue(Queue.LIFECYCLE.value, TASK_NAME, [encode(event)], committed=True)
     except Exception:
         log.exception("lifecycle.event.publish_failed", extra={"xid": event.xid, "wid": event.wid, "eid": event.eid})
         return False

@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 
 from artifacts import services as artifact_services
@@ -32,6 +31,7 @@ from experiments.models import Experiment
 from lifecycle import rules
 from lifecycle.events import JobSetContext, LifecycleEvent, Runtime
 from lifecycle.mlrun_client import MLRunClient
+from workunits import delivery
 from workunits import services as workunit_services
 from workunits import state as workunit_state
 from workunits.choices import Writer
@@ -124,8 +124,8 @@ def on_execution_superseded(xid: int, wid: int, eid: int) -> None:
     """Superseded hook (after the restart committed): enqueue the close; never fails the restart."""
     if not rules.registry():
         return
-    try:
-        current_app.send_task(CLOSE_SUPERSEDED_TASK, args=[xid, wid, eid], queue=Queue.LIFECYCLE.value)
+    try:  # an outbox row in the restart's transaction when there is one, sent after commit
+        delivery.enqueue(Queue.LIFECYCLE.value, CLOSE_SUPERSEDED_TASK, [xid, wid, eid])
     except Exception:
         log.exception("lifecycle.close_superseded.enqueue_failed", extra={"xid": xid, "wid": wid, "eid": eid})
 

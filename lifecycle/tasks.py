@@ -3,11 +3,15 @@
 * ``xmc.lifecycle.handle_event(payload)``: one base64 ``ArtifactLifecycleEvent``;
 * ``xmc.lifecycle.close_superseded(xid, wid, eid)``: after a restart.
 
-Both are idempotent (rules re-read the run and never move a phase
-backwards), acknowledged late, and retried with exponential backoff on
-errors of the external service or the database, so an event is redelivered
-until it succeeds. A malformed payload is logged and dropped (retrying
-cannot fix it). The worker checks the lifecycle configuration at start-up.
+Each message is an outbox row (``workunits.delivery``, keyword
+``delivery_id``): the worker claims it (a second copy is dropped), and the
+sweep re-sends it if it was lost or its worker died. Both are idempotent
+(rules re-read the run and never move a phase backwards), acknowledged
+late, and retried with exponential backoff on errors of the external
+service or the database; after the last try the row is dead-lettered
+(admin, beside the actuator's). A malformed payload is logged and dropped
+(retrying cannot fix it). The worker checks the lifecycle configuration at
+start-up.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from django.db import DatabaseError
 from core.queues import Queue
 from lifecycle import events, rules, services
 from lifecycle.mlrun_client import MLRunError
+from workunits import delivery
 
 log = logging.getLogger(__name__)
 
@@ -35,27 +40,29 @@ RETRY = {
     # call, 45 s per operation); a task cut short is retried, not lost.
     "soft_time_limit": 150,
     "time_limit": 180,
-    "autoretry_for": (MLRunError, DatabaseError, SoftTimeLimitExceeded),
-    "retry_backoff": True,
-    "retry_backoff_max": 300,
-    "retry_jitter": True,
-    "max_retries": 50,
 }
+#: What is retried (with exponential backoff and jitter, up to MAX_RETRIES), then dead-lettered.
+RETRY_FOR = (MLRunError, DatabaseError, SoftTimeLimitExceeded)
+MAX_RETRIES = 50
 
 
 @shared_task(name=events.TASK_NAME, **RETRY)
-def handle_event(self: Any, payload: str) -> None:
+def handle_event(self: Any, payload: str, delivery_id: int | None = None) -> None:
     try:
         event = events.decode(payload)
     except ValueError as exc:
         log.error("lifecycle.event.malformed", extra={"error": str(exc)})
+        if delivery_id is not None:
+            delivery.dead_letter(delivery_id, events.TASK_NAME, "INVALID_ARGUMENT", str(exc), 1)
         return
-    services.handle_event(event)
+    delivery.consume(self, delivery_id, lambda: services.handle_event(event), retry_for=RETRY_FOR,
+                     max_retries=MAX_RETRIES)
 
 
 @shared_task(name=services.CLOSE_SUPERSEDED_TASK, **RETRY)
-def close_superseded(self: Any, xid: int, wid: int, eid: int) -> None:
-    services.close_superseded(int(xid), int(wid), int(eid))
+def close_superseded(self: Any, xid: int, wid: int, eid: int, delivery_id: int | None = None) -> None:
+    delivery.consume(self, delivery_id, lambda: services.close_superseded(int(xid), int(wid), int(eid)),
+                     retry_for=RETRY_FOR, max_retries=MAX_RETRIES)
 
 
 @worker_init.connect

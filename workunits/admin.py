@@ -19,11 +19,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from google.protobuf import json_format
 
-from workunits import scheduling, services, timeline
+from workunits import delivery, scheduling, services, timeline
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import (
     DeadLetter,
     Operation,
+    OutboxMessage,
     PausedTask,
     SchedulingSwitch,
     SchedulingSwitchChange,
@@ -214,7 +215,11 @@ def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, que
     done, failed = 0, []
     for dead in queryset.order_by("id"):
         try:
-            services.requeue_dead_letter(dead.id)
+            if dead.message_id is not None:  # a lifecycle event or resumption run (workunits.delivery)
+                delivery.requeue_message(dead.message_id)
+                DeadLetter.objects.filter(id=dead.id).update(requeued_time=timezone.now())
+            else:
+                services.requeue_dead_letter(dead.id)
             done += 1
         except ServiceError as exc:
             failed.append(f"dead letter {dead.id}: {exc.message}")
@@ -235,16 +240,30 @@ def decoded_task(payload: bytes) -> str:
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("task_name", "task_type", "error_code", "operation", "attempts", "created_time", "requeued_time")
-    list_filter = ("task_type", "error_code")
-    readonly_fields = ("task_name", "task_type", "operation", "error_code", "error_message", "attempts",
+    list_display = ("task_name", "task_type", "error_code", "operation", "message", "attempts", "created_time",
+                    "requeued_time")
+    list_filter = ("task_name", "task_type", "error_code")
+    readonly_fields = ("task_name", "task_type", "operation", "message", "error_code", "error_message", "attempts",
                        "created_time", "requeued_time", "task")
     exclude = ("payload",)
     actions = [requeue_dead_letters]
 
     @admin.display(description="task (decoded)")
     def task(self, obj: DeadLetter) -> str:
+        if obj.message_id is not None:  # the message's JSON arguments
+            return format_html("<pre>{}</pre>", bytes(obj.payload).decode("utf-8", "replace"))
         return format_html("<pre>{}</pre>", decoded_task(obj.payload))
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The outbox of every queue but the actuator's (workunits.delivery): what is still to be done."""
+
+    list_display = ("id", "task_name", "queue", "done", "attempts", "dispatch_attempts", "create_time",
+                    "dispatched_time", "claimed_until", "end_time")
+    list_filter = ("done", "queue", "task_name")
+    readonly_fields = ("queue", "task_name", "args", "create_time", "dispatched_time", "dispatch_attempts",
+                       "claimed_until", "claimed_by", "done", "end_time", "attempts", "error")
 
 
 @admin.action(description="Pause scheduling (asks for a reason)")

@@ -143,14 +143,22 @@ class Operation(models.Model):
     task_type = models.CharField(max_length=16, choices=TaskType.choices, blank=True, default="")
     eid = models.BigIntegerField(null=True, blank=True, help_text="Execution the task is for.")
     target_eid = models.BigIntegerField(null=True, blank=True, help_text="Restart: the execution it supersedes.")
+    #: When the broker last took the task (the first send, or a re-send of the sweep).
     dispatched_time = models.DateTimeField(null=True, blank=True)
     dispatch_attempts = models.IntegerField(default=0)
+    # Lease (workunits.delivery): the worker running the task holds it until
+    # ``claimed_until`` and extends it while it works; ``claimed_by`` is its
+    # Celery task id (kept across the task's own retries).
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["create_time"], name="operation_undispatched_idx",
                          condition=models.Q(done=False, dispatched_time__isnull=True)),
+            models.Index(fields=["dispatched_time"], name="operation_leased_idx",
+                         condition=models.Q(done=False, dispatched_time__isnull=False)),
             models.Index(fields=["end_time"], name="operation_done_end_idx", condition=models.Q(done=True)),
         ]
 
@@ -293,6 +301,42 @@ class PausedTask(models.Model):
         return f"{self.task_type} experiments/{self.xid}/workUnits/{self.wid} eid={self.eid}"
 
 
+class OutboxMessage(models.Model):
+    """A message for a worker queue that is not an Operation (lifecycle events, resumption runs, ...).
+
+    The outbox row of ``workunits.delivery``: written in (or right after) the
+    transaction whose outcome it carries, sent to ``queue`` as Celery task
+    ``task_name`` with ``args`` and the keyword ``delivery_id`` (this row's
+    id), re-sent by the sweep while it is not done and its lease has run
+    out, claimed by the worker that runs it, and done exactly once.
+    """
+
+    queue = models.CharField(max_length=32)
+    task_name = models.CharField(max_length=128)
+    #: The task's positional arguments (JSON: text and numbers only).
+    args = models.JSONField(default=list)
+    create_time = models.DateTimeField()
+    dispatched_time = models.DateTimeField(null=True, blank=True)
+    dispatch_attempts = models.IntegerField(default=0)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
+    done = models.BooleanField(default=False)
+    end_time = models.DateTimeField(null=True, blank=True)
+    #: How many times a worker ran it (the last run's error when it was dead-lettered).
+    attempts = models.IntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["create_time"], name="outboxmessage_pending_idx", condition=models.Q(done=False)),
+            models.Index(fields=["end_time"], name="outboxmessage_done_end_idx", condition=models.Q(done=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}#{self.id}"
+
+
 class DeadLetter(models.Model):
     """A task that failed permanently or ran out of retries."""
 
@@ -300,6 +344,8 @@ class DeadLetter(models.Model):
     task_type = models.CharField(max_length=16, choices=TaskType.choices, blank=True, default="")
     payload = models.BinaryField()
     operation = models.ForeignKey(Operation, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    #: The outbox message (lifecycle event, resumption run) that ran out of tries, when not an operation.
+    message = models.ForeignKey(OutboxMessage, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     error_code = models.CharField(max_length=32)
     error_message = models.TextField()
     attempts = models.IntegerField(default=1)

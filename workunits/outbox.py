@@ -5,8 +5,11 @@ rows are handed to ``deliver_committed`` only after the transaction
 commits, so nothing uncommitted is ever sent. The Operation row is the outbox: an operation that
 is not done and has no ``dispatched_time`` has not reached the broker, and
 the periodic sweep (``k8s_bridge.tasks.sweep_outbox``, run by beat) re-sends
-every row from ``undispatched_operations``: a request committed while the
-broker was down is still carried out.
+every row from ``due_operations``: one that never left (a request committed
+while the broker was down), and one whose lease ran out with no live claim
+(the message was lost with a Redis restart, or the worker holding it died).
+The lease and claim rules are ``workunits.delivery``'s, shared with every
+other queue.
 """
 from __future__ import annotations
 
@@ -17,16 +20,16 @@ from datetime import datetime
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from kombu import Producer
 
 from core import convert, task_wire
 from core.protos import task_pb2
 from core.queues import Queue
 from core.task_wire import ACTUATOR_TASK_NAMES, NOTIFY_WHEN_PATH, encode_task
-from workunits import hooks
+from workunits import delivery, hooks
 from workunits.choices import TaskType
-from workunits.models import Operation
+from workunits.models import Operation, SchedulingSwitch
 from workunits.services import operations as operation_rows
 from workunits.wire import work_unit_to_proto
 
@@ -37,10 +40,11 @@ def deliver(operation_ids: Sequence[int]) -> None:
     """Hand committed operations (by id) to the actuator queue: the sweep's path.
 
     Reads the rows (fresh: one may have finished since the sweep chose it),
-    then as ``deliver_committed``.
+    then as ``deliver_committed``; each row sent gets a fresh ``dispatched_time``
+    (its lease starts again).
     """
     rows = Operation.objects.filter(id__in=list(operation_ids)).select_related("work_unit").order_by("id")
-    _deliver_rows(list(rows), notify_when=None)
+    _deliver_rows(list(rows), notify_when=None, resend=True)
 
 
 def deliver_committed(operations: Sequence[Operation], *, notify_when: str | None = None) -> None:
@@ -60,10 +64,10 @@ def deliver_committed(operations: Sequence[Operation], *, notify_when: str | Non
     (``services.operations.record_enqueue_failure``). ``notify_when``, when given, is
     the Task's notify-when (see ``build_task``).
     """
-    _deliver_rows(operations, notify_when=notify_when)
+    _deliver_rows(operations, notify_when=notify_when, resend=False)
 
 
-def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None) -> None:
+def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None, resend: bool) -> None:
     sent: list[int] = []
     with current_app.producer_or_acquire() as producer:  # one producer (and broker connection) for them all
         for op in operations:
@@ -81,7 +85,9 @@ def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None) -
                     operation_rows.record_enqueue_failure(op.id, f"{type(exc).__name__}: {exc}")
                 continue
             sent.append(op.id)
-    if sent:  # one mark for them all
+    if sent and resend:
+        delivery.mark_sent(Operation, sent)
+    elif sent:  # one mark for them all
         operation_rows.mark_operations_dispatched(sent)
 
 
@@ -150,6 +156,20 @@ def deliver_safely(operations: Sequence[Operation], *, notify_when: str | None) 
     except Exception:
         # The rows stay undispatched: the sweep re-sends them.
         log.exception("outbox.deliver_failed", extra={"operation_ids": [op.id for op in operations]})
+
+
+def due_operations(now: datetime) -> QuerySet[Operation]:
+    """Operations a sweep must (re-)send (``workunits.delivery.due``): never sent, or sent
+    longer than a lease ago with no live claim.
+
+    While scheduling is paused, a re-send of a Create, Restart or Update is
+    left out (the worker would only hold it again: it is a PausedTask that
+    resumption sends); Deletes never wait.
+    """
+    rows = Operation.objects.filter(done=False).exclude(task_type="").filter(delivery.due(now))
+    if SchedulingSwitch.objects.filter(id=1, paused=True).exists():
+        rows = rows.filter(Q(dispatched_time__isnull=True) | Q(task_type=TaskType.DELETE))
+    return rows.order_by("create_time")
 
 
 def undispatched_operations(created_before: datetime) -> QuerySet[Operation]:

@@ -37,7 +37,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from celery import current_app
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
@@ -46,7 +45,7 @@ from core import convert, pb, task_wire
 from core.errors import Aborted, InvalidArgument
 from core.protos import task_pb2
 from core.queues import Queue
-from workunits import services, state
+from workunits import delivery, services, state
 from workunits.choices import TaskType, WorkUnitState, Writer
 from workunits.models import PausedTask, SchedulingSwitch, SchedulingSwitchChange
 
@@ -184,7 +183,7 @@ def resume(
         if was_paused:
             _change(switch, paused=False, by=by, reason="", now=now or timezone.now(), run_id=run_id)
         if dispatch:
-            transaction.on_commit(lambda: _dispatch_run(run_id, batch_size))
+            _dispatch_run(run_id, batch_size)  # an outbox row in this transaction, sent after commit
         log.info("scheduling.resumed", extra={"by": by, "run_id": str(run_id), "was_paused": was_paused})
         return ResumeResult(run_id=run_id, was_paused=was_paused, status=_status(switch))
 
@@ -209,11 +208,9 @@ def _change(switch: SchedulingSwitch, *, paused: bool, by: str, reason: str, now
 
 
 def _dispatch_run(run_id: uuid.UUID, batch_size: int) -> None:
-    try:
-        current_app.send_task(RESUMPTION_TASK, args=[str(run_id), batch_size], queue=Queue.RESUMPTION.value)
-    except Exception:
-        # Nothing is lost: the rows stay unprocessed and the next resume runs them.
-        log.exception("scheduling.resume_dispatch_failed", extra={"run_id": str(run_id)})
+    """Record the run as an outbox message (``workunits.delivery``): sent after commit, re-sent by
+    the sweep if the broker lost it, claimed by the worker that runs it."""
+    delivery.enqueue(Queue.RESUMPTION.value, RESUMPTION_TASK, [str(run_id), batch_size])
 
 
 # --- The gate -------------------------------------------------------------------------------

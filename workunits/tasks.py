@@ -8,18 +8,43 @@ already processed (or locked by its twin) and ends.
 """
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from celery import shared_task
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
 
 from core.queues import Queue
-from workunits import resumption
+from workunits import delivery, resumption
 
 
-@shared_task(name="xmc.resumption.run", queue=Queue.RESUMPTION.value, ignore_result=True,
+@shared_task(name="xmc.resumption.run", queue=Queue.RESUMPTION.value, ignore_result=True, bind=True,
              acks_late=True, soft_time_limit=1800, time_limit=1900)
-def resumption_run(run_id: str, batch_size: int) -> dict[str, object]:
-    summary = resumption.run(run_id, batch_size=batch_size)
-    return {"run_id": str(summary.run_id), "resumed": summary.resumed, "skipped": summary.skipped,
-            "interrupted": summary.interrupted}
+def resumption_run(self: Any, run_id: str, batch_size: int, delivery_id: int | None = None) -> None:
+    """One resumption run; its OutboxMessage (``delivery_id``) is claimed, retried on database errors."""
+    def run() -> None:
+        summary = resumption.run(run_id, batch_size=batch_size)
+        resumption.log.info("resumption.run_done", extra={
+            "run_id": str(summary.run_id), "resumed": summary.resumed, "skipped": summary.skipped,
+            "interrupted": summary.interrupted})
+
+    delivery.consume(self, delivery_id, run, retry_for=(DatabaseError,), max_retries=20,
+                     backoff=lambda n: min(60.0, 2.0 ** n))
+
+
+@shared_task(name="xmc.delivery.sweep", queue=Queue.ACTUATOR.value, ignore_result=True)
+def sweep_messages() -> int:
+    """Re-send outbox messages never sent, or whose lease ran out (``workunits.delivery``)."""
+    return delivery.sweep_messages()
+
+
+@shared_task(name="xmc.delivery.purge", queue=Queue.ACTUATOR.value, ignore_result=True)
+def purge_messages() -> int:
+    """Delete done outbox messages ``XMC_OUTBOX_MESSAGE_RETENTION_DAYS`` after they ended."""
+    return delivery.purge_messages(
+        older_than=timezone.now() - timedelta(days=settings.XMC_OUTBOX_MESSAGE_RETENTION_DAYS))
 
 
 @shared_task(name="xmc.resumption.cleanup", queue=Queue.RESUMPTION.value, ignore_result=True,

@@ -108,14 +108,24 @@ XMC_ACTUATOR_BACKOFF_BASE_S = env.float("XMC_ACTUATOR_BACKOFF_BASE_S", default=1
 XMC_ACTUATOR_BACKOFF_MAX_S = env.float("XMC_ACTUATOR_BACKOFF_MAX_S", default=60.0)
 XMC_ACTUATOR_RESTART_WAIT_RETRIES = env.int("XMC_ACTUATOR_RESTART_WAIT_RETRIES", default=120)
 XMC_ACTUATOR_SOFT_TIME_LIMIT_S = env.int("XMC_ACTUATOR_SOFT_TIME_LIMIT_S", default=60)
-XMC_OUTBOX_SWEEP_INTERVAL_S = env.float("XMC_OUTBOX_SWEEP_INTERVAL_S", default=30.0)
+XMC_OUTBOX_SWEEP_INTERVAL_S = env.float("XMC_OUTBOX_SWEEP_INTERVAL_S", default=10.0)
+# Leased delivery (workunits.delivery): a sent operation or message that is not
+# done, whose last send is older than this and that no worker holds a live claim
+# on, is sent again by the sweep; a worker's claim lasts this long and is
+# extended while it works. Recovery from a lost message or a dead worker takes
+# at most about lease + sweep interval.
+XMC_OPERATION_LEASE_S = env.float("XMC_OPERATION_LEASE_S", default=45.0)
+# Done outbox messages (lifecycle events, resumption runs) are deleted this long after they ended.
+XMC_OUTBOX_MESSAGE_RETENTION_DAYS = env.int("XMC_OUTBOX_MESSAGE_RETENTION_DAYS", default=7)
 XMC_OUTBOX_SWEEP_MIN_AGE_S = env.float("XMC_OUTBOX_SWEEP_MIN_AGE_S", default=10.0)
 XMC_OUTBOX_FAILURES_BEFORE_MESSAGE = env.int("XMC_OUTBOX_FAILURES_BEFORE_MESSAGE", default=3)
 XMC_OPERATION_RETENTION_DAYS = env.int("XMC_OPERATION_RETENTION_DAYS", default=90)
 XMC_CELERY_VISIBILITY_TIMEOUT_S = env.int("XMC_CELERY_VISIBILITY_TIMEOUT_S", default=3600)
-# A message not acknowledged within this window is redelivered by Redis (a
-# worker that was SIGKILLed gives its tasks back after it); it must exceed the
-# longest task and any countdown of a retry.
+# A message not acknowledged within this window is handed back by Redis (what a
+# SIGKILLed worker held comes back after it). It no longer carries correctness:
+# the lease above re-sends lost work much sooner, and the late copy Redis gives
+# back is dropped by the claim check. Keep it above the longest task and retry
+# countdown, so Redis does not hand out copies of tasks still running.
 # kombu's Redis transport minus a client built per published message (xmc/broker.py).
 CELERY_BROKER_TRANSPORT = "xmc.broker:Transport" if CELERY_BROKER_URL.startswith("redis://") else None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": XMC_CELERY_VISIBILITY_TIMEOUT_S}
@@ -249,8 +259,14 @@ CELERY_TASK_IGNORE_RESULT = True
 #: the queue longer than that (the next tick does the same work).
 CELERY_BEAT_SCHEDULE = {
     # Operations committed while the broker was down are sent again (workunits.outbox).
+    # ... and so are operations whose lease ran out (a lost message, a dead worker).
     "outbox-sweep": {"task": "xmc.actuator.sweep_outbox", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,
                      "options": {"queue": "actuator", "expires": 300}},
+    # The same for every other queue's outbox rows (workunits.delivery).
+    "message-sweep": {"task": "xmc.delivery.sweep", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,
+                      "options": {"queue": "actuator", "expires": 300}},
+    "message-purge": {"task": "xmc.delivery.purge", "schedule": 3600.0,
+                      "options": {"queue": "actuator", "expires": 300}},
     # Done operations are deleted XMC_OPERATION_RETENTION_DAYS after they ended.
     "operation-purge": {"task": "xmc.actuator.purge_operations", "schedule": 3600.0,
                         "options": {"queue": "actuator", "expires": 300}},

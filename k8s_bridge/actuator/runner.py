@@ -9,6 +9,10 @@ The Celery tasks in ``k8s_bridge.tasks`` are one line each around
 2. Create/Restart/Update: ``pause.hold_if_paused`` (the task is stored, done);
 3. the Operation row: already done -> return quietly (a redelivery);
    a Create/Restart whose cancellation was requested ends CANCELLED;
+   then the row is claimed (``workunits.delivery.claim``): a copy whose
+   operation another live run holds is dropped, one whose claim ran out
+   takes it over; the claim is kept alive while the handler works
+   (``delivery.heartbeat``) and pushed past a retry's countdown;
 4. the handler; ``RetryLater`` and retryable errors come back through a
    Celery retry with exponential backoff and jitter; a permanent error, or a
    retryable one past ``XMC_ACTUATOR_MAX_RETRIES``, completes the operation
@@ -19,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +34,7 @@ from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
 from k8s_bridge.errors import CODES, backoff_seconds, classify
-from workunits import services
+from workunits import delivery, outbox, services
 from workunits.models import Operation
 
 log = logging.getLogger(__name__)
@@ -92,12 +97,18 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
             return  # a redelivery of finished work
         if op.requested_cancellation and task.type in _CANCELLABLE and services.cancel_pending_operation(op.id):
             return
+    token = delivery.token_of(celery_task)
+    if operation_id is not None and not delivery.claim(Operation, operation_id, token):
+        log.info("actuator.duplicate_dropped", extra={"task": name, "operation": task.operation_name})
+        return
     try:
-        HANDLERS[task.type](task, operation_id)
+        with delivery.heartbeat(Operation, operation_id, token) if operation_id is not None else nullcontext():
+            HANDLERS[task.type](task, operation_id)
     except RetryLater as wait:
         retries = celery_task.request.retries or 0
         if retries < settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES:
             countdown = backoff_seconds(retries, base=0.5, cap=10.0)
+            _hold_through(operation_id, token, countdown)
             log.info("actuator.wait", extra={"task": name, "reason": str(wait), "countdown": countdown})
             raise celery_task.retry(countdown=countdown, max_retries=settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES)
         _give_up(task, name, payload, operation_id, "DEADLINE_EXCEEDED", str(wait), attempts)
@@ -107,10 +118,20 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
         if not c.permanent and retries < settings.XMC_ACTUATOR_MAX_RETRIES:
             countdown = backoff_seconds(retries, base=settings.XMC_ACTUATOR_BACKOFF_BASE_S,
                                         cap=settings.XMC_ACTUATOR_BACKOFF_MAX_S)
+            _hold_through(operation_id, token, countdown)
             log.warning("actuator.retry", extra={"task": name, "code": c.code, "error": c.message,
                                                  "countdown": countdown})
             raise celery_task.retry(exc=exc, countdown=countdown, max_retries=settings.XMC_ACTUATOR_MAX_RETRIES)
         _give_up(task, name, payload, operation_id, c.code, c.message, attempts)
+    if operation_id is not None:  # finished (done, skipped or dead-lettered): not retried
+        delivery.release(Operation, operation_id, token)
+
+
+def _hold_through(operation_id: int | None, token: str, countdown: float) -> None:
+    """Our retry runs after ``countdown``: keep the claim until a lease past it (a re-send meanwhile
+    is dropped; if this worker dies, the claim runs out and the sweep's copy takes over)."""
+    if operation_id is not None:
+        delivery.extend(Operation, operation_id, token, seconds=countdown + settings.XMC_OPERATION_LEASE_S)
 
 
 def _give_up(task: task_pb2.Task, name: str, payload: str, operation_id: int | None, code: str, message: str,

@@ -319,6 +319,9 @@ class Store:
         self._listeners: list[Listener] = []
         self._admission: list[tuple[frozenset[str] | None, AdmissionHook]] = []
         self._closed = False
+        #: How many times each object was created, by (plural, namespace, name, xmc execution-id label):
+        #: what the crash tests read to prove no JobSet was ever created twice.
+        self.creates: dict[tuple[str, str, str, str], int] = {}
         self._compacted_rv = 0  # like an etcd compaction: continue tokens / Exact reads below it get 410
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", None, {"metadata": {"name": ns}})
@@ -357,6 +360,11 @@ class Store:
         events: Events = []
         with self._lock:
             out = self._create_locked(rt, namespace, obj, events, dry_run)
+            if not dry_run:
+                meta = out.get("metadata") or {}
+                key = (rt.plural, namespace or "", str(meta.get("name", "")),
+                       str((meta.get("labels") or {}).get("xmc.google.com/execution-id", "")))
+                self.creates[key] = self.creates.get(key, 0) + 1
         self._dispatch(events)
         return clone(out)
 

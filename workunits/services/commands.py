@@ -226,7 +226,8 @@ def requeue_dead_letter(dead_letter_id: int, *, now: datetime | None = None) -> 
         op.error = None
         op.response = None
         op.dispatched_time = None
-        op.save(update_fields=["done", "end_time", "error", "response", "dispatched_time"])
+        op.claimed_until = None
+        op.save(update_fields=["done", "end_time", "error", "response", "dispatched_time", "claimed_until"])
         if op.parent_id is not None:
             Operation.objects.filter(id=op.parent_id, done=True).update(done=False, end_time=None, error=None,
                                                                        response=None)

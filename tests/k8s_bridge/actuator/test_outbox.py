@@ -77,7 +77,8 @@ def test_it_marks_everything_one_delivery_sent_in_one_statement(monkeypatch: pyt
     monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
     with CaptureQueriesContext(connection) as queries:
         REAL_DELIVER(ids)
-    marks = [q["sql"] for q in queries.captured_queries if "dispatched_time =" in q["sql"]]
+    marks = [q["sql"] for q in queries.captured_queries
+             if q["sql"].startswith("UPDATE") and "dispatched_time" in q["sql"].split("WHERE")[0]]
     assert len(sent) == 3 and len(marks) == 1
     assert not Operation.objects.filter(id__in=ids, dispatched_time__isnull=True).exists()
     # A second mark of the same operations changes nothing: the first time counts.
@@ -120,17 +121,61 @@ def test_it_tells_a_stopping_execution_with_an_error_when_the_delete_cannot_be_s
     assert ex.state == "STOPPING"
 
 
-def test_it_sweeps_only_undispatched_pending_operations_old_enough(delivered: list[list[int]], settings: Any) -> None:
+def test_it_sweeps_what_never_left_and_what_outlived_its_lease_without_a_live_claim(
+    delivered: list[list[int]], settings: Any
+) -> None:
     settings.XMC_OUTBOX_SWEEP_MIN_AGE_S = 60
+    settings.XMC_OPERATION_LEASE_S = 45
     exp = factories.experiment()
-    old, young, sent, done = (services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(4))
-    long_ago = timezone.now() - timedelta(minutes=5)
-    Operation.objects.filter(id__in=[old, sent, done]).update(create_time=long_ago)
-    Operation.objects.filter(id=sent).update(dispatched_time=long_ago)
+    old, young, lost, fresh, claimed, expired_claim, done = (
+        services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(7))
+    now = timezone.now()
+    long_ago = now - timedelta(minutes=5)
+    Operation.objects.exclude(id=young).update(create_time=long_ago)
+    # Sent 5 minutes ago, never claimed: the message was lost (Redis restarted empty).
+    Operation.objects.filter(id__in=[lost, claimed, expired_claim, done]).update(dispatched_time=long_ago)
+    # Sent 10 s ago: still within its lease (a worker may not have reached it yet).
+    Operation.objects.filter(id=fresh).update(dispatched_time=now - timedelta(seconds=10))
+    # A worker holds it (a Restart waiting for the old JobSet): never re-sent under it.
+    Operation.objects.filter(id=claimed).update(claimed_until=now + timedelta(seconds=30), claimed_by="w1")
+    # The worker that held it died: its claim ran out.
+    Operation.objects.filter(id=expired_claim).update(claimed_until=now - timedelta(seconds=1), claimed_by="w2")
     services.complete_operation(done)
     delivered.clear()
-    assert tasks.sweep_outbox() == 1
-    assert delivered == [[old]]
+    assert tasks.sweep_outbox() == 3
+    assert sorted(delivered[0]) == sorted([old, lost, expired_claim])
+
+
+def test_a_resend_restarts_the_lease(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    exp = factories.experiment()
+    op_id = services.create_work_unit(exp.id, factories.work_unit_message()).id
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Operation.objects.filter(id=op_id).update(create_time=long_ago, dispatched_time=long_ago)
+    monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: None)
+    REAL_DELIVER([op_id])  # the sweep's path
+    row = Operation.objects.get(id=op_id)
+    assert row.dispatched_time is not None and row.dispatched_time > long_ago
+    assert not outbox.due_operations(timezone.now()).filter(id=op_id).exists()
+    later = timezone.now() + timedelta(seconds=settings.XMC_OPERATION_LEASE_S + 1)
+    assert outbox.due_operations(later).filter(id=op_id).exists()
+
+
+def test_while_paused_it_resends_only_deletes(delivered: list[list[int]]) -> None:
+    from workunits import scheduling
+
+    exp = factories.experiment()
+    create = services.create_work_unit(exp.id, factories.work_unit_message()).id
+    services.create_work_unit(exp.id, factories.work_unit_message())
+    stop = services.stop_work_units(exp.id, [2], batch=False).id
+    long_ago = timezone.now() - timedelta(minutes=5)
+    Operation.objects.filter(id__in=[create, stop]).update(create_time=long_ago, dispatched_time=long_ago)
+    Operation.objects.exclude(id__in=[create, stop]).update(done=True)
+    scheduling.pause(reason="maintenance", by="ops@example.com")
+    delivered.clear()
+    assert tasks.sweep_outbox() == 1 and delivered == [[stop]]  # the held Create waits for resumption
+    scheduling.resume(by="ops@example.com", dispatch=False)
+    delivered.clear()
+    assert tasks.sweep_outbox() == 2
 
 
 def test_it_purges_done_operations_after_the_retention(settings: Any) -> None:
@@ -150,6 +195,7 @@ def test_it_schedules_both_sweeps_on_beat() -> None:
     app.loader.import_default_modules()
     queues = {entry["task"]: entry["options"]["queue"] for entry in app.conf.beat_schedule.values()}
     assert queues == {"xmc.actuator.sweep_outbox": "actuator", "xmc.actuator.purge_operations": "actuator",
-                      "xmc.resumption.cleanup": "resumption"}
+                      "xmc.resumption.cleanup": "resumption", "xmc.delivery.sweep": "actuator",
+                      "xmc.delivery.purge": "actuator"}
     registered = set(app.tasks)
     assert set(queues) <= registered  # every scheduled name is a task a worker knows
