@@ -80,16 +80,25 @@ class RequestLogMiddleware:
         response = self.get_response(request)
         response["X-Request-ID"] = request_id
         if request.path not in ("/healthz", "/readyz", "/metrics"):
-            user = getattr(request, "user", None)
             request_log.info("http.request", extra={
                 "request_id": request_id,
                 "method": request.method,
                 "path": request.path,
                 "status": response.status_code,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                "identity": getattr(user, "email", "") or "",
+                "identity": _identity(request),
             })
         return response
+
+
+def _identity(request: HttpRequest) -> str:
+    """The signed-in user's email for the log line; "" when unknown or unreadable (database down)."""
+    from django.db import DatabaseError
+
+    try:
+        return str(getattr(getattr(request, "user", None), "email", "") or "")
+    except DatabaseError:
+        return ""
 
 
 task_log = logging.getLogger("xmc.task")

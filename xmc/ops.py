@@ -16,6 +16,7 @@ then aggregates every worker through ``prometheus_client.multiprocess``.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Seconds a readiness check may take before it counts as failed.
 CHECK_TIMEOUT_S = 2.0
@@ -96,6 +99,35 @@ def observe_rpc(transport: str, service: str, method: str, code: str, seconds: f
     """
     RPC_REQUESTS.labels(transport, service, method, code).inc()
     RPC_LATENCY.labels(transport, service, method).observe(seconds)
+
+
+class DatabaseUnavailableMiddleware:
+    """Any page (admin, login, ...) answers 503 "database unavailable" while Postgres is down, not 500.
+
+    The API's own views answer in their error shape (``xmc.api.rest``); this
+    catches what reaches Django's handler from every other view.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        from django.db import InterfaceError, OperationalError, connections
+
+        if not isinstance(exception, (OperationalError, InterfaceError)):
+            return None
+        logger.warning("http.database_unavailable", extra={"path": request.path}, exc_info=True)
+        for conn in connections.all(initialized_only=True):
+            try:
+                conn.close_if_unusable_or_obsolete()
+            except Exception:  # noqa: BLE001 - closing a dead connection may fail as well
+                pass
+        response = HttpResponse("database unavailable; retry later\n", status=503, content_type="text/plain")
+        response["Retry-After"] = "2"
+        return response
 
 
 @require_GET

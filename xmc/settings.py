@@ -50,6 +50,13 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"].get("HOST", ""))
 # stale ones with close_old_connections().
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("XMC_DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A database that does not answer fails a connection attempt after this many
+# seconds (libpq connect_timeout), so a request answers UNAVAILABLE / 503 fast
+# instead of hanging while Postgres is down or unreachable.
+XMC_DB_CONNECT_TIMEOUT_S = env.int("XMC_DB_CONNECT_TIMEOUT_S", default=3)
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = XMC_DB_CONNECT_TIMEOUT_S
+# How often the gRPC server checks the database for its health service (NOT_SERVING while down).
+XMC_HEALTH_CHECK_INTERVAL_S = env.float("XMC_HEALTH_CHECK_INTERVAL_S", default=2.0)
 #: After how many runs on one connection the hot write statements
 #: and the API's one-statement reads (``core.db``) become server-side prepared
 #: statements, so Postgres stops planning them on every call; 0 turns
@@ -128,7 +135,13 @@ XMC_CELERY_VISIBILITY_TIMEOUT_S = env.int("XMC_CELERY_VISIBILITY_TIMEOUT_S", def
 # countdown, so Redis does not hand out copies of tasks still running.
 # kombu's Redis transport minus a client built per published message (xmc/broker.py).
 CELERY_BROKER_TRANSPORT = "xmc.broker:Transport" if CELERY_BROKER_URL.startswith("redis://") else None
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": XMC_CELERY_VISIBILITY_TIMEOUT_S}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": XMC_CELERY_VISIBILITY_TIMEOUT_S,
+    # A Redis that does not answer fails a publish in seconds (the outbox keeps the
+    # row), instead of holding a request.
+    "socket_connect_timeout": 2.0,
+    "socket_timeout": 5.0,
+}
 
 # --- Artifact lifecycle (feature flag and MLRun) ------------------------------
 XMC_ARTIFACT_LIFECYCLE_ENABLED = env.bool("XMC_ARTIFACT_LIFECYCLE_ENABLED", default=False)
@@ -192,6 +205,7 @@ MIDDLEWARE = [
     # itself from STATIC_ROOT (filled by collectstatic), in and outside debug.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "xmc.logs.RequestLogMiddleware",
+    "xmc.ops.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -364,6 +364,49 @@ def close_worker_connections(server: grpc.Server) -> None:
     futures.wait([pool.submit(close_mine) for _ in range(workers)], timeout=10)
 
 
+def watch_database_health(server: grpc.Server, interval_s: float | None = None) -> threading.Event:
+    """Keep the gRPC health service in step with the database: NOT_SERVING while it is down.
+
+    A daemon thread checks the database (``xmc.ops.check_database``, on a
+    new connection each time, bounded by ``XMC_DB_CONNECT_TIMEOUT_S``) every
+    ``interval_s`` (``XMC_HEALTH_CHECK_INTERVAL_S``) and sets every service
+    name to SERVING or NOT_SERVING; after a graceful shutdown began the
+    servicer ignores it. Returns the event that stops it.
+    """
+    from django.conf import settings
+
+    from xmc.ops import check_database
+
+    stop = threading.Event()
+    health_servicer = _HEALTH_OF.get(server)
+    interval = settings.XMC_HEALTH_CHECK_INTERVAL_S if interval_s is None else interval_s
+
+    def watch() -> None:
+        serving = True
+        try:
+            while not stop.is_set():
+                try:
+                    check_database()
+                    ok = True
+                except Exception:  # noqa: BLE001 - any failure: not serving
+                    ok = False
+                finally:
+                    connections.close_all()  # each round proves a new connection can be made
+                if ok != serving:
+                    serving = ok
+                    logger.warning("grpc.health serving=%s (database %s)", ok, "up" if ok else "down")
+                if health_servicer is not None:
+                    status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+                    for name in ("", ESS, OPERATIONS):
+                        health_servicer.set(name, status)
+                stop.wait(interval)
+        finally:
+            connections.close_all()
+
+    threading.Thread(target=watch, name="xmc-grpc-health", daemon=True).start()
+    return stop
+
+
 def serve_until_signalled(server: grpc.Server, grace_s: float = 10.0) -> None:
     """Start ``server`` and block until SIGTERM or SIGINT, then stop gracefully.
 
@@ -377,12 +420,14 @@ def serve_until_signalled(server: grpc.Server, grace_s: float = 10.0) -> None:
         stopped.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    watching = watch_database_health(server)
     try:
         server.start()
         # wait(timeout) in a loop: the main thread must wake up to run the handler.
         while not stopped.wait(0.5):
             pass
     finally:
+        watching.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     logger.info("grpc.stopped")

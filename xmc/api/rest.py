@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.urls import URLPattern, re_path
 from google.protobuf import descriptor, json_format, message_factory
@@ -628,8 +629,24 @@ def rest_exception_handler(exc: Exception, context: Mapping[str, Any]) -> Respon
         status = _DRF_STATUS.get(exc.status_code, "UNKNOWN")
         return error_response(status, message, headers=headers, http_status=exc.status_code)
     view = context.get("view")
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database went away or refused the connection: a retry may work.
+        logger.warning("rest.database_unavailable", extra={"view": type(view).__name__ if view else None},
+                       exc_info=True)
+        _drop_broken_connections()
+        return error_response("UNAVAILABLE", "database unavailable; retry later", headers={"Retry-After": "2"})
     logger.exception("rest.unhandled_error", extra={"view": type(view).__name__ if view else None})
     return error_response("INTERNAL", "internal error")
+
+
+def _drop_broken_connections() -> None:
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        try:
+            conn.close_if_unusable_or_obsolete()
+        except Exception:  # noqa: BLE001 - closing a dead connection may fail as well
+            pass
 
 
 def _detail_text(detail: Any) -> str:
