@@ -52,7 +52,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from simulators.cluster import podlogs, tables
+from simulators.cluster import tables
+from simulators.cluster.faults import ERROR_REASONS, Decision, Faults, classify_request
 from simulators.cluster.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
 from simulators.cluster.store import ApiError, Store, bad_request, format_time, not_found
 from simulators.cluster.versions import from_version, to_version
@@ -250,6 +251,8 @@ class Response:
     content_type: str = "application/json"
     stream: Iterator[bytes | None] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: Close the connection without sending this response (fault injection: a dropped connection).
+    drop: bool = False
 
 
 def _json(obj: Any, status: int = 200, content_type: str = "application/json") -> Response:
@@ -270,17 +273,68 @@ class Api:
     def __init__(self, store: Store, server_address: str = "127.0.0.1:0"):
         self.store = store
         self.server_address = server_address
+        #: Injected faults (simulators.cluster.faults); none by default.
+        self.faults = Faults()
 
     # -- entry point ---------------------------------------------------------
 
     def handle(self, req: Request) -> Response:
+        if req.path.rstrip("/") == "/sim/faults":
+            return self._faults_endpoint(req)
+        decision: Decision | None = None
+        if self.faults.rules:
+            verb, resource = classify_request(req.method, req.path, req.query)
+            decision = self.faults.decide(verb, resource) if verb else None
+        if decision is not None:
+            early = self._fault_before(req, decision)
+            if early is not None:
+                return early
         try:
-            return self._route(req)
+            resp = self._route(req)
         except ApiError as err:
-            return _error(err)
+            resp = _error(err)
         except Exception as exc:  # noqa: BLE001 - an emulator bug must still answer with a Status
             logger.exception("sim.apiserver.internal_error")
-            return _error(ApiError(500, "InternalError", f"Internal error occurred: {exc!r}"))
+            resp = _error(ApiError(500, "InternalError", f"Internal error occurred: {exc!r}"))
+        if decision is not None:
+            if decision.watch_close_after is not None and resp.stream is not None:
+                resp.stream = _cut_after(resp.stream, decision.watch_close_after)
+            resp.drop = decision.drop_after
+        return resp
+
+    # -- fault injection ---------------------------------------------------------
+
+    def _fault_before(self, req: Request, decision: Decision) -> Response | None:
+        if decision.latency_s:
+            time.sleep(decision.latency_s)
+        if decision.drop:
+            return Response(0, drop=True)
+        rule = decision.error
+        if rule is not None:
+            reason = ERROR_REASONS[rule.status]
+            resp = _error(ApiError(rule.status, reason, f"injected fault: {reason}"))
+            if rule.status == 429:
+                resp.headers["Retry-After"] = str(rule.retry_after)
+            return resp
+        if decision.gone and req.query.get("resourceVersion") not in (None, "", "0"):
+            status = ApiError(410, "Expired", "injected fault: too old resource version").status_body()
+            line = json.dumps({"type": "ERROR", "object": status}, separators=(",", ":")).encode() + b"\n"
+            return Response(200, stream=iter([line]))
+        return None
+
+    def _faults_endpoint(self, req: Request) -> Response:
+        try:
+            if req.method == "GET":
+                return _json(self.faults.snapshot())
+            if req.method == "POST":
+                self.faults.set(req.json_body())
+                return _json(self.faults.snapshot())
+            if req.method == "DELETE":
+                self.faults.clear()
+                return _json(self.faults.snapshot())
+        except (TypeError, ValueError) as exc:
+            return _error(bad_request(f"invalid fault: {exc}"))
+        return _error(ApiError(405, "MethodNotAllowed", "GET, POST or DELETE /sim/faults"))
 
     def _route(self, req: Request) -> Response:
         parts = [p for p in req.path.split("/") if p]
@@ -798,6 +852,33 @@ class Api:
         raise _NOT_FOUND
 
 
+def _cut_after(stream: Iterator[bytes | None], events: int) -> Iterator[bytes | None]:
+    """End a watch stream (cleanly) after ``events`` events: a server closing the watch mid-stream."""
+    sent = 0
+    try:
+        if events <= 0:
+            return
+        for chunk in stream:
+            yield chunk
+            if chunk:
+                sent += 1
+                if sent >= events:
+                    return
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+def _container_finished(pod: Obj, container: str) -> bool:
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return True
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == container and (cs.get("state") or {}).get("terminated"):
+            return True
+    return False
+
+
 # ---------------------------------------------------------------------------
 # HTTP plumbing (stdlib)
 
@@ -819,6 +900,13 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         req = Request(self.command, unquote(split.path), query, headers, body)
         resp = self.server.api.handle(req)
+        if resp.drop:  # an injected fault: the connection goes away without an answer
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         reason = HTTPStatus(resp.status).phrase if resp.status in HTTPStatus._value2member_map_ else ""
         self.send_response_only(resp.status, reason)
         self.send_header("Content-Type", resp.content_type)

@@ -101,6 +101,11 @@ class SimulatorHandle:
         return int(self.server.port)
 
     @property
+    def faults(self) -> Any:
+        """The API server's injected faults (``simulators.cluster.faults.Faults``)."""
+        return self.server.api.faults
+
+    @property
     def pod_logs(self) -> PodLogBuffer:
         """Fallback log buffer (used when no kubelet log provider is registered)."""
         return pod_log_buffer(self.store)
@@ -195,6 +200,7 @@ def run_simulator(
     reap_interval_s: float = 0.2,
     event_ttl_s: float = 3600.0,
     controller_hooks: bool = True,
+    faults: str | None = None,
 ) -> SimulatorHandle:
     """Start a simulator and return its handle (call `.stop()` when done).
 
@@ -203,7 +209,8 @@ def run_simulator(
     `SimClock(speed)` when controllers run, else to `time.time`.
     Core Events older than `event_ttl_s` simulated seconds are deleted, as
     the real apiserver's --event-ttl does.  `queues_config` is the controllers' seeding YAML (their format; None = their
-    default).
+    default). `faults` is a JSON or YAML file of injected API faults
+    (`simulators.cluster.faults`), also settable at run time on `/sim/faults`.
     """
     state = read_state(state_file)
     if clock is None:
@@ -216,6 +223,8 @@ def run_simulator(
         store.restore(state)
         logger.info("sim.server.state_restored", extra={"state_file": state_file, "rv": store.resource_version})
     server = ApiServer(store, host, port)
+    if faults:
+        server.api.faults.load(faults)
     handle = SimulatorHandle(store=store, server=server, clock=clock, state_file=state_file)
     if controllers:
         handle.controllers = _start_controllers(store, clock, queues_config)
