@@ -96,6 +96,18 @@ def _body_message(exc: ApiException) -> str:
     return str(body.get("message", ""))[:500] if isinstance(body, dict) else ""
 
 
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The API server's ``Retry-After`` (seconds) on a 429/503 answer, when it sent one."""
+    if not isinstance(exc, ApiException) or int(exc.status or 0) not in (429, 503):
+        return None
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential backoff with "equal jitter": uniform in [c/2, c], c = min(cap, base * 2**attempt).
 

@@ -33,7 +33,7 @@ from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
-from k8s_bridge.errors import CODES, backoff_seconds, classify
+from k8s_bridge.errors import backoff_seconds, classify, retry_after_seconds
 from workunits import delivery, outbox, services
 from workunits.models import Operation
 
@@ -118,6 +118,7 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
         if not c.permanent and retries < settings.XMC_ACTUATOR_MAX_RETRIES:
             countdown = backoff_seconds(retries, base=settings.XMC_ACTUATOR_BACKOFF_BASE_S,
                                         cap=settings.XMC_ACTUATOR_BACKOFF_MAX_S)
+            countdown = max(countdown, retry_after_seconds(exc) or 0.0)  # the API server asked us to wait
             _hold_through(operation_id, token, countdown)
             log.warning("actuator.retry", extra={"task": name, "code": c.code, "error": c.message,
                                                  "countdown": countdown})

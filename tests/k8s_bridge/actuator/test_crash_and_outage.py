@@ -84,14 +84,14 @@ class FinalizerPath:
         while not self._stop.wait(0.2):
             if self.paused.is_set():
                 continue
-            for obj in self.cluster.store.list("jobsets", NAMESPACE)[0]:
+            for obj in self.cluster.store.list("jobsets", NAMESPACE)[0]:  # the store itself: no faults
                 meta = obj["metadata"]
                 if meta.get("deletionTimestamp") and FINALIZER in (meta.get("finalizers") or []):
                     try:
                         client.custom_objects().patch_namespaced_custom_object(
                             client.JOBSET_GROUP, client.JOBSET_VERSION, NAMESPACE, client.JOBSET_PLURAL,
                             meta["name"], {"metadata": {"finalizers": None}})
-                    except client.ApiException:
+                    except Exception:  # noqa: BLE001 - injected API faults: the next round tries again
                         pass
 
 
