@@ -136,7 +136,7 @@ class System:
                                    str(self.pg_dir)], capture_output=True, text=True,
                                   env={**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")})
             if done.returncode == 0 and done.stdout.strip():
-                url = done.stdout.strip().splitlines()[-1]
+                url = done.stdout.strip().splitlines()[-1].split()[0]  # "URL started" / "URL reused"
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"embedded postgres did not start: {done.stderr[-2000:]}")
