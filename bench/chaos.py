@@ -293,6 +293,10 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
             "DATABASE_URL": database_url, "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
             "XMC_SECRET_KEY": secrets.token_urlsafe(48), "DJANGO_SETTINGS_MODULE": "xmc.settings",
             "XMC_RATE_LIMIT_PER_S": "0", "XMC_RUN_DIR": str(workdir),
+            # A stop that reaches a work unit before its JobSet exists ends STOPPED only through the
+            # reconciler's orphan sweep, which runs on every full resync (default 300 s): resync often
+            # enough for a short run to see it. Every other setting is the default.
+            "XMC_RECONCILER_RESYNC_S": "20",
         })
         os.environ.update(system.env)
         import django
@@ -447,9 +451,15 @@ def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
     wrong = [f"wid {u.wid} ({u.fate}): {final.get(u.wid)}" for u in everyone
              if final.get(u.wid, ("", 0))[0] != FINAL[u.fate]
              or (u.fate == "restart" and final.get(u.wid, ("", 0))[1] != 2)]
+    from workunits.models import DeadLetter
+
+    failed_ops = list(Operation.objects.filter(experiment_id=xid, done=True, error__isnull=False)
+                      .values_list("id", "task_type", "error"))
+    dead = list(DeadLetter.objects.values_list("task_name", "error_code", "error_message"))
     invariants = {
         "every committed request carried out (operations done)":
             Operation.objects.filter(experiment_id=xid, done=False).count() == 0,
+        "no operation ended in an error, no dead letters": not failed_ops and not dead,
         "every work unit in the state its fate says": not wrong,
         "at most one JobSet created per (work unit, execution)": all(c["count"] == 1 for c in creates),
         "no history going backwards": not backwards,
@@ -468,8 +478,9 @@ def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
           f"canaries {len(canaries)}), JobSet creates {sum(c['count'] for c in creates)}, "
           f"restarts of processes {sum(p.restarts for p in system.procs.values())}, "
           f"{time.monotonic() - started:.0f} s")
-    for line in wrong[:10] + backwards[:10]:
-        print("  " + line)
+    for line in wrong[:10] + backwards[:10] + [f"operation {o}" for o in failed_ops[:10]] + \
+            [f"dead letter {d}" for d in dead[:10]]:
+        print("  " + str(line))
     from workunits.models import WorkUnitExecution
 
     for u in everyone:
