@@ -165,8 +165,8 @@ class System:
         kubeconfig = self.workdir / "kubeconfig"
         self.env["KUBECONFIG"] = str(kubeconfig)
         self.procs = {
-            "simulator": Proc("simulator", manage + ["simcluster", "--port", str(sim_port), "--kubeconfig-out",
-                                                     str(kubeconfig), "--speed", "5"], sim_port),
+            "simulator": Proc("simulator", [sys.executable, "-m", "simulators.cluster", "--port", str(sim_port),
+                                            "--kubeconfig-out", str(kubeconfig), "--speed", "5"], sim_port),
             "grpc": Proc("grpc", manage + ["grpcserver", "--port", str(grpc_port), "--host", "127.0.0.1"],
                          grpc_port),
             "worker": Proc("worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",

@@ -33,7 +33,7 @@ from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
-from k8s_bridge.errors import backoff_seconds, classify, retry_after_seconds
+from k8s_bridge.errors import CODES, backoff_seconds, classify, retry_after_seconds
 from workunits import delivery, outbox, services
 from workunits.models import Operation
 

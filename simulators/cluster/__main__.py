@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queues-config", default=None, help="YAML seeding flavors and queues")
     parser.add_argument("--save-interval", type=float, default=10.0, help="seconds between state saves")
     parser.add_argument("--no-controllers", action="store_true", help="serve the API only")
+    parser.add_argument("--faults", default=None,
+                        help="JSON/YAML file of injected API faults (simulators.cluster.faults; also /sim/faults)")
     options = parser.parse_args(argv)
     try:
         handle = run_simulator(
@@ -37,9 +39,13 @@ def main(argv: list[str] | None = None) -> None:
             kubeconfig_out=options.kubeconfig_out,
             controllers=not options.no_controllers,
             save_interval_s=options.save_interval,
+            faults=options.faults,
         )
     except ControllersUnavailable as exc:
         fail(f"simcluster: {exc}. Use --no-controllers to run the API server alone.")
+        return
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        fail(f"simcluster: --faults {options.faults}: {exc}")
         return
     except OSError as exc:
         fail(f"simcluster: cannot listen on {options.host}:{options.port}: {exc}")

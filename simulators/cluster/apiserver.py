@@ -52,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from simulators.cluster import tables
+from simulators.cluster import podlogs, tables
 from simulators.cluster.faults import ERROR_REASONS, Decision, Faults, classify_request
 from simulators.cluster.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
 from simulators.cluster.store import ApiError, Store, bad_request, format_time, not_found

@@ -18,7 +18,7 @@ and do one ``action``:
 Controlled at run time over HTTP on the simulator itself
 (``GET /sim/faults``: the rules and how often each fired; ``POST
 /sim/faults``: one rule or a list, or ``{"seed": n, "rules": [...]}``;
-``DELETE /sim/faults``: clear), from a file at start (``manage.py simcluster
+``DELETE /sim/faults``: clear), from a file at start (``python -m simulators.cluster
 --faults FILE``, JSON or YAML of the same shape), or in-process
 (``SimulatorHandle.faults``).
 """

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import close_old_connections
 
-from k8s_bridge.jobset_builder import LABEL_EID
+from jobsets.contract import LABEL_EID
 from tests import factories
 from tests.k8s_bridge.actuator.conftest import Workers, get_jobset
 from tests.k8s_bridge.actuator.test_crash_and_outage import FinalizerPath, _creates, _done
