@@ -373,10 +373,6 @@ def watch_database_health(server: grpc.Server, interval_s: float | None = None) 
     name to SERVING or NOT_SERVING; after a graceful shutdown began the
     servicer ignores it. Returns the event that stops it.
     """
-    from django.conf import settings
-
-    from xmc.ops import check_database
-
     stop = threading.Event()
     health_servicer = _HEALTH_OF.get(server)
     interval = settings.XMC_HEALTH_CHECK_INTERVAL_S if interval_s is None else interval_s
@@ -386,7 +382,7 @@ def watch_database_health(server: grpc.Server, interval_s: float | None = None) 
         try:
             while not stop.is_set():
                 try:
-                    check_database()
+                    ops.check_database()
                     ok = True
                 except Exception:  # noqa: BLE001 - any failure: not serving
                     ok = False
