@@ -23,7 +23,7 @@ from tests.api.grpc_server.conftest import metadata_for
 from tests.delivery.outages import _free_port, database_down
 from tests.waiting import eventually
 from workunits.models import Operation
-from xmc import pb
+from core import pb
 from xmc.api.grpc_server import close_worker_connections, watch_database_health
 from xmc.celery import app
 
