@@ -21,7 +21,7 @@ right after it completes. Then it checks the invariants: every operation
 done, at most one JobSet ever created per (work unit, execution), every work
 unit in the state its fate says, no history going backwards, every process
 alive. It prints a table of the faults and the invariants and exits 1 on a
-violation. ``tests/chaos`` runs a short seeded run; longer ones are for
+violation. ``tests/system/chaos`` runs a short seeded run; longer ones are for
 here (``--units 300 --faults 20``).
 
 What it does not do (yet): use the real xmanager client (it speaks the same
@@ -227,7 +227,7 @@ class Client:
     def __init__(self, target: str, token: str) -> None:
         import grpc
 
-        from xmc import pb
+        from core import pb
 
         self.grpc = grpc
         self.pb = pb

@@ -20,7 +20,7 @@ from kombu import pools as kombu_pools
 
 from tests.k8s_bridge.actuator.conftest import REAL_DELIVER_COMMITTED  # imported before any test patches it
 from tests.api.grpc_server.conftest import metadata_for
-from tests.delivery.outages import _free_port, database_down
+from tests.workunits.delivery.outages import _free_port, database_down
 from tests.waiting import eventually
 from workunits.models import Operation
 from core import pb

@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from tests import factories
 from tests.k8s_bridge.actuator.conftest import REAL_DELIVER_COMMITTED  # imported before any test patches it
 from tests.api.rest.conftest import ALICE, Api
-from tests.delivery.outages import _free_port, database_down
+from tests.workunits.delivery.outages import _free_port, database_down
 from workunits.models import Operation
 from xmc.celery import app
 
