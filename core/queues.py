@@ -13,3 +13,4 @@ class Queue(str, enum.Enum):
     ACTUATOR = "actuator"
     LIFECYCLE = "lifecycle"
     RESUMPTION = "resumption"
+    NOTIFICATIONS = "notifications"

@@ -173,7 +173,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     if (ROOT / "xmc" / "celery.py").exists():
         procs.append(Process(
             "worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",
-                       "-Q", "actuator,lifecycle,resumption", "--concurrency", "2",
+                       "-Q", "actuator,lifecycle,resumption,notifications", "--concurrency", "2",
                        "--hostname", "xmc-worker@%h"],
             url="queues actuator, lifecycle, resumption",
         ))

@@ -1,6 +1,6 @@
 """The Celery application: broker, queues and the delivery guarantees.
 
-``celery -A xmc worker -Q actuator,lifecycle,resumption`` runs the workers and
+``celery -A xmc worker -Q actuator,lifecycle,resumption,notifications`` runs the workers and
 ``celery -A xmc beat`` the periodic sweeps. Tasks live in ``<app>/tasks.py``
 (found by ``autodiscover_tasks``), have explicit names (``xmc.actuator.create``)
 and route by ``core.queues.Queue``, the one list of queues.

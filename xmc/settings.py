@@ -197,6 +197,7 @@ INSTALLED_APPS = [
     "artifacts",
     "lifecycle",
     "k8s_bridge",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -271,7 +272,41 @@ CELERY_TASK_IGNORE_RESULT = True
 #: Every periodic task ``celery -A xmc beat`` runs: the backstops of the
 #: event-driven paths (STYLE.md 14). ``expires`` drops a tick that waited in
 #: the queue longer than that (the next tick does the same work).
+# --- Notifications (notifications/, docs/architecture/notifications.md) ----------------
+XMC_RUN_DIR = Path(env.str("XMC_RUN_DIR", default=str(BASE_DIR / ".run")))
+# Email: SMTP from the environment (EMAIL_HOST...), else the file backend under the run folder.
+EMAIL_HOST = env.str("EMAIL_HOST", default="")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default=(
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.filebased.EmailBackend"))
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(XMC_RUN_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="xmc@localhost")
+#: Hosts (names or addresses) a webhook may target although they resolve to private/loopback addresses.
+XMC_WEBHOOK_ALLOWED_HOSTS = env.list("XMC_WEBHOOK_ALLOWED_HOSTS", default=[])
+XMC_WEBHOOK_TIMEOUT_S = env.float("XMC_WEBHOOK_TIMEOUT_S", default=10.0)
+#: Tries before a delivery becomes a dead letter; backoff base and cap (exponential, full jitter).
+XMC_NOTIFY_MAX_ATTEMPTS = env.int("XMC_NOTIFY_MAX_ATTEMPTS", default=8)
+XMC_NOTIFY_BACKOFF_S = env.float("XMC_NOTIFY_BACKOFF_S", default=5.0)
+XMC_NOTIFY_BACKOFF_MAX_S = env.float("XMC_NOTIFY_BACKOFF_MAX_S", default=3600.0)
+#: How long a worker holds a delivery it is sending; a crashed worker's delivery is taken over after it.
+XMC_NOTIFY_LEASE_S = env.float("XMC_NOTIFY_LEASE_S", default=60.0)
+#: Events of one experiment within this window travel in one message.
+XMC_NOTIFY_COALESCE_S = env.float("XMC_NOTIFY_COALESCE_S", default=30.0)
+#: Circuit breaker: open after this many consecutive failures of an endpoint, for this long.
+XMC_NOTIFY_BREAKER_FAILURES = env.int("XMC_NOTIFY_BREAKER_FAILURES", default=5)
+XMC_NOTIFY_BREAKER_OPEN_S = env.float("XMC_NOTIFY_BREAKER_OPEN_S", default=60.0)
+XMC_NOTIFY_SWEEP_INTERVAL_S = env.float("XMC_NOTIFY_SWEEP_INTERVAL_S", default=15.0)
+#: Links in messages point here (the web process' address).
+XMC_PUBLIC_URL = env.str("XMC_PUBLIC_URL", default="http://127.0.0.1:8000")
+
 CELERY_BEAT_SCHEDULE = {
+    # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.
+    "notifications-sweep": {"task": "xmc.notifications.sweep", "schedule": XMC_NOTIFY_SWEEP_INTERVAL_S,
+                            "options": {"queue": "notifications", "expires": 60}},
     # Operations committed while the broker was down are sent again (workunits.outbox).
     # ... and so are operations whose lease ran out (a lost message, a dead worker).
     "outbox-sweep": {"task": "xmc.actuator.sweep_outbox", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,

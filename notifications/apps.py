@@ -1,0 +1,23 @@
+"""The notifications app registers its consumer of committed transitions in ready().
+
+It sits above ``workunits`` and ``experiments``: nothing below imports it;
+it hears about committed state changes through ``workunits.committed``.
+"""
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class NotificationsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "notifications"
+
+    def ready(self) -> None:
+        # Imported here: app modules may import models only once the registry is ready.
+        from notifications import sources
+        from workunits import committed
+
+        if sources.on_transitions_committed not in committed.committed_hooks:
+            committed.committed_hooks.append(sources.on_transitions_committed)
+        if sources.on_scheduling_changed not in committed.scheduling_hooks:
+            committed.scheduling_hooks.append(sources.on_scheduling_changed)

@@ -1,0 +1,110 @@
+"""Channels: one small adapter per way out, behind one interface (:class:`ChannelAdapter`).
+
+Each ``send`` gets the subscription, the frozen payload and the message id and
+returns a :class:`SendResult`; it never raises for a failure of the receiver.
+Every HTTP call has a timeout and follows no redirect; the URL is checked for
+SSRF on a fresh resolution right before the call.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import requests
+from django.conf import settings
+from django.core import mail
+
+from notifications import crypto, payloads, signing, ssrf
+from notifications.models import Channel, Subscription
+from xmc.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class SendResult:
+    ok: bool
+    status_code: int | None = None
+    error: str = ""
+    #: False: trying again cannot help (an SSRF target); the delivery is dead at once.
+    retryable: bool = True
+
+
+class ChannelAdapter(Protocol):
+    def endpoint(self, subscription: Subscription) -> str: ...
+
+    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult: ...
+
+
+def _post(url: str, data: bytes, headers: dict[str, str]) -> SendResult:
+    try:
+        ssrf.check_url(url, field="url")
+    except InvalidArgument as exc:
+        return SendResult(False, None, exc.message, retryable=False)
+    try:
+        response = requests.post(url, data=data, headers=headers, timeout=settings.XMC_WEBHOOK_TIMEOUT_S,
+                                 allow_redirects=False)
+    except requests.RequestException as exc:
+        return SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
+    if 200 <= response.status_code < 300:
+        return SendResult(True, response.status_code)
+    if 300 <= response.status_code < 400:
+        return SendResult(False, response.status_code, "redirect not followed")
+    return SendResult(False, response.status_code, response.text[:500])
+
+
+def subscription_secrets(subscription: Subscription, now_ts: float | None = None) -> list[str]:
+    """The secrets that sign now: the current one, and the previous while its overlap lasts."""
+    result = [crypto.decrypt(subscription.secret_encrypted)]
+    expires = subscription.previous_secret_expires
+    if subscription.previous_secret_encrypted and expires and expires.timestamp() > (now_ts or time.time()):
+        result.append(crypto.decrypt(subscription.previous_secret_encrypted))
+    return result
+
+
+class Webhook:
+    def endpoint(self, subscription: Subscription) -> str:
+        return ssrf.endpoint_of(subscription.url)
+
+    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
+        timestamp = int(time.time())
+        headers = {"content-type": "application/json", "user-agent": "xmc-notifications/1",
+                   **signing.headers(subscription_secrets(subscription), message_id, timestamp, body)}
+        return _post(subscription.url, body.encode(), headers)
+
+
+class Slack:
+    def endpoint(self, subscription: Subscription) -> str:
+        return ssrf.endpoint_of(subscription.url)
+
+    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
+        message = payloads.slack(json.loads(body))
+        return _post(subscription.url, json.dumps(message).encode(), {"content-type": "application/json"})
+
+
+class Email:
+    def endpoint(self, subscription: Subscription) -> str:
+        return "email"
+
+    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
+        payload = json.loads(body)
+        message = mail.EmailMessage(
+            subject=f"[XMC] {payloads.title(payload)}", body=payloads.text(payload),
+            to=[subscription.email or subscription.owner],
+            headers={"Message-ID": f"<{message_id}@xmc>", "X-XMC-Event-Type": str(payload["type"])})
+        try:
+            message.connection = mail.get_connection(timeout=settings.EMAIL_TIMEOUT)
+        except TypeError:  # a backend without a timeout (file, locmem)
+            message.connection = mail.get_connection()
+        try:
+            message.send(fail_silently=False)
+        except Exception as exc:  # SMTP errors, refused connections, timeouts
+            return SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
+        return SendResult(True, 250)
+
+
+ADAPTERS: dict[str, Any] = {Channel.WEBHOOK: Webhook(), Channel.SLACK: Slack(), Channel.EMAIL: Email()}
+
+
+def adapter(subscription: Subscription) -> ChannelAdapter:
+    return ADAPTERS[subscription.channel]  # type: ignore[no-any-return]

@@ -1,0 +1,157 @@
+"""REST endpoints of subscriptions (docs/architecture/notifications.md, "REST"):
+
+``GET/POST /v1/subscriptions``, ``GET/PATCH/DELETE /v1/subscriptions/{id}``,
+``POST /v1/subscriptions/{id}:test``, ``POST /v1/subscriptions/{id}:rotateSecret``
+and ``GET /v1/subscriptions/{id}/deliveries`` (the delivery log). Thin: parse
+the JSON body, call ``notifications.services`` with the caller's identity,
+answer lowerCamelCase JSON; errors leave in the API's ``{"error": ...}`` shape
+through `xmc.api.rest.rest_exception_handler`. Mounted by ``xmc.urls`` before
+the API's catch-all 404.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.urls import URLPattern, path, re_path
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from notifications import services
+from notifications.models import Channel, Delivery, Scope, Subscription
+from xmc.api.rest import rest_exception_handler
+from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle
+from xmc.auth.identity import Identity
+from xmc.errors import InvalidArgument, NotFound
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def subscription_json(sub: Subscription, secret: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": f"subscriptions/{sub.id}", "subscriber": sub.owner, "events": list(sub.events),
+                           "enabled": sub.enabled, "queuedMinutes": sub.queued_minutes,
+                           "rateLimitPerHour": sub.rate_limit_per_hour,
+                           "createTime": _time(sub.create_time), "updateTime": _time(sub.update_time)}
+    if sub.scope == Scope.EXPERIMENT:
+        out["experiment"] = f"experiments/{sub.experiment_id}"
+    elif sub.scope == Scope.FILTER:
+        out["filter"] = sub.filter
+    elif sub.scope == Scope.MINE:
+        out["allMyExperiments"] = True
+    if sub.channel == Channel.WEBHOOK:
+        out["webhook"] = {"url": sub.url}
+    elif sub.channel == Channel.SLACK:
+        out["slack"] = {"url": sub.url}
+    else:
+        out["email"] = {"address": sub.email}
+    if sub.quiet_start is not None and sub.quiet_end is not None:
+        out["quietHours"] = {"start": sub.quiet_start.strftime("%H:%M"), "end": sub.quiet_end.strftime("%H:%M")}
+    if secret is not None:
+        out["webhookSecret"] = secret  # only in the answer of create and rotateSecret
+    return out
+
+
+def delivery_json(d: Delivery) -> dict[str, Any]:
+    return {"id": d.message_id, "type": d.type, "status": d.status, "attempts": d.attempts,
+            "eventCount": d.items.count(), "lastStatusCode": d.last_status_code, "lastError": d.last_error,
+            "createTime": _time(d.create_time), "deliveredTime": _time(d.delivered_time),
+            "attemptLog": [{"number": a.number, "time": _time(a.time), "statusCode": a.status_code, "ok": a.ok,
+                            "latencyMs": a.latency_ms, "error": a.error} for a in d.attempt_log.all()]}
+
+
+def _identity(request: Request) -> Identity:
+    return request.user.identity  # type: ignore[union-attr]
+
+
+def _body(request: Request) -> Any:
+    raw = request.body
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgument(f"the request body is not JSON: {exc}") from None
+
+
+def _sid(raw: str) -> int:
+    if not raw.isdigit() or len(raw) > 18:
+        raise NotFound(f"subscriptions/{raw} not found", field="name")
+    return int(raw)
+
+
+class _View(APIView):
+    authentication_classes = (BearerAuthentication,)
+    permission_classes = (IsAuthenticated,)
+    throttle_classes = (IdentityRateThrottle,)
+    renderer_classes = (JSONRenderer,)
+    parser_classes = ()
+
+    def get_exception_handler(self) -> Any:
+        return rest_exception_handler
+
+
+class CollectionView(_View):
+    http_method_names = ["get", "post"]
+
+    def get(self, request: Request) -> Response:
+        return Response({"subscriptions": [subscription_json(s) for s in services.list_for(_identity(request))]})
+
+    def post(self, request: Request) -> Response:
+        created = services.create(_identity(request), _body(request))
+        return Response(subscription_json(created.subscription, created.secret), status=200)
+
+
+class ItemView(_View):
+    http_method_names = ["get", "patch", "delete"]
+
+    def get(self, request: Request, sid: str) -> Response:
+        return Response(subscription_json(services.get(_identity(request), _sid(sid))))
+
+    def patch(self, request: Request, sid: str) -> Response:
+        return Response(subscription_json(services.update(_identity(request), _sid(sid), _body(request))))
+
+    def delete(self, request: Request, sid: str) -> Response:
+        services.delete(_identity(request), _sid(sid))
+        return Response({})
+
+
+class TestView(_View):
+    http_method_names = ["post"]
+
+    def post(self, request: Request, sid: str) -> Response:
+        delivery = services.send_test(_identity(request), _sid(sid))
+        return Response({"delivery": delivery.message_id, "status": delivery.status})
+
+
+class RotateView(_View):
+    http_method_names = ["post"]
+
+    def post(self, request: Request, sid: str) -> Response:
+        created = services.rotate_secret(_identity(request), _sid(sid))
+        return Response(subscription_json(created.subscription, created.secret))
+
+
+class DeliveriesView(_View):
+    http_method_names = ["get"]
+
+    def get(self, request: Request, sid: str) -> Response:
+        sub = services.get(_identity(request), _sid(sid))
+        rows = sub.deliveries.prefetch_related("attempt_log").order_by("-id")[:100]
+        return Response({"deliveries": [delivery_json(d) for d in rows]})
+
+
+urlpatterns: list[URLPattern] = [
+    path("v1/subscriptions", CollectionView.as_view(), name="rest-subscriptions"),
+    re_path(r"^v1/subscriptions/(?P<sid>[^/:]+):test$", TestView.as_view(), name="rest-subscription-test"),
+    re_path(r"^v1/subscriptions/(?P<sid>[^/:]+):rotateSecret$", RotateView.as_view(),
+            name="rest-subscription-rotate"),
+    re_path(r"^v1/subscriptions/(?P<sid>[^/:]+)/deliveries$", DeliveriesView.as_view(),
+            name="rest-subscription-deliveries"),
+    re_path(r"^v1/subscriptions/(?P<sid>[^/:]+)$", ItemView.as_view(), name="rest-subscription"),
+]

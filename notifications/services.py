@@ -1,0 +1,617 @@
+"""Notification services: subscriptions (CRUD for their owner), fan-out of events into the
+outbox, and the delivery of one outbox row. Views, tasks and the admin are thin over these.
+
+Delivery guarantees (docs/architecture/notifications.md, "Delivery"):
+
+* one :class:`~notifications.models.DeliveryEvent` per (event, subscription),
+  unique in the database: an event reaches a subscription at most once, however
+  often it is fanned out (a redelivered task, two workers);
+* a delivery is claimed in a row-locked transaction that moves it to DELIVERING
+  with a lease and counts the try; only the claimer sends; a worker that dies
+  mid-send leaves the lease to run out, and the next claim sends the same
+  ``message_id`` (``webhook-id``) and the same body again;
+* failures retry with exponential backoff and full jitter up to
+  ``XMC_NOTIFY_MAX_ATTEMPTS`` tries, then the delivery is a dead letter (DEAD);
+* an endpoint failing ``XMC_NOTIFY_BREAKER_FAILURES`` times in a row opens its
+  circuit for ``XMC_NOTIFY_BREAKER_OPEN_S``: its deliveries wait, uncounted;
+* the experiment's ACLs decide at send time: a subscriber who may not read the
+  experiment gets nothing (SUPPRESSED).
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from datetime import time as dtime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from experiments import acl
+from experiments.acl import Role
+from experiments.models import Experiment
+from notifications import channels, crypto, payloads, signing, ssrf
+from notifications.models import (
+    Channel,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryEvent,
+    DeliveryStatus,
+    EndpointHealth,
+    Event,
+    EventType,
+    Scope,
+    Subscription,
+)
+from xmc.auth.identity import Identity, identity_for_email
+from xmc.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
+
+log = logging.getLogger(__name__)
+
+#: Event types that concern one experiment (the others are for staff: the scheduling switch).
+EXPERIMENT_EVENTS = frozenset({EventType.WORK_UNIT_FAILED, EventType.EXPERIMENT_FINISHED,
+                               EventType.WORK_UNIT_QUEUED_TOO_LONG})
+STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESUMED})
+#: Coalesced within XMC_NOTIFY_COALESCE_S (one message per experiment and window).
+COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG})
+SUBSCRIBABLE = sorted((EXPERIMENT_EVENTS | STAFF_EVENTS))
+ROTATION_OVERLAP = timedelta(hours=24)
+MAX_SUBSCRIPTIONS_PER_OWNER = 100
+
+
+# --- Subscriptions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Created:
+    subscription: Subscription
+    #: The webhook secret in clear: returned only by create and rotate, never stored in clear.
+    secret: str | None
+
+
+def _owned(identity: Identity, sid: int) -> Subscription:
+    sub = Subscription.objects.filter(id=sid).first()
+    if sub is None or sub.owner != identity.email:
+        # The same answer for "missing" and "someone else's": a stranger learns nothing.
+        raise NotFound(f"subscriptions/{sid} not found", field="name")
+    return sub
+
+
+def get(identity: Identity, sid: int) -> Subscription:
+    return _owned(identity, sid)
+
+
+def list_for(identity: Identity) -> list[Subscription]:
+    return list(Subscription.objects.filter(owner=identity.email).order_by("id"))
+
+
+def _parse_experiment(value: Any, identity: Identity) -> Experiment:
+    if not isinstance(value, str) or not value.startswith("experiments/"):
+        raise InvalidArgument("experiment must be a name like experiments/12", field="experiment")
+    tail = value[len("experiments/"):]
+    if not tail.isdigit() or len(tail) > 18:
+        raise InvalidArgument("experiment must be a name like experiments/12", field="experiment")
+    exp = Experiment.objects.filter(id=int(tail)).first()
+    # Permission first: the same answer whether or not it exists (staff: NOT_FOUND).
+    if exp is None:
+        if identity.is_staff:
+            raise NotFound(f"{value} not found", field="experiment")
+        raise PermissionDenied(f"{identity.email} may not read {value}", field="experiment")
+    if acl.role_of(identity, exp.acls) < Role.READER:
+        raise PermissionDenied(f"{identity.email} may not read {value}", field="experiment")
+    return exp
+
+
+def _parse_filter(value: Any) -> str:
+    from xmc import listing
+    from xmc.api.handlers import EXPERIMENT_FIELDS
+    from xmc.listing.errors import ListingError
+
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgument("filter must be a non-empty AIP-160 filter over experiments", field="filter")
+    if len(value) > 2000:
+        raise InvalidArgument("filter is longer than 2000 characters", field="filter")
+    try:
+        listing.compile_filter(value, EXPERIMENT_FIELDS)
+    except ListingError as exc:
+        raise InvalidArgument(f"filter: {exc}", field="filter") from None
+    return value
+
+
+def _parse_time(value: Any, field: str) -> dtime | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a time like 22:00 (UTC)", field=field)
+    try:
+        return dtime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument(f"{field} must be a time like 22:00 (UTC), not {value!r}", field=field) from None
+
+
+def _int(data: Mapping[str, Any], key: str, field: str, low: int, high: int, default: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{field} must be an integer from {low} to {high}", field=field)
+    return value
+
+
+def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, creating: bool) -> str | None:
+    """Validate the JSON fields in ``data`` onto ``sub``; the new secret when one was made."""
+    secret: str | None = None
+    if creating or "events" in data:
+        events = data.get("events")
+        if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+            raise InvalidArgument(f"events must be a non-empty list of {', '.join(SUBSCRIBABLE)}", field="events")
+        unknown = [e for e in events if e not in SUBSCRIBABLE]
+        if unknown:
+            raise InvalidArgument(f"events: unknown event {unknown[0]!r}; allowed: {', '.join(SUBSCRIBABLE)}",
+                                  field="events")
+        if set(events) & STAFF_EVENTS and not identity.is_staff:
+            raise PermissionDenied("only staff may subscribe to SCHEDULING_PAUSED / SCHEDULING_RESUMED",
+                                   field="events")
+        sub.events = sorted(set(events))
+    if creating:
+        given = [k for k in ("experiment", "filter", "allMyExperiments") if k in data]
+        if len(given) > 1:
+            raise InvalidArgument("give one of experiment, filter or allMyExperiments", field=given[1])
+        if "experiment" in data:
+            sub.scope, sub.experiment = Scope.EXPERIMENT, _parse_experiment(data["experiment"], identity)
+        elif "filter" in data:
+            sub.scope, sub.filter = Scope.FILTER, _parse_filter(data["filter"])
+        elif data.get("allMyExperiments") is True:
+            sub.scope = Scope.MINE
+        elif set(sub.events) <= STAFF_EVENTS:
+            sub.scope = Scope.NONE
+        else:
+            raise InvalidArgument("say which experiments: experiment, filter or allMyExperiments: true",
+                                  field="experiment")
+        kinds = [k for k in ("webhook", "slack", "email") if k in data]
+        if len(kinds) != 1:
+            raise InvalidArgument("give exactly one channel: webhook, slack or email", field="webhook")
+        kind = kinds[0]
+        conf = data[kind]
+        if not isinstance(conf, dict):
+            raise InvalidArgument(f"{kind} must be an object", field=kind)
+        extra = set(conf) - ({"address"} if kind == "email" else {"url"})
+        if extra:
+            raise InvalidArgument(f"{kind}: unknown field {sorted(extra)[0]!r}", field=f"{kind}.{sorted(extra)[0]}")
+        if kind == "email":
+            sub.channel = Channel.EMAIL
+            address = conf.get("address", identity.email)
+            if address != identity.email and not identity.is_staff:
+                raise PermissionDenied("only staff may send notifications to another address than their own",
+                                       field="email.address")
+            from xmc.auth.identity import validated_email
+
+            try:
+                sub.email = validated_email(address) if isinstance(address, str) else ""
+            except ServiceError as exc:
+                raise InvalidArgument(f"email.address: {exc.message}", field="email.address") from None
+            if not sub.email:
+                raise InvalidArgument("email.address must be an email address", field="email.address")
+        else:
+            sub.channel = Channel.WEBHOOK if kind == "webhook" else Channel.SLACK
+            sub.url = ssrf.check_url(conf.get("url"), field=f"{kind}.url")
+            if kind == "webhook":
+                secret = signing.new_secret()
+                sub.secret_encrypted = crypto.encrypt(secret)
+    else:
+        for fixed in ("experiment", "filter", "allMyExperiments", "email"):
+            if fixed in data:
+                raise InvalidArgument(f"{fixed} cannot be changed; create a new subscription", field=fixed)
+        for kind in ("webhook", "slack"):
+            if kind in data:
+                if sub.channel != (Channel.WEBHOOK if kind == "webhook" else Channel.SLACK):
+                    raise InvalidArgument(f"this subscription has no {kind} channel", field=kind)
+                conf = data[kind]
+                if not isinstance(conf, dict) or set(conf) - {"url"}:
+                    raise InvalidArgument(f"{kind} must be an object with a url", field=kind)
+                sub.url = ssrf.check_url(conf.get("url"), field=f"{kind}.url")
+    sub.queued_minutes = _int(data, "queuedMinutes", "queuedMinutes", 1, 7 * 24 * 60, sub.queued_minutes)
+    sub.rate_limit_per_hour = _int(data, "rateLimitPerHour", "rateLimitPerHour", 1, 10_000, sub.rate_limit_per_hour)
+    if "quietHours" in data:
+        quiet = data["quietHours"]
+        if quiet is None:
+            sub.quiet_start = sub.quiet_end = None
+        elif not isinstance(quiet, dict) or set(quiet) - {"start", "end"}:
+            raise InvalidArgument('quietHours must be {"start": "22:00", "end": "07:00"} (UTC) or null',
+                                  field="quietHours")
+        else:
+            sub.quiet_start = _parse_time(quiet.get("start"), "quietHours.start")
+            sub.quiet_end = _parse_time(quiet.get("end"), "quietHours.end")
+            if (sub.quiet_start is None) != (sub.quiet_end is None):
+                raise InvalidArgument("quietHours needs both start and end", field="quietHours")
+    if "enabled" in data:
+        if not isinstance(data["enabled"], bool):
+            raise InvalidArgument("enabled must be true or false", field="enabled")
+        sub.enabled = data["enabled"]
+    return secret
+
+
+ALLOWED_FIELDS = {"experiment", "filter", "allMyExperiments", "events", "webhook", "slack", "email",
+                  "queuedMinutes", "rateLimitPerHour", "quietHours", "enabled"}
+
+
+def _check_fields(data: Any) -> Mapping[str, Any]:
+    if not isinstance(data, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    for key in data:
+        if key not in ALLOWED_FIELDS:
+            raise InvalidArgument(f"unknown field {key!r}; allowed: {', '.join(sorted(ALLOWED_FIELDS))}", field=key)
+    return data
+
+
+def create(identity: Identity, data: Any, *, now: datetime | None = None) -> Created:
+    data = _check_fields(data)
+    now = now or timezone.now()
+    if Subscription.objects.filter(owner=identity.email).count() >= MAX_SUBSCRIPTIONS_PER_OWNER:
+        raise InvalidArgument(f"at most {MAX_SUBSCRIPTIONS_PER_OWNER} subscriptions per subscriber")
+    sub = Subscription(owner=identity.email, create_time=now, update_time=now)
+    secret = _apply(sub, data, identity, creating=True)
+    sub.save()
+    return Created(sub, secret)
+
+
+def update(identity: Identity, sid: int, data: Any, *, now: datetime | None = None) -> Subscription:
+    data = _check_fields(data)
+    with transaction.atomic():
+        sub = _owned(identity, sid)
+        sub = Subscription.objects.select_for_update().get(id=sub.id)
+        _apply(sub, data, identity, creating=False)
+        sub.update_time = now or timezone.now()
+        sub.save()
+    return sub
+
+
+def delete(identity: Identity, sid: int) -> None:
+    _owned(identity, sid).delete()
+
+
+def rotate_secret(identity: Identity, sid: int, *, now: datetime | None = None) -> Created:
+    """A new secret; the previous keeps signing (beside it) for ROTATION_OVERLAP."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        sub = Subscription.objects.select_for_update().get(id=_owned(identity, sid).id)
+        if sub.channel != Channel.WEBHOOK:
+            raise InvalidArgument("only a webhook subscription has a secret", field="name")
+        secret = signing.new_secret()
+        sub.previous_secret_encrypted, sub.previous_secret_expires = sub.secret_encrypted, now + ROTATION_OVERLAP
+        sub.secret_encrypted = crypto.encrypt(secret)
+        sub.update_time = now
+        sub.save()
+    return Created(sub, secret)
+
+
+def send_test(identity: Identity, sid: int, *, now: datetime | None = None) -> Delivery:
+    """Queue a TEST message to this subscription (delivered like any other, after commit)."""
+    sub = _owned(identity, sid)
+    now = now or timezone.now()
+    with transaction.atomic():
+        event = Event.objects.create(key=f"test/{sub.id}/{time.time_ns()}", type=EventType.TEST,
+                                     data={"subscription": sub.id}, create_time=now, fanned_out=True)
+        delivery = Delivery.objects.create(subscription=sub, type=EventType.TEST, not_before=now,
+                                           next_attempt_time=now, create_time=now)
+        DeliveryEvent.objects.create(delivery=delivery, event=event, subscription=sub)
+        transaction.on_commit(lambda: enqueue([delivery.id]))
+    return delivery
+
+
+def send_again(delivery_id: int, *, now: datetime | None = None) -> Delivery:
+    """Admin: put a delivered, dead or suppressed message back in the outbox (same webhook-id)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        d = Delivery.objects.select_for_update().get(id=delivery_id)
+        if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
+            return d
+        d.status, d.attempts, d.next_attempt_time, d.lease_until = DeliveryStatus.PENDING, 0, now, None
+        d.save(update_fields=["status", "attempts", "next_attempt_time", "lease_until"])
+        transaction.on_commit(lambda: enqueue([d.id]))
+    return d
+
+
+# --- Events and fan-out ---------------------------------------------------------------------------------
+
+
+def record_events(rows: Iterable[Event]) -> list[int]:
+    """Insert events idempotently (by key) and return the ids of those not yet fanned out."""
+    rows = list(rows)
+    if not rows:
+        return []
+    Event.objects.bulk_create(rows, ignore_conflicts=True)
+    return list(Event.objects.filter(key__in=[r.key for r in rows], fanned_out=False).values_list("id", flat=True))
+
+
+def _may_read(owner: str, xid: int | None, acls: Mapping[str, Any] | None) -> bool:
+    try:
+        identity = identity_for_email(owner)
+    except ServiceError:  # a deactivated user
+        return False
+    if xid is None:
+        return identity.is_staff
+    return acls is not None and acl.role_of(identity, acls) >= Role.READER
+
+
+def matching_subscriptions(event: Event, experiment: Experiment | None) -> list[Subscription]:
+    subs = Subscription.objects.filter(enabled=True, events__contains=[event.type])
+    if event.type == EventType.WORK_UNIT_QUEUED_TOO_LONG:
+        subs = subs.filter(id=event.data.get("subscription"))
+    if event.xid is None:
+        return list(subs)  # staff events: only staff may subscribe to them, checked again at send time
+    if experiment is None:
+        return []
+    result = []
+    for sub in subs.filter(Q(scope=Scope.EXPERIMENT, experiment_id=event.xid) | Q(scope=Scope.MINE)
+                           | Q(scope=Scope.FILTER)):
+        if sub.scope == Scope.MINE and sub.owner != experiment.creator:
+            continue
+        if sub.scope == Scope.FILTER and not _filter_matches(sub.filter, experiment.id):
+            continue
+        result.append(sub)
+    return result
+
+
+def _filter_matches(text: str, xid: int) -> bool:
+    from xmc import listing
+    from xmc.api.handlers import EXPERIMENT_FIELDS
+    from xmc.listing.errors import ListingError
+
+    try:
+        return Experiment.objects.filter(listing.compile_filter(text, EXPERIMENT_FIELDS), id=xid).exists()
+    except ListingError:
+        return False
+
+
+def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
+    """Give the event to every matching subscription once; returns the deliveries that became due.
+
+    Runs under the event's row lock (one fan-out at a time per event) and is
+    idempotent: the unique (event, subscription) row is the record that a
+    subscription already has it.
+    """
+    now = now or timezone.now()
+    window = timedelta(seconds=settings.XMC_NOTIFY_COALESCE_S)
+    new: list[Delivery] = []
+    with transaction.atomic():
+        event = Event.objects.select_for_update().filter(id=event_id).first()
+        if event is None or event.fanned_out:
+            return []
+        experiment = Experiment.objects.filter(id=event.xid).first() if event.xid is not None else None
+        for sub in matching_subscriptions(event, experiment):
+            if not _may_read(sub.owner, event.xid, experiment.acls if experiment else None):
+                continue  # checked again at send time
+            sub = Subscription.objects.select_for_update().get(id=sub.id)  # one fan-out per subscriber at a time
+            delivery = None
+            if event.type in COALESCED:
+                delivery = (Delivery.objects.select_for_update()
+                            .filter(subscription=sub, xid=event.xid, type=event.type, status=DeliveryStatus.PENDING,
+                                    attempts=0, not_before__gt=now).order_by("id").first())
+            try:
+                with transaction.atomic():  # a savepoint: a duplicate leaves nothing behind
+                    created = delivery is None
+                    if delivery is None:
+                        start = now + window if event.type in COALESCED else now
+                        delivery = Delivery.objects.create(subscription=sub, type=event.type, xid=event.xid,
+                                                           not_before=start, next_attempt_time=start, create_time=now)
+                    DeliveryEvent.objects.create(delivery=delivery, event=event, subscription=sub)
+            except IntegrityError:
+                continue  # this subscription already has this event
+            if created:
+                new.append(delivery)
+        event.fanned_out = True
+        event.save(update_fields=["fanned_out"])
+        ids = [d.id for d in new]
+        due = [d.id for d in new if d.not_before <= now]
+        later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
+        transaction.on_commit(lambda: (enqueue(due), [enqueue([i], countdown=c) for i, c in later]))
+    return ids
+
+
+def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None:
+    """Hand deliveries to the ``notifications`` queue; a broker outage loses nothing (the sweep resends)."""
+    from notifications.tasks import DELIVER_TASK
+    from xmc.celery import Queue, app
+
+    for did in delivery_ids:
+        try:
+            app.send_task(DELIVER_TASK, args=[did], queue=Queue.NOTIFICATIONS.value,
+                          countdown=max(0.0, countdown) if countdown else None)
+        except Exception:
+            log.warning("notifications.enqueue_failed", extra={"delivery": did}, exc_info=True)
+
+
+def enqueue_fan_out(event_ids: Sequence[int]) -> None:
+    from notifications.tasks import FAN_OUT_TASK
+    from xmc.celery import Queue, app
+
+    if not event_ids:
+        return
+    try:
+        app.send_task(FAN_OUT_TASK, args=[list(event_ids)], queue=Queue.NOTIFICATIONS.value)
+    except Exception:
+        log.warning("notifications.fan_out_enqueue_failed", extra={"events": len(event_ids)}, exc_info=True)
+
+
+# --- Delivery ---------------------------------------------------------------------------------------
+
+
+def backoff_s(attempt: int) -> float:
+    """Full jitter: uniform in [base/2, min(cap, base * 2^(attempt-1))]."""
+    ceiling = min(settings.XMC_NOTIFY_BACKOFF_MAX_S, settings.XMC_NOTIFY_BACKOFF_S * (2 ** max(0, attempt - 1)))
+    return random.uniform(min(ceiling, settings.XMC_NOTIFY_BACKOFF_S / 2), ceiling)
+
+
+def _in_quiet_hours(sub: Subscription, now: datetime) -> datetime | None:
+    """The end of the quiet hours when ``now`` (UTC) falls in them, else None."""
+    start, end = sub.quiet_start, sub.quiet_end
+    if start is None or end is None or start == end:
+        return None
+    t = now.astimezone(dt_timezone.utc).time()
+    inside = (start <= t < end) if start < end else (t >= start or t < end)
+    if not inside:
+        return None
+    day = now.astimezone(dt_timezone.utc).date()
+    until = datetime.combine(day, end, tzinfo=dt_timezone.utc)
+    return until if until > now else until + timedelta(days=1)
+
+
+def _rate_limited(sub: Subscription, now: datetime) -> datetime | None:
+    hour_ago = now - timedelta(hours=1)
+    sent = list(Delivery.objects.filter(subscription=sub, status=DeliveryStatus.DELIVERED,
+                                        delivered_time__gt=hour_ago).exclude(type=EventType.TEST)
+                .order_by("delivered_time").values_list("delivered_time", flat=True)[: sub.rate_limit_per_hour])
+    if len(sent) < sub.rate_limit_per_hour:
+        return None
+    return sent[0] + timedelta(hours=1)
+
+
+def _breaker_open(endpoint: str, now: datetime) -> datetime | None:
+    row = EndpointHealth.objects.filter(endpoint=endpoint, open_until__gt=now).first()
+    return row.open_until if row else None
+
+
+def _record_health(endpoint: str, ok: bool, now: datetime) -> None:
+    row, _ = EndpointHealth.objects.select_for_update().get_or_create(endpoint=endpoint,
+                                                                      defaults={"update_time": now})
+    if ok:
+        row.consecutive_failures, row.open_until = 0, None
+    else:
+        row.consecutive_failures += 1
+        if row.consecutive_failures >= settings.XMC_NOTIFY_BREAKER_FAILURES:
+            row.open_until = now + timedelta(seconds=settings.XMC_NOTIFY_BREAKER_OPEN_S)
+    row.update_time = now
+    row.save()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one call of :func:`deliver` did (for the task and the tests)."""
+
+    action: str  # sent, failed, dead, suppressed, postponed, leased, done, not_due, missing
+    retry_in: float | None = None
+
+
+def _postpone(d: Delivery, until: datetime, reason: str) -> Outcome:
+    d.next_attempt_time = until
+    if d.attempts == 0:
+        d.not_before = max(d.not_before, until)  # keeps collecting events of the experiment meanwhile
+    d.last_error = reason
+    d.save(update_fields=["next_attempt_time", "not_before", "last_error"])
+    delay = (until - timezone.now()).total_seconds()
+    transaction.on_commit(lambda: enqueue([d.id], countdown=delay))
+    return Outcome("postponed", delay)
+
+
+def _events_of(d: Delivery) -> list[Event]:
+    return list(Event.objects.filter(id__in=DeliveryEvent.objects.filter(delivery=d).values("event_id")))
+
+
+def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
+    """Claim, send and record one delivery (idempotent; safe from any number of workers)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        d = Delivery.objects.select_for_update(of=("self",)).select_related("subscription").filter(
+            id=delivery_id).first()
+        if d is None:
+            return Outcome("missing")
+        if d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
+            return Outcome("done")
+        if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
+            return Outcome("leased", (d.lease_until - now).total_seconds())
+        due = max(d.next_attempt_time, d.not_before)
+        if due > now:
+            return Outcome("not_due", (due - now).total_seconds())
+        sub = d.subscription
+        experiment = Experiment.objects.filter(id=d.xid).first() if d.xid is not None else None
+        if d.type != EventType.TEST:
+            if not sub.enabled:
+                return _suppress(d, "the subscription is disabled")
+            if not _may_read(sub.owner, d.xid, experiment.acls if experiment else None):
+                what = f"experiments/{d.xid}" if d.xid is not None else "staff events"
+                return _suppress(d, f"{sub.owner} may not read {what}")
+            if d.attempts == 0:
+                quiet = _in_quiet_hours(sub, now)
+                if quiet:
+                    return _postpone(d, quiet, "quiet hours")
+                limited = _rate_limited(sub, now)
+                if limited:
+                    return _postpone(d, limited, f"rate limit: {sub.rate_limit_per_hour} messages per hour")
+        adapter = channels.adapter(sub)
+        endpoint = adapter.endpoint(sub)
+        opened = _breaker_open(endpoint, now)
+        if opened:
+            return _postpone(d, opened, f"circuit open for {endpoint}")
+        if not d.body:
+            events = _events_of(d)
+            if experiment is not None:
+                for e in events:
+                    e.data = {**e.data, "title": experiment.title}
+            d.body = payloads.dumps(payloads.build(d.type, events, now))
+            d.timestamp = int(now.timestamp())
+        d.status = DeliveryStatus.DELIVERING
+        d.attempts += 1
+        d.lease_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
+        d.save(update_fields=["status", "attempts", "lease_until", "body", "timestamp"])
+        attempt, body, message_id = d.attempts, d.body, d.message_id
+    started = time.monotonic()
+    try:
+        result = adapter.send(sub, message_id, body)
+    except Exception as exc:  # an adapter bug must not strand the delivery in DELIVERING
+        log.exception("notifications.send_crashed", extra={"delivery": delivery_id})
+        result = channels.SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
+    latency_ms = int((time.monotonic() - started) * 1000)
+    return _record(delivery_id, attempt, endpoint, result, latency_ms)
+
+
+def _suppress(d: Delivery, reason: str) -> Outcome:
+    d.status, d.last_error = DeliveryStatus.SUPPRESSED, reason
+    d.save(update_fields=["status", "last_error"])
+    log.info("notifications.suppressed", extra={"delivery": d.id, "reason": reason})
+    return Outcome("suppressed")
+
+
+def _record(delivery_id: int, attempt: int, endpoint: str, result: channels.SendResult, latency_ms: int) -> Outcome:
+    now = timezone.now()
+    with transaction.atomic():
+        d = Delivery.objects.select_for_update().get(id=delivery_id)
+        DeliveryAttempt.objects.create(delivery=d, number=attempt, time=now, latency_ms=latency_ms,
+                                       status_code=result.status_code, ok=result.ok, error=result.error)
+        _record_health(endpoint, result.ok, now)
+        if d.attempts != attempt or d.status != DeliveryStatus.DELIVERING:
+            return Outcome("sent" if result.ok else "failed")  # taken over after our lease ran out
+        d.last_status_code, d.last_error, d.lease_until = result.status_code, result.error, None
+        if result.ok:
+            d.status, d.delivered_time = DeliveryStatus.DELIVERED, now
+            d.save(update_fields=["status", "delivered_time", "last_status_code", "last_error", "lease_until"])
+            return Outcome("sent")
+        if not result.retryable or attempt >= settings.XMC_NOTIFY_MAX_ATTEMPTS:
+            d.status = DeliveryStatus.DEAD
+            d.save(update_fields=["status", "last_status_code", "last_error", "lease_until"])
+            log.warning("notifications.dead_letter", extra={"delivery": d.id, "error": result.error})
+            return Outcome("dead")
+        delay = backoff_s(attempt)
+        d.status, d.next_attempt_time = DeliveryStatus.PENDING, now + timedelta(seconds=delay)
+        d.save(update_fields=["status", "next_attempt_time", "last_status_code", "last_error", "lease_until"])
+        transaction.on_commit(lambda: enqueue([d.id], countdown=delay))
+    return Outcome("failed", delay)
+
+
+def due_deliveries(now: datetime, limit: int = 500) -> list[int]:
+    """Deliveries the sweep sends again: due PENDING ones and DELIVERING ones whose lease ran out."""
+    grace = now - timedelta(seconds=5)  # leave the just-enqueued ones to their task
+    pending = Q(status=DeliveryStatus.PENDING, next_attempt_time__lte=grace, not_before__lte=grace)
+    stranded = Q(status=DeliveryStatus.DELIVERING, lease_until__lte=now)
+    return list(Delivery.objects.filter(pending | stranded).order_by("id").values_list("id", flat=True)[:limit])
+
+
+def stranded_events(now: datetime, limit: int = 500) -> list[int]:
+    """Events whose fan-out never ran (the broker was down when they were recorded)."""
+    return list(Event.objects.filter(fanned_out=False, create_time__lte=now - timedelta(seconds=5))
+                .order_by("id").values_list("id", flat=True)[:limit])

@@ -1,0 +1,97 @@
+"""Where events come from: the committed transitions, the scheduling switch and a periodic scan.
+
+* :func:`on_transitions_committed` is registered in ``workunits.committed``
+  (``notifications.apps``) and runs in the writer's process after its commit:
+  it records one WORK_UNIT_FAILED event per execution that entered FAILED and
+  one EXPERIMENT_FINISHED event per experiment whose roll-up left ACTIVE, each
+  under a unique key (inserting twice is a no-op), and hands them to the
+  ``notifications`` queue for fan-out. Cheap when nobody subscribes: one
+  ``EXISTS`` query.
+* :func:`on_scheduling_changed`: SCHEDULING_PAUSED / SCHEDULING_RESUMED for staff.
+* :func:`scan_queued_too_long` (the sweep): executions waiting in SCHEDULING
+  longer than a subscription's ``queued_minutes``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from experiments.choices import ActiveState
+from experiments.models import Experiment
+from notifications import services
+from notifications.models import Event, EventType, Scope, Subscription
+from workunits.choices import TERMINAL, WorkUnitState
+
+log = logging.getLogger(__name__)
+
+
+def _anyone_listens(types: Sequence[str]) -> bool:
+    return Subscription.objects.filter(enabled=True, events__overlap=list(types)).exists() if types else False
+
+
+def events_for(transitions: Sequence[Any]) -> list[Event]:
+    now = timezone.now()
+    rows: list[Event] = []
+    for t in transitions:
+        if t.new_state == WorkUnitState.FAILED and t.old_state != WorkUnitState.FAILED:
+            rows.append(Event(key=f"wu-failed/{t.xid}/{t.wid}/{t.eid}", type=EventType.WORK_UNIT_FAILED,
+                              xid=t.xid, wid=t.wid, eid=t.eid, create_time=now,
+                              data={"state": t.new_state, "previousState": t.old_state}))
+    ended = sorted({t.xid for t in transitions if t.new_state in TERMINAL})
+    if ended:
+        for xid, counts, last in (Experiment.objects.filter(id__in=ended, active_state=ActiveState.INACTIVE)
+                                  .values_list("id", "child_state_counts", "last_child_status_update_time")):
+            # Keyed by the roll-up's last change: a redelivered batch gives the same key, a
+            # restarted experiment that finishes again a new one.
+            stamp = last.isoformat() if last else "0"
+            rows.append(Event(key=f"xp-finished/{xid}/{stamp}", type=EventType.EXPERIMENT_FINISHED, xid=xid,
+                              create_time=now, data={"stateCounts": dict(counts or {})}))
+    return rows
+
+
+def on_transitions_committed(transitions: Sequence[Any]) -> None:
+    """Record the events these committed transitions make and queue their fan-out."""
+    interesting = [t for t in transitions if t.new_state in TERMINAL]
+    if not interesting:
+        return
+    types = [EventType.WORK_UNIT_FAILED] if any(t.new_state == WorkUnitState.FAILED for t in interesting) else []
+    if not _anyone_listens([*types, EventType.EXPERIMENT_FINISHED]):
+        return
+    ids = services.record_events(events_for(interesting))
+    services.enqueue_fan_out(ids)
+
+
+def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) -> None:
+    kind = EventType.SCHEDULING_PAUSED if paused else EventType.SCHEDULING_RESUMED
+    if not _anyone_listens([kind]):
+        return
+    ids = services.record_events([Event(key=f"scheduling/{change_id}", type=kind, create_time=timezone.now(),
+                                        data={"by": by, "reason": reason})])
+    services.enqueue_fan_out(ids)
+
+
+def scan_queued_too_long() -> list[int]:
+    """One event per (subscription, execution) waiting in SCHEDULING longer than its threshold."""
+    from workunits.models import WorkUnitExecution
+
+    now_ns = time.time_ns()
+    rows: list[Event] = []
+    for sub in Subscription.objects.filter(enabled=True, events__contains=[EventType.WORK_UNIT_QUEUED_TOO_LONG]):
+        waiting = WorkUnitExecution.objects.filter(
+            state=WorkUnitState.SCHEDULING, state_update_time_ns__lt=now_ns - sub.queued_minutes * 60 * 10**9)
+        if sub.scope == Scope.EXPERIMENT:
+            waiting = waiting.filter(work_unit__experiment_id=sub.experiment_id)
+        elif sub.scope == Scope.MINE:
+            waiting = waiting.filter(work_unit__experiment__creator=sub.owner)
+        elif sub.scope == Scope.NONE:
+            continue
+        for xid, wid, eid in waiting.values_list("work_unit__experiment_id", "work_unit__wid", "eid")[:1000]:
+            rows.append(Event(key=f"wu-queued/{sub.id}/{xid}/{wid}/{eid}", type=EventType.WORK_UNIT_QUEUED_TOO_LONG,
+                              xid=xid, wid=wid, eid=eid, create_time=timezone.now(),
+                              data={"subscription": sub.id, "state": WorkUnitState.SCHEDULING,
+                                    "queuedMinutes": sub.queued_minutes}))
+    return services.record_events(rows)

@@ -1,0 +1,56 @@
+"""Celery tasks of the ``notifications`` queue: thin adapters around ``notifications.services``.
+
+* ``xmc.notifications.fan_out(event_ids)``: give events to their subscriptions;
+* ``xmc.notifications.deliver(delivery_id)``: claim, send and record one message;
+* ``xmc.notifications.sweep()`` (beat): fan out stranded events, send due
+  deliveries and those whose lease ran out, scan for work units queued too long.
+
+All idempotent: the database decides (unique rows, row-locked claims), so a
+redelivered or duplicated message changes nothing.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.db import DatabaseError
+from django.utils import timezone
+
+from notifications import services, sources
+from xmc.celery import Queue
+
+log = logging.getLogger(__name__)
+
+FAN_OUT_TASK = "xmc.notifications.fan_out"
+DELIVER_TASK = "xmc.notifications.deliver"
+SWEEP_TASK = "xmc.notifications.sweep"
+
+OPTIONS: dict[str, Any] = {
+    "bind": True, "acks_late": True, "ignore_result": True, "queue": Queue.NOTIFICATIONS.value,
+    "autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_backoff_max": 60, "retry_jitter": True,
+    "max_retries": 20, "soft_time_limit": 60, "time_limit": 90,
+}
+
+
+@shared_task(name=FAN_OUT_TASK, **OPTIONS)
+def fan_out(self: Any, event_ids: list[int]) -> None:
+    for event_id in event_ids:
+        services.fan_out(int(event_id))
+
+
+@shared_task(name=DELIVER_TASK, **OPTIONS)
+def deliver(self: Any, delivery_id: int) -> str:
+    outcome = services.deliver(int(delivery_id))
+    log.info("notifications.deliver", extra={"delivery": delivery_id, "action": outcome.action})
+    if outcome.action in ("not_due", "leased") and outcome.retry_in is not None:
+        services.enqueue([int(delivery_id)], countdown=outcome.retry_in + 0.5)  # the sweep is the safety net
+    return outcome.action
+
+
+@shared_task(name=SWEEP_TASK, **OPTIONS)
+def sweep(self: Any) -> None:
+    now = timezone.now()
+    services.enqueue_fan_out(services.stranded_events(now))
+    services.enqueue_fan_out(sources.scan_queued_too_long())
+    services.enqueue(services.due_deliveries(now))
