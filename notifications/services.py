@@ -66,6 +66,11 @@ ROTATION_OVERLAP = timedelta(hours=24)
 MAX_SUBSCRIPTIONS_PER_OWNER = 100
 
 
+def _after_commit(callback: Any) -> None:
+    """Run ``callback`` once the current transaction commits (the enqueueing of tasks)."""
+    transaction.on_commit(callback)
+
+
 # --- Subscriptions ---------------------------------------------------------------------------------
 
 
@@ -300,7 +305,7 @@ def send_test(identity: Identity, sid: int, *, now: datetime | None = None) -> D
         delivery = Delivery.objects.create(subscription=sub, type=EventType.TEST, not_before=now,
                                            next_attempt_time=now, create_time=now)
         DeliveryEvent.objects.create(delivery=delivery, event=event, subscription=sub)
-        transaction.on_commit(lambda: enqueue([delivery.id]))
+        _after_commit(lambda: enqueue([delivery.id]))
     return delivery
 
 
@@ -313,7 +318,7 @@ def send_again(delivery_id: int, *, now: datetime | None = None) -> Delivery:
             return d
         d.status, d.attempts, d.next_attempt_time, d.lease_until = DeliveryStatus.PENDING, 0, now, None
         d.save(update_fields=["status", "attempts", "next_attempt_time", "lease_until"])
-        transaction.on_commit(lambda: enqueue([d.id]))
+        _after_commit(lambda: enqueue([d.id]))
     return d
 
 
@@ -410,7 +415,7 @@ def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
         ids = [d.id for d in new]
         due = [d.id for d in new if d.not_before <= now]
         later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
-        transaction.on_commit(lambda: (enqueue(due), [enqueue([i], countdown=c) for i, c in later]))
+        _after_commit(lambda: (enqueue(due), [enqueue([i], countdown=c) for i, c in later]))
     return ids
 
 
@@ -505,7 +510,7 @@ def _postpone(d: Delivery, until: datetime, reason: str) -> Outcome:
     d.last_error = reason
     d.save(update_fields=["next_attempt_time", "not_before", "last_error"])
     delay = (until - timezone.now()).total_seconds()
-    transaction.on_commit(lambda: enqueue([d.id], countdown=delay))
+    _after_commit(lambda: enqueue([d.id], countdown=delay))
     return Outcome("postponed", delay)
 
 
@@ -599,7 +604,7 @@ def _record(delivery_id: int, attempt: int, endpoint: str, result: channels.Send
         delay = backoff_s(attempt)
         d.status, d.next_attempt_time = DeliveryStatus.PENDING, now + timedelta(seconds=delay)
         d.save(update_fields=["status", "next_attempt_time", "last_status_code", "last_error", "lease_until"])
-        transaction.on_commit(lambda: enqueue([d.id], countdown=delay))
+        _after_commit(lambda: enqueue([d.id], countdown=delay))
     return Outcome("failed", delay)
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
 from experiments.choices import ActiveState
@@ -30,7 +31,12 @@ log = logging.getLogger(__name__)
 
 
 def _anyone_listens(types: Sequence[str]) -> bool:
-    return Subscription.objects.filter(enabled=True, events__overlap=list(types)).exists() if types else False
+    if not types:
+        return False
+    wanted = Q()
+    for kind in types:
+        wanted |= Q(events__contains=[kind])
+    return Subscription.objects.filter(wanted, enabled=True).exists()
 
 
 def events_for(transitions: Sequence[Any]) -> list[Event]:

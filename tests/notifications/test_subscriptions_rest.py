@@ -1,0 +1,159 @@
+"""REST of subscriptions: create (secret shown once), read/list/patch/delete of one's own only,
+permission first on the experiment, SSRF refused naming the field, no input gives a 500."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from notifications import crypto
+from notifications.models import Subscription
+from tests import factories
+from xmc.auth.tokens import issue_token
+
+pytestmark = pytest.mark.django_db
+ALICE, BOB = factories.ALICE, factories.BOB
+
+
+class Api:
+    def __init__(self, email: str) -> None:
+        self.client = Client()
+        self.auth = f"Bearer {issue_token(email)}"
+
+    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+        data = "" if body is None else (body if isinstance(body, str) else json.dumps(body))
+        r = self.client.generic(method, url, data, content_type="application/json", HTTP_AUTHORIZATION=self.auth)
+        return r.status_code, json.loads(r.content or b"{}")
+
+
+@pytest.fixture
+def alice() -> Api:
+    return Api(ALICE)
+
+
+@pytest.fixture
+def bob() -> Api:
+    return Api(BOB)
+
+
+def test_create_answers_the_secret_once_and_stores_it_encrypted(alice: Api, receiver) -> None:
+    exp = factories.experiment()
+    status, body = alice.call("POST", "/v1/subscriptions", {
+        "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED", "EXPERIMENT_FINISHED"],
+        "webhook": {"url": receiver.url}})
+    assert status == 200, body
+    assert body["name"].startswith("subscriptions/")
+    assert body["experiment"] == f"experiments/{exp.id}"
+    secret = body["webhookSecret"]
+    assert secret.startswith("whsec_")
+    sub = Subscription.objects.get(id=int(body["name"].split("/")[1]))
+    assert secret not in sub.secret_encrypted and crypto.decrypt(sub.secret_encrypted) == secret
+    status, again = alice.call("GET", f"/v1/{body['name']}")
+    assert status == 200 and "webhookSecret" not in again
+    status, listed = alice.call("GET", "/v1/subscriptions")
+    assert [s["name"] for s in listed["subscriptions"]] == [body["name"]]
+    assert all("webhookSecret" not in s for s in listed["subscriptions"])
+
+
+def test_a_subscriber_sees_and_manages_only_their_own(alice: Api, bob: Api, receiver) -> None:
+    exp = factories.experiment()
+    _, body = alice.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
+                                                      "events": ["WORK_UNIT_FAILED"], "email": {}})
+    name = body["name"]
+    for method, url, payload in (("GET", f"/v1/{name}", None), ("PATCH", f"/v1/{name}", {"enabled": False}),
+                                 ("DELETE", f"/v1/{name}", None), ("POST", f"/v1/{name}:test", None)):
+        status, err = bob.call(method, url, payload)
+        assert status == 404 and err["error"]["status"] == "NOT_FOUND", (method, err)
+    assert bob.call("GET", "/v1/subscriptions")[1] == {"subscriptions": []}
+    status, patched = alice.call("PATCH", f"/v1/{name}", {"enabled": False, "quietHours": {"start": "22:00",
+                                                                                        "end": "07:00"}})
+    assert status == 200 and patched["enabled"] is False and patched["quietHours"] == {"start": "22:00",
+                                                                                      "end": "07:00"}
+    assert alice.call("DELETE", f"/v1/{name}")[0] == 200
+    assert alice.call("GET", f"/v1/{name}")[0] == 404
+
+
+def test_subscribing_to_an_experiment_one_cannot_read_is_denied_like_a_missing_one(bob: Api) -> None:
+    exp = factories.experiment()  # Alice's, Bob has no role
+    denied = bob.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
+                                                     "events": ["WORK_UNIT_FAILED"], "email": {}})
+    missing = bob.call("POST", "/v1/subscriptions", {"experiment": "experiments/999999",
+                                                      "events": ["WORK_UNIT_FAILED"], "email": {}})
+    assert denied[0] == missing[0] == 403
+    assert denied[1]["error"]["status"] == "PERMISSION_DENIED"
+    assert Subscription.objects.count() == 0
+
+
+@pytest.mark.parametrize("url,fragment", [
+    ("http://127.0.0.2/hook", "loopback"),
+    ("http://10.1.2.3/hook", "private"),
+    ("http://169.254.169.254/latest/meta-data", "link-local"),
+    ("http://[::1]/x", "loopback"),
+    ("ftp://example.com/x", "http or https"),
+    ("http://user:pw@example.com/x", "user name"),
+    ("not a url", "http or https"),
+])
+def test_an_ssrf_target_is_refused_with_a_clear_error_naming_the_field(alice: Api, url: str, fragment: str) -> None:
+    status, body = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True,
+                                                             "events": ["WORK_UNIT_FAILED"], "webhook": {"url": url}})
+    assert status == 400, body
+    assert body["error"]["status"] == "INVALID_ARGUMENT"
+    assert "webhook.url" in body["error"]["message"] and fragment in body["error"]["message"]
+    assert body["error"]["details"][0]["fieldViolations"][0]["field"] == "webhook.url"
+    assert Subscription.objects.count() == 0
+
+
+def test_allowed_hosts_let_a_listed_internal_host_through(alice: Api, settings) -> None:
+    settings.XMC_WEBHOOK_ALLOWED_HOSTS = ["10.1.2.3"]
+    status, _ = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
+                                                          "slack": {"url": "http://10.1.2.3/services/T/B/x"}})
+    assert status == 200
+
+
+@pytest.mark.parametrize("body,field", [
+    ({}, "events"),
+    ({"events": "WORK_UNIT_FAILED", "email": {}, "allMyExperiments": True}, "events"),
+    ({"events": ["NOPE"], "email": {}, "allMyExperiments": True}, "events"),
+    ({"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True}, "webhook"),
+    ({"events": ["WORK_UNIT_FAILED"], "email": {}}, "experiment"),
+    ({"events": ["WORK_UNIT_FAILED"], "email": {}, "experiment": "xp/1"}, "experiment"),
+    ({"events": ["WORK_UNIT_FAILED"], "email": {}, "filter": "title = ("}, "filter"),
+    ({"events": ["WORK_UNIT_FAILED"], "email": {}, "allMyExperiments": True, "quietHours": {"start": "25:00",
+                                                                                           "end": "01:00"}},
+     "quietHours.start"),
+    ({"events": ["WORK_UNIT_FAILED"], "email": {}, "allMyExperiments": True, "queuedMinutes": 0}, "queuedMinutes"),
+    ({"events": ["SCHEDULING_PAUSED"], "email": {}}, "events"),
+    ({"events": ["WORK_UNIT_FAILED"], "email": {"address": "eve@example.com"}, "allMyExperiments": True},
+     "email.address"),
+    ({"bogus": 1}, "bogus"),
+    ("[1, 2]", None),
+    ("{not json", None),
+])
+def test_bad_input_is_a_400_naming_the_field(alice: Api, body: Any, field: str | None) -> None:
+    status, answer = alice.call("POST", "/v1/subscriptions", body)
+    assert status in (400, 403), answer
+    if field is not None:
+        assert answer["error"]["details"][0]["fieldViolations"][0]["field"] == field
+
+
+def test_staff_may_subscribe_to_the_scheduling_switch(db) -> None:
+    from django.contrib.auth.models import User
+
+    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    status, body = Api("olivia@example.com").call("POST", "/v1/subscriptions", {
+        "events": ["SCHEDULING_PAUSED", "SCHEDULING_RESUMED"], "email": {}})
+    assert status == 200, body
+    assert "experiment" not in body
+
+
+def test_rotation_returns_a_new_secret_and_keeps_the_old_one_signing(alice: Api, receiver) -> None:
+    _, body = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
+                                                        "webhook": {"url": receiver.url}})
+    status, rotated = alice.call("POST", f"/v1/{body['name']}:rotateSecret")
+    assert status == 200 and rotated["webhookSecret"] != body["webhookSecret"]
+    from notifications.channels import subscription_secrets
+
+    sub = Subscription.objects.get(id=int(body["name"].split("/")[1]))
+    assert subscription_secrets(sub) == [rotated["webhookSecret"], body["webhookSecret"]]
