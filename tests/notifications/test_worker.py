@@ -1,0 +1,135 @@
+"""A real Celery worker on the ``notifications`` queue: killed mid-delivery and restarted,
+it sends again with the same webhook-id and no second event; and a work unit failing in
+the simulator, seen by the reconciler, gives exactly one delivery per subscription."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+from notifications import services
+from notifications.models import Delivery, DeliveryStatus
+from tests import factories
+from tests.childenv import child_database_url
+from tests.notifications.helpers import fail
+from tests.reconciler.conftest import cluster, make_cluster, make_reconciler, reconciler  # noqa: F401
+from tests.waiting import eventually
+from xmc.auth.identity import Identity
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
+               "DATABASE_URL": child_database_url(), "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+               "XMC_SECRET_KEY": settings.SECRET_KEY,  # the secrets at rest are encrypted under it
+               "XMC_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "XMC_NOTIFY_LEASE_S": "3", "XMC_NOTIFY_COALESCE_S": "0",
+               "XMC_WEBHOOK_TIMEOUT_S": "60", "XMC_NOTIFY_BACKOFF_S": "1"}
+        log = (tmp_path / f"worker-{len(procs)}.log").open("w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "notifications", "--pool", "solo",
+             "--without-heartbeat", "--without-gossip", "--without-mingle",
+             "-n", f"notify-test-{os.getpid()}-{len(procs)}@%h"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
+
+
+def _sweep() -> None:
+    """What beat does every XMC_NOTIFY_SWEEP_INTERVAL_S: hand due and lease-expired deliveries to the queue."""
+    from notifications.tasks import SWEEP_TASK
+    from xmc.celery import Queue, app
+
+    app.send_task(SWEEP_TASK, queue=Queue.NOTIFICATIONS.value)
+
+
+def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no_second_event(
+        broker: Any, receiver: Any, start_worker: Any, tmp_path: Path) -> None:
+    exp = factories.experiment()
+    created = services.create(Identity(factories.ALICE), {"experiment": f"experiments/{exp.id}",
+                                                          "events": ["WORK_UNIT_FAILED"],
+                                                          "webhook": {"url": receiver.url}})
+    receiver.secret = created.secret
+    receiver.hang_s = 120  # the first request hangs: the worker is busy sending when it dies
+    first = start_worker()
+    fail(factories.work_unit(exp))
+    eventually(lambda: len(receiver.requests) == 1, timeout=60, what="the first try reached the receiver")
+    assert Delivery.objects.get().status == DeliveryStatus.DELIVERING
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    start_worker()
+    time.sleep(3.5)  # the dead worker's lease runs out
+    _sweep()
+    eventually(lambda: Delivery.objects.get().status == DeliveryStatus.DELIVERED, timeout=90,
+               what="the retry delivered (worker log: " + str(tmp_path) + ")")
+    ids = [r.headers["webhook-id"] for r in receiver.requests]
+    assert len(ids) == 2 and len(set(ids)) == 1  # a retry of the same message, not a second event
+    assert all(r.verified for r in receiver.requests)
+    assert receiver.requests[0].body == receiver.requests[1].body
+    _sweep()  # more sweeps change nothing
+    time.sleep(2)
+    assert len(receiver.requests) == 2
+    assert Delivery.objects.count() == 1 and Delivery.objects.get().attempts == 2
+
+
+def test_a_work_unit_failing_in_the_simulator_gives_exactly_one_delivery_per_subscription(
+        broker: Any, receiver: Any, smtp: Any, start_worker: Any, cluster: Any, reconciler: Any) -> None:
+    from tests.reconciler.conftest import state_of
+    from workunits.choices import WorkUnitState
+
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    created = services.create(Identity(factories.ALICE), {"experiment": f"experiments/{exp.id}",
+                                                          "events": ["WORK_UNIT_FAILED"],
+                                                          "webhook": {"url": receiver.url}})
+    receiver.secret = created.secret
+    services.create(Identity(factories.ALICE), {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
+                                                "email": {}})
+    start_worker_env = start_worker
+    os.environ["EMAIL_HOST"], os.environ["EMAIL_PORT"] = "127.0.0.1", str(smtp.port)
+    try:
+        start_worker_env()
+    finally:
+        del os.environ["EMAIL_HOST"], os.environ["EMAIL_PORT"]
+    cluster.create_jobset(wu, script="pull=1s;run=2s;exit=1")
+    eventually(lambda: state_of(wu) == WorkUnitState.FAILED, timeout=120, what="FAILED in the simulator")
+    eventually(lambda: len(receiver.requests) == 1 and len(smtp.messages) == 1, timeout=60,
+               what="one webhook and one email")
+    time.sleep(3)  # nothing more arrives
+    assert len(receiver.requests) == 1 and len(smtp.messages) == 1
+    assert receiver.requests[0].verified
+    assert receiver.requests[0].json["data"]["workUnits"][0]["name"] == f"experiments/{exp.id}/workUnits/{wu.wid}"
+    assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 2
