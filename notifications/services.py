@@ -204,7 +204,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
                 raise InvalidArgument("email.address must be an email address", field="email.address")
         else:
             sub.channel = Channel.WEBHOOK if kind == "webhook" else Channel.SLACK
-            sub.url = ssrf.check_url(conf.get("url"), field=f"{kind}.url")
+            sub.url = ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url")
             if kind == "webhook":
                 secret = signing.new_secret()
                 sub.secret_encrypted = crypto.encrypt(secret)
@@ -219,7 +219,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
                 conf = data[kind]
                 if not isinstance(conf, dict) or set(conf) - {"url"}:
                     raise InvalidArgument(f"{kind} must be an object with a url", field=kind)
-                sub.url = ssrf.check_url(conf.get("url"), field=f"{kind}.url")
+                sub.url = ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url")
     sub.queued_minutes = _int(data, "queuedMinutes", "queuedMinutes", 1, 7 * 24 * 60, sub.queued_minutes)
     sub.rate_limit_per_hour = _int(data, "rateLimitPerHour", "rateLimitPerHour", 1, 10_000, sub.rate_limit_per_hour)
     if "quietHours" in data:
@@ -415,7 +415,13 @@ def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
         ids = [d.id for d in new]
         due = [d.id for d in new if d.not_before <= now]
         later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
-        _after_commit(lambda: (enqueue(due), [enqueue([i], countdown=c) for i, c in later]))
+
+        def send() -> None:
+            enqueue(due)
+            for did, countdown in later:
+                enqueue([did], countdown=countdown)
+
+        _after_commit(send)
     return ids
 
 
@@ -474,7 +480,8 @@ def _rate_limited(sub: Subscription, now: datetime) -> datetime | None:
                 .order_by("delivered_time").values_list("delivered_time", flat=True)[: sub.rate_limit_per_hour])
     if len(sent) < sub.rate_limit_per_hour:
         return None
-    return sent[0] + timedelta(hours=1)
+    first = sent[0]
+    return first + timedelta(hours=1) if first is not None else None
 
 
 def _breaker_open(endpoint: str, now: datetime) -> datetime | None:

@@ -89,7 +89,7 @@ def scan_queued_too_long() -> list[int]:
     for sub in Subscription.objects.filter(enabled=True, events__contains=[EventType.WORK_UNIT_QUEUED_TOO_LONG]):
         waiting = WorkUnitExecution.objects.filter(
             state=WorkUnitState.SCHEDULING, state_update_time_ns__lt=now_ns - sub.queued_minutes * 60 * 10**9)
-        if sub.scope == Scope.EXPERIMENT:
+        if sub.scope == Scope.EXPERIMENT and sub.experiment_id is not None:
             waiting = waiting.filter(work_unit__experiment_id=sub.experiment_id)
         elif sub.scope == Scope.MINE:
             waiting = waiting.filter(work_unit__experiment__creator=sub.owner)

@@ -175,7 +175,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
             "worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",
                        "-Q", "actuator,lifecycle,resumption,notifications", "--concurrency", "2",
                        "--hostname", "xmc-worker@%h"],
-            url="queues actuator, lifecycle, resumption",
+            url="queues actuator, lifecycle, resumption, notifications",
         ))
         procs.append(Process(
             "beat", [sys.executable, "-m", "celery", "-A", "xmc", "beat", "--loglevel=INFO",
@@ -236,7 +236,12 @@ def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None
     for key, value in exports.items():
         if value:
             print(f"export {key}={shlex.quote(value)}", flush=True)
-    print(f"\nrun: logs in {RUN}/*.log; `./dev manage <command>` talks to this system; "
+    if os.environ.get("EMAIL_HOST"):
+        mail = f"SMTP {os.environ['EMAIL_HOST']}:{os.environ.get('EMAIL_PORT', '25')}"
+    else:
+        mail = f"files in {os.environ.get('EMAIL_FILE_PATH') or RUN / 'mail'} (set EMAIL_HOST for SMTP)"
+    print(f"\nrun: notification emails: {mail}", flush=True)
+    print(f"run: logs in {RUN}/*.log; `./dev manage <command>` talks to this system; "
           "Ctrl-C (or SIGTERM) stops everything", flush=True)
 
 
@@ -256,6 +261,7 @@ def main() -> int:
     try:
         web_port = free_port(int(os.environ.get("XMC_WEB_PORT", "8000")))
         env = {"XMC_API_URL": f"http://127.0.0.1:{web_port}", "XMC_SECRET_KEY": secret_key()}
+        env.setdefault("XMC_PUBLIC_URL", os.environ.get("XMC_PUBLIC_URL") or env["XMC_API_URL"])  # links in notifications
         for key in ("DATABASE_URL", "REDIS_URL"):
             # Embedded services are found again by ./dev; explicit ones are kept.
             embedded = os.environ.get("XMC_DEV_EMBEDDED_PG" if key == "DATABASE_URL" else "XMC_DEV_EMBEDDED_REDIS")
