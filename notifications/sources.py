@@ -30,16 +30,24 @@ from workunits.choices import TERMINAL, WorkUnitState
 log = logging.getLogger(__name__)
 
 
-def _anyone_listens(types: Sequence[str]) -> bool:
+def _listened(types: Sequence[str]) -> set[str]:
+    """The event types among ``types`` that some enabled subscription wants (one query)."""
     if not types:
-        return False
+        return set()
     wanted = Q()
     for kind in types:
         wanted |= Q(events__contains=[kind])
-    return Subscription.objects.filter(wanted, enabled=True).exists()
+    found: set[str] = set()
+    for events in Subscription.objects.filter(wanted, enabled=True).values_list("events", flat=True).distinct():
+        found.update(e for e in events if e in types)
+    return found
 
 
-def events_for(transitions: Sequence[Any]) -> list[Event]:
+def _anyone_listens(types: Sequence[str]) -> bool:
+    return bool(_listened(types))
+
+
+def events_for(transitions: Sequence[Any], *, finished: bool = True) -> list[Event]:
     now = timezone.now()
     rows: list[Event] = []
     for t in transitions:
@@ -47,7 +55,7 @@ def events_for(transitions: Sequence[Any]) -> list[Event]:
             rows.append(Event(key=f"wu-failed/{t.xid}/{t.wid}/{t.eid}", type=EventType.WORK_UNIT_FAILED,
                               xid=t.xid, wid=t.wid, eid=t.eid, create_time=now,
                               data={"state": t.new_state, "previousState": t.old_state}))
-    ended = sorted({t.xid for t in transitions if t.new_state in TERMINAL})
+    ended = sorted({t.xid for t in transitions if t.new_state in TERMINAL}) if finished else []
     if ended:
         for xid, counts, last in (Experiment.objects.filter(id__in=ended, active_state=ActiveState.INACTIVE)
                                   .values_list("id", "child_state_counts", "last_child_status_update_time")):
@@ -65,9 +73,11 @@ def on_transitions_committed(transitions: Sequence[Any]) -> None:
     if not interesting:
         return
     types = [EventType.WORK_UNIT_FAILED] if any(t.new_state == WorkUnitState.FAILED for t in interesting) else []
-    if not _anyone_listens([*types, EventType.EXPERIMENT_FINISHED]):
+    listened = _listened([*types, EventType.EXPERIMENT_FINISHED])
+    if not listened:
         return
-    ids = services.record_events(events_for(interesting))
+    ids = services.record_events(e for e in events_for(interesting, finished=EventType.EXPERIMENT_FINISHED in listened)
+                                 if e.type in listened)
     services.enqueue_fan_out(ids)
 
 

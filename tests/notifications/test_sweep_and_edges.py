@@ -1,0 +1,116 @@
+"""The sweep recovers what the broker lost and finds work units queued too long; odd input never gives a 500."""
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from notifications import services, tasks
+from notifications.models import Delivery, DeliveryStatus, Event
+from tests import factories
+from tests.notifications.helpers import fail, set_state
+from tests.notifications.test_delivery import launched, webhook_sub
+from workunits.choices import WorkUnitState
+from workunits.models import WorkUnitExecution
+from xmc.auth.tokens import issue_token
+
+pytestmark = pytest.mark.django_db
+
+
+def test_events_whose_fan_out_never_reached_the_broker_are_sent_by_the_sweep(receiver, outbox) -> None:
+    exp = launched()
+    webhook_sub(receiver, exp)
+    fail(factories.work_unit(exp))
+    outbox.fan_outs.clear()  # the broker was down: the fan-out task is lost
+    outbox.pump()
+    assert receiver.requests == [] and Event.objects.get().fanned_out is False
+    Event.objects.update(create_time=timezone.now() - timedelta(minutes=1))
+    tasks.sweep()
+    outbox.pump()
+    assert len(receiver.requests) == 1 and receiver.requests[0].verified
+
+
+def test_deliveries_the_broker_lost_are_sent_by_the_sweep(receiver, outbox) -> None:
+    exp = launched()
+    webhook_sub(receiver, exp)
+    fail(factories.work_unit(exp))
+    outbox.fan_outs, outbox.deliveries = outbox.fan_outs, []
+    services.fan_out(outbox.fan_outs.pop())
+    outbox.deliveries.clear()  # the deliver task is lost
+    Delivery.objects.update(next_attempt_time=timezone.now() - timedelta(minutes=1),
+                            not_before=timezone.now() - timedelta(minutes=1))
+    tasks.sweep()
+    outbox.pump()
+    assert Delivery.objects.get().status == DeliveryStatus.DELIVERED and len(receiver.requests) == 1
+
+
+def test_a_work_unit_waiting_in_the_queue_too_long_is_told_once(receiver, outbox) -> None:
+    exp = launched()
+    waiting, fresh = factories.work_unit(exp), factories.work_unit(exp)
+    webhook_sub(receiver, exp, events=["WORK_UNIT_QUEUED_TOO_LONG"], queuedMinutes=30)
+    set_state([waiting, fresh], WorkUnitState.SCHEDULING)
+    old = int((timezone.now() - timedelta(minutes=31)).timestamp() * 1e9)
+    WorkUnitExecution.objects.filter(work_unit=waiting).update(state_update_time_ns=old)
+    tasks.sweep()
+    outbox.pump()
+    tasks.sweep()  # again: nothing new
+    outbox.pump()
+    assert len(receiver.requests) == 1
+    body = receiver.requests[0].json
+    assert body["type"] == "workUnit.queuedTooLong"
+    assert [w["name"] for w in body["data"]["workUnits"]] == [f"experiments/{exp.id}/workUnits/{waiting.wid}"]
+    assert body["data"]["workUnits"][0]["queuedMinutes"] == 30
+
+
+def test_a_disabled_subscription_gets_nothing(receiver, outbox, settings) -> None:
+    settings.XMC_NOTIFY_COALESCE_S = 60
+    exp = launched()
+    sid = webhook_sub(receiver, exp)
+    fail(factories.work_unit(exp))
+    outbox.pump()
+    from xmc.auth.identity import Identity
+
+    services.update(Identity(factories.ALICE), sid, {"enabled": False})
+    services.deliver(Delivery.objects.get().id, now=timezone.now() + timedelta(minutes=2))
+    assert Delivery.objects.get().status == DeliveryStatus.SUPPRESSED and receiver.requests == []
+
+
+@pytest.mark.parametrize("method,url,body", [
+    ("GET", "/v1/subscriptions/abc", None),
+    ("GET", "/v1/subscriptions/99999999999999999999999", None),
+    ("PATCH", "/v1/subscriptions/1", {"events": []}),
+    ("DELETE", "/v1/subscriptions/-1", None),
+    ("POST", "/v1/subscriptions/1:test", None),
+    ("POST", "/v1/subscriptions/1:rotateSecret", None),
+    ("GET", "/v1/subscriptions/1/deliveries", None),
+    ("PUT", "/v1/subscriptions", {}),
+    ("POST", "/v1/subscriptions", {"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True,
+                                   "webhook": {"url": "http://" + "a" * 3000}}),
+    ("POST", "/v1/subscriptions", {"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True,
+                                   "webhook": {"url": 5}}),
+    ("POST", "/v1/subscriptions", {"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True,
+                                   "webhook": {"url": "http://[::1"}}),
+    ("POST", "/v1/subscriptions", {"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True,
+                                   "webhook": {"url": "http://no-such-host.invalid/x"}}),
+    ("POST", "/v1/subscriptions", {"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True, "email": {},
+                                   "rateLimitPerHour": True}),
+    ("POST", "/v1/subscriptions", {"events": ["WORK_UNIT_FAILED"], "experiment": "experiments/" + "9" * 30,
+                                   "email": {}}),
+    ("POST", "/v1/subscriptions", {"events": [None], "allMyExperiments": True, "email": {}}),
+    ("POST", "/v1/subscriptions", "\x00\xff"),
+])
+def test_odd_input_is_answered_in_the_error_shape_never_a_500(method: str, url: str, body: object) -> None:
+    client = Client()
+    data = "" if body is None else (body if isinstance(body, str) else json.dumps(body))
+    r = client.generic(method, url, data, content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Bearer {issue_token(factories.ALICE)}")
+    assert 400 <= r.status_code < 500, r.content
+    assert "error" in json.loads(r.content)
+
+
+def test_without_a_token_it_is_401() -> None:
+    r = Client().get("/v1/subscriptions")
+    assert r.status_code == 401 and json.loads(r.content)["error"]["status"] == "UNAUTHENTICATED"
