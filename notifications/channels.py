@@ -82,15 +82,26 @@ class Slack:
         return _post(subscription.url, json.dumps(message).encode(), {"content-type": "application/json"})
 
 
+def group_members(group: str) -> list[str]:
+    """Emails of the active members of a Django group, sorted."""
+    from django.contrib.auth.models import User
+
+    return sorted({e for e in User.objects.filter(groups__name=group, is_active=True).exclude(email="")
+                   .values_list("email", flat=True)})
+
+
 class Email:
     def endpoint(self, subscription: Subscription) -> str:
         return "email"
 
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         payload = json.loads(body)
+        recipients = group_members(subscription.group) if subscription.group else [subscription.email or subscription.owner]
+        if not recipients:
+            return SendResult(True, 250, "the group has no active member with an email")
         message = mail.EmailMessage(
             subject=f"[XMC] {payloads.title(payload)}", body=payloads.text(payload),
-            to=[subscription.email or subscription.owner],
+            to=recipients[:1], bcc=recipients[1:],
             headers={"Message-ID": f"<{message_id}@xmc>", "X-XMC-Event-Type": str(payload["type"])})
         try:
             message.connection = mail.get_connection(timeout=settings.EMAIL_TIMEOUT)

@@ -48,6 +48,9 @@ class Channel(models.TextChoices):
 
 class Subscription(models.Model):
     owner = models.CharField(max_length=320, db_index=True, help_text="Verified email of the subscriber.")
+    #: Staff may subscribe a Django group: the group (as an ACL principal) must read the
+    #: experiment, and an email goes to every active member.
+    group = models.CharField(max_length=150, blank=True, default="")
     scope = models.CharField(max_length=16, choices=Scope.choices)
     experiment = models.ForeignKey("experiments.Experiment", on_delete=models.CASCADE, null=True, blank=True,
                                    related_name="+")

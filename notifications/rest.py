@@ -38,6 +38,8 @@ def subscription_json(sub: Subscription, secret: str | None = None) -> dict[str,
                            "enabled": sub.enabled, "queuedMinutes": sub.queued_minutes,
                            "rateLimitPerHour": sub.rate_limit_per_hour,
                            "createTime": _time(sub.create_time), "updateTime": _time(sub.update_time)}
+    if sub.group:
+        out["group"] = sub.group
     if sub.scope == Scope.EXPERIMENT:
         out["experiment"] = f"experiments/{sub.experiment_id}"
     elif sub.scope == Scope.FILTER:

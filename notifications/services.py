@@ -163,6 +163,17 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
             raise PermissionDenied("only staff may subscribe to SCHEDULING_PAUSED / SCHEDULING_RESUMED",
                                    field="events")
         sub.events = sorted(set(events))
+    if creating and "group" in data:
+        group = data["group"]
+        if not identity.is_staff:
+            raise PermissionDenied("only staff may subscribe a group", field="group")
+        from django.contrib.auth.models import Group
+
+        if not isinstance(group, str) or not Group.objects.filter(name=group).exists():
+            raise InvalidArgument(f"group: no such group {group!r}", field="group")
+        if data.get("allMyExperiments") is True:
+            raise InvalidArgument("a group subscription names an experiment or a filter", field="allMyExperiments")
+        sub.group = group
     if creating:
         given = [k for k in ("experiment", "filter", "allMyExperiments") if k in data]
         if len(given) > 1:
@@ -191,6 +202,8 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
         if kind == "email":
             sub.channel = Channel.EMAIL
             address = conf.get("address", identity.email)
+            if "address" in conf and sub.group:
+                raise InvalidArgument("a group's emails go to its members; give no address", field="email.address")
             if address != identity.email and not identity.is_staff:
                 raise PermissionDenied("only staff may send notifications to another address than their own",
                                        field="email.address")
@@ -241,7 +254,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
     return secret
 
 
-ALLOWED_FIELDS = {"experiment", "filter", "allMyExperiments", "events", "webhook", "slack", "email",
+ALLOWED_FIELDS = {"group", "experiment", "filter", "allMyExperiments", "events", "webhook", "slack", "email",
                   "queuedMinutes", "rateLimitPerHour", "quietHours", "enabled"}
 
 
@@ -334,11 +347,23 @@ def record_events(rows: Iterable[Event]) -> list[int]:
     return list(Event.objects.filter(key__in=[r.key for r in rows], fanned_out=False).values_list("id", flat=True))
 
 
-def _may_read(owner: str, xid: int | None, acls: Mapping[str, Any] | None) -> bool:
+def subscriber_identity(sub: Subscription) -> Identity | None:
+    """Whose rights decide: the owner, or for a group subscription the group as a principal (None: deactivated)."""
+    if sub.group:
+        return Identity(email=f"group:{sub.group}", groups=frozenset({sub.group}))
     try:
-        identity = identity_for_email(owner)
+        return identity_for_email(sub.owner)
     except ServiceError:  # a deactivated user
+        return None
+
+
+def _may_read(sub: Subscription, xid: int | None, acls: Mapping[str, Any] | None) -> bool:
+    identity = subscriber_identity(sub)
+    if identity is None:
         return False
+    if sub.group and xid is None:  # staff events: the staff member who made it must still be staff
+        owner = identity_for_email(sub.owner) if sub.owner else None
+        return bool(owner and owner.is_staff)
     if xid is None:
         return identity.is_staff
     return acls is not None and acl.role_of(identity, acls) >= Role.READER
@@ -390,7 +415,7 @@ def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
             return []
         experiment = Experiment.objects.filter(id=event.xid).first() if event.xid is not None else None
         for sub in matching_subscriptions(event, experiment):
-            if not _may_read(sub.owner, event.xid, experiment.acls if experiment else None):
+            if not _may_read(sub, event.xid, experiment.acls if experiment else None):
                 continue  # checked again at send time
             sub = Subscription.objects.select_for_update().get(id=sub.id)  # one fan-out per subscriber at a time
             delivery = None
@@ -545,9 +570,10 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
         if d.type != EventType.TEST:
             if not sub.enabled:
                 return _suppress(d, "the subscription is disabled")
-            if not _may_read(sub.owner, d.xid, experiment.acls if experiment else None):
+            if not _may_read(sub, d.xid, experiment.acls if experiment else None):
                 what = f"experiments/{d.xid}" if d.xid is not None else "staff events"
-                return _suppress(d, f"{sub.owner} may not read {what}")
+                who = f"group {sub.group}" if sub.group else sub.owner
+                return _suppress(d, f"{who} may not read {what}")
             if d.attempts == 0:
                 quiet = _in_quiet_hours(sub, now)
                 if quiet:

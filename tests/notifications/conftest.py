@@ -111,9 +111,11 @@ def _loopback_allowed(settings: Any) -> None:
 class _Sink:
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self.recipients: list[list[str]] = []
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
         self.messages.append(message_from_bytes(envelope.content))
+        self.recipients.append(sorted(envelope.rcpt_tos))
         return "250 OK"
 
 
@@ -125,6 +127,11 @@ class Smtp:
     @property
     def messages(self) -> list[Message]:
         return self.sink.messages
+
+    @property
+    def recipients(self) -> list[list[str]]:
+        """The envelope recipients of each message (To and Bcc)."""
+        return self.sink.recipients
 
 
 @pytest.fixture

@@ -308,3 +308,31 @@ def test_the_previous_secret_still_verifies_during_the_rotation_overlap(receiver
     outbox.pump()
     assert receiver.requests[0].verified
     assert len(receiver.requests[0].headers["webhook-signature"].split(" ")) == 2
+
+
+def test_staff_may_subscribe_a_group_whose_members_get_the_email(smtp, outbox) -> None:
+    from django.contrib.auth.models import Group, User
+
+    team = Group.objects.create(name="ml-team")
+    for name in ("ann", "ben"):
+        User.objects.create_user(name, email=f"{name}@example.com").groups.add(team)
+    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    staff = Identity("olivia@example.com", is_staff=True)
+    exp = launched()
+    with pytest.raises(Exception) as denied:
+        services.create(Identity(ALICE), {"group": "ml-team", "experiment": f"experiments/{exp.id}",
+                                          "events": ["WORK_UNIT_FAILED"], "email": {}})
+    assert getattr(denied.value, "field", None) == "group"
+    # staff may subscribe the group, but the group itself must be able to read the experiment
+    services.create(staff, {"group": "ml-team", "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED"],
+                            "email": {}})
+    fail(factories.work_unit(exp))
+    outbox.pump()
+    assert smtp.messages == []
+    assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 0
+    Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"group": "ml-team"}]})
+    fail(factories.work_unit(exp))
+    outbox.pump()
+    assert len(smtp.messages) == 1
+    assert smtp.messages[0]["To"] == "ann@example.com"  # ben in Bcc: the envelope has both
+    assert smtp.recipients == [["ann@example.com", "ben@example.com"]]
