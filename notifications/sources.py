@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,14 +58,28 @@ def events_for(transitions: Sequence[Any], *, finished: bool = True) -> list[Eve
                               data={"state": t.new_state, "previousState": t.old_state}))
     ended = sorted({t.xid for t in transitions if t.new_state in TERMINAL}) if finished else []
     if ended:
-        for xid, counts, last in (Experiment.objects.filter(id__in=ended, active_state=ActiveState.INACTIVE)
-                                  .values_list("id", "child_state_counts", "last_child_status_update_time")):
-            # Keyed by the roll-up's last change: a redelivered batch gives the same key, a
-            # restarted experiment that finishes again a new one.
-            stamp = last.isoformat() if last else "0"
-            rows.append(Event(key=f"xp-finished/{xid}/{stamp}", type=EventType.EXPERIMENT_FINISHED, xid=xid,
-                              create_time=now, data={"stateCounts": dict(counts or {})}))
+        rows += finished_events(Experiment.objects.filter(id__in=ended, active_state=ActiveState.INACTIVE))
     return rows
+
+
+def finished_events(experiments: Any) -> list[Event]:
+    """EXPERIMENT_FINISHED events of INACTIVE experiments, keyed by the time the roll-up left ACTIVE
+    (``complete_time``): a redelivered batch or the sweep gives the same key, an experiment that
+    is restarted and finishes again a new one."""
+    now = timezone.now()
+    return [Event(key=f"xp-finished/{xid}/{done.isoformat() if done else '0'}", type=EventType.EXPERIMENT_FINISHED,
+                  xid=xid, create_time=now, data={"stateCounts": dict(counts or {})})
+            for xid, counts, done in experiments.values_list("id", "child_state_counts", "complete_time")]
+
+
+def scan_finished(window_s: float = 600.0) -> list[int]:
+    """The sweep: experiments that finished in the last ``window_s`` without a transition saying so
+    (the launch completed after every work unit had ended) or whose event was lost."""
+    if not _anyone_listens([EventType.EXPERIMENT_FINISHED]):
+        return []
+    since = timezone.now() - timedelta(seconds=window_s)
+    recent = Experiment.objects.filter(active_state=ActiveState.INACTIVE, complete_time__gte=since)
+    return services.record_events(finished_events(recent.order_by("id")[:1000]))
 
 
 def on_transitions_committed(transitions: Sequence[Any]) -> None:

@@ -3,7 +3,8 @@
 * ``xmc.notifications.fan_out(event_ids)``: give events to their subscriptions;
 * ``xmc.notifications.deliver(delivery_id)``: claim, send and record one message;
 * ``xmc.notifications.sweep()`` (beat): fan out stranded events, send due
-  deliveries and those whose lease ran out, scan for work units queued too long.
+  deliveries and those whose lease ran out, scan for work units queued too long
+  and for experiments that finished without a transition saying so.
 
 All idempotent: the database decides (unique rows, row-locked claims), so a
 redelivered or duplicated message changes nothing.
@@ -53,4 +54,5 @@ def sweep(self: Any) -> None:
     now = timezone.now()
     services.enqueue_fan_out(services.stranded_events(now))
     services.enqueue_fan_out(sources.scan_queued_too_long())
+    services.enqueue_fan_out(sources.scan_finished())
     services.enqueue(services.due_deliveries(now))

@@ -114,3 +114,22 @@ def test_odd_input_is_answered_in_the_error_shape_never_a_500(method: str, url: 
 def test_without_a_token_it_is_401() -> None:
     r = Client().get("/v1/subscriptions")
     assert r.status_code == 401 and json.loads(r.content)["error"]["status"] == "UNAUTHENTICATED"
+
+
+def test_an_experiment_whose_launch_completes_after_its_units_ended_is_told_by_the_sweep(receiver, outbox) -> None:
+    from experiments import services as experiment_services
+    from xmc import pb
+
+    exp = factories.experiment()  # still LAUNCHING: ACTIVE although its only unit fails
+    wu = factories.work_unit(exp)
+    webhook_sub(receiver, exp, events=["EXPERIMENT_FINISHED"])
+    fail(wu)
+    outbox.pump()
+    assert receiver.requests == []
+    experiment_services.update_launch_state(exp.id, pb.status.ExperimentStatus.LaunchState.Value("COMPLETED"))
+    tasks.sweep()
+    outbox.pump()
+    tasks.sweep()  # the same finish: the same key, nothing new
+    outbox.pump()
+    assert len(receiver.requests) == 1
+    assert receiver.requests[0].json["data"]["stateCounts"] == {"FAILED": 1}
