@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume"]
+BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery"]
 
 
 def main(argv: list[str]) -> int:

@@ -50,7 +50,7 @@ from notifications.models import (
     Scope,
     Subscription,
 )
-from xmc.auth.identity import Identity, identity_for_email
+from xmc.auth.identity import IDENTITY_CACHE, Identity, identity_for_email
 from xmc.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 
 log = logging.getLogger(__name__)
@@ -352,7 +352,8 @@ def subscriber_identity(sub: Subscription) -> Identity | None:
     if sub.group:
         return Identity(email=f"group:{sub.group}", groups=frozenset({sub.group}))
     try:
-        return identity_for_email(sub.owner)
+        # Through the API's identity cache: a change of rights counts within XMC_IDENTITY_CACHE_S.
+        return IDENTITY_CACHE.lookup(sub.owner)
     except ServiceError:  # a deactivated user
         return None
 
@@ -515,6 +516,8 @@ def _breaker_open(endpoint: str, now: datetime) -> datetime | None:
 
 
 def _record_health(endpoint: str, ok: bool, now: datetime) -> None:
+    if ok and not EndpointHealth.objects.filter(endpoint=endpoint, consecutive_failures__gt=0).exists():
+        return  # a healthy endpoint stays as it is: no write, no hot row shared by every delivery
     row, _ = EndpointHealth.objects.select_for_update().get_or_create(endpoint=endpoint,
                                                                       defaults={"update_time": now})
     if ok:
