@@ -63,6 +63,8 @@ STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESU
 COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG})
 SUBSCRIBABLE = sorted((EXPERIMENT_EVENTS | STAFF_EVENTS))
 ROTATION_OVERLAP = timedelta(hours=24)
+#: The longest countdown a deliver task is sent with (well under XMC_CELERY_VISIBILITY_TIMEOUT_S).
+MAX_COUNTDOWN_S = 600.0
 MAX_SUBSCRIPTIONS_PER_OWNER = 100
 
 
@@ -456,10 +458,13 @@ def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None
     from notifications.tasks import DELIVER_TASK
     from xmc.celery import Queue, app
 
+    if countdown:
+        # Never past the broker's visibility timeout (Redis would hand the waiting message out
+        # again): a long wait (quiet hours) is a chain of hops, each task re-checking the row.
+        countdown = min(max(0.0, countdown), MAX_COUNTDOWN_S)
     for did in delivery_ids:
         try:
-            app.send_task(DELIVER_TASK, args=[did], queue=Queue.NOTIFICATIONS.value,
-                          countdown=max(0.0, countdown) if countdown else None)
+            app.send_task(DELIVER_TASK, args=[did], queue=Queue.NOTIFICATIONS.value, countdown=countdown or None)
         except Exception:
             log.warning("notifications.enqueue_failed", extra={"delivery": did}, exc_info=True)
 

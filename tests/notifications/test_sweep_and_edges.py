@@ -133,3 +133,14 @@ def test_an_experiment_whose_launch_completes_after_its_units_ended_is_told_by_t
     outbox.pump()
     assert len(receiver.requests) == 1
     assert receiver.requests[0].json["data"]["stateCounts"] == {"FAILED": 1}
+
+
+def test_a_long_wait_is_sent_as_hops_shorter_than_the_brokers_visibility_timeout(monkeypatch) -> None:
+    from xmc.celery import app
+
+    sent: list[dict] = []
+    monkeypatch.setattr(app, "send_task", lambda name, **kw: sent.append({"name": name, **kw}))
+    services.enqueue([7], countdown=8 * 3600)  # quiet hours until the morning
+    services.enqueue([8], countdown=2.5)
+    assert [(m["args"], m["countdown"], m["queue"]) for m in sent] == [([7], 600.0, "notifications"),
+                                                                       ([8], 2.5, "notifications")]
