@@ -12,7 +12,7 @@ from notifications.models import Delivery, DeliveryAttempt, EndpointHealth, Even
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SubscriptionAdmin(admin.ModelAdmin):
     list_display = ("id", "owner", "scope", "experiment_id", "channel", "url", "enabled", "create_time")
     list_filter = ("channel", "scope", "enabled")
     search_fields = ("owner", "url", "email")
@@ -29,7 +29,7 @@ class SubscriptionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         messages.success(request, f"{queryset.count()} test event(s) queued")
 
 
-class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
+class AttemptInline(admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     can_delete = False
@@ -40,7 +40,7 @@ class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DeliveryAdmin(admin.ModelAdmin):
     list_display = ("message_id", "subscription", "type", "xid", "status", "attempts", "last_status_code",
                     "create_time", "delivered_time")
     list_filter = ("status", "type")
@@ -60,12 +60,12 @@ class DeliveryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class EventAdmin(admin.ModelAdmin):
     list_display = ("key", "type", "xid", "wid", "eid", "create_time", "fanned_out")
     list_filter = ("type", "fanned_out")
     readonly_fields = [f.name for f in Event._meta.fields]
 
 
 @admin.register(EndpointHealth)
-class EndpointHealthAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class EndpointHealthAdmin(admin.ModelAdmin):
     list_display = ("endpoint", "consecutive_failures", "open_until", "update_time")

@@ -1,7 +1,7 @@
 """The notifications app registers its consumer of committed transitions in ready().
 
 It sits above ``workunits`` and ``experiments``: nothing below imports it;
-it hears about committed state changes through ``workunits.committed``.
+it hears about committed state changes through ``workunits.hooks``.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ class NotificationsConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: app modules may import models only once the registry is ready.
         from notifications import sources
-        from workunits import committed
+        from workunits import hooks
 
-        if sources.on_transitions_committed not in committed.committed_hooks:
-            committed.committed_hooks.append(sources.on_transitions_committed)
-        if sources.on_scheduling_changed not in committed.scheduling_hooks:
-            committed.scheduling_hooks.append(sources.on_scheduling_changed)
+        if sources.on_transitions_committed not in hooks.committed_hooks:
+            hooks.committed_hooks.append(sources.on_transitions_committed)
+        if sources.on_scheduling_changed not in hooks.scheduling_hooks:
+            hooks.scheduling_hooks.append(sources.on_scheduling_changed)

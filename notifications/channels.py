@@ -18,7 +18,7 @@ from django.core import mail
 
 from notifications import crypto, payloads, signing, ssrf
 from notifications.models import Channel, Subscription
-from xmc.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -118,4 +118,4 @@ ADAPTERS: dict[str, Any] = {Channel.WEBHOOK: Webhook(), Channel.SLACK: Slack(), 
 
 
 def adapter(subscription: Subscription) -> ChannelAdapter:
-    return ADAPTERS[subscription.channel]  # type: ignore[no-any-return]
+    return ADAPTERS[subscription.channel]

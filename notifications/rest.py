@@ -26,7 +26,7 @@ from notifications.models import Channel, Delivery, Scope, Subscription
 from xmc.api.rest import rest_exception_handler
 from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle
 from xmc.auth.identity import Identity
-from xmc.errors import InvalidArgument, NotFound
+from core.errors import InvalidArgument, NotFound
 
 
 def _time(value: datetime | None) -> str | None:
@@ -68,7 +68,7 @@ def delivery_json(d: Delivery) -> dict[str, Any]:
 
 
 def _identity(request: Request) -> Identity:
-    return request.user.identity  # type: ignore[union-attr]
+    return request.user.identity
 
 
 def _body(request: Request) -> Any:

@@ -51,7 +51,7 @@ from notifications.models import (
     Subscription,
 )
 from xmc.auth.identity import IDENTITY_CACHE, Identity, identity_for_email
-from xmc.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
+from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -456,7 +456,9 @@ def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
 def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None:
     """Hand deliveries to the ``notifications`` queue; a broker outage loses nothing (the sweep resends)."""
     from notifications.tasks import DELIVER_TASK
-    from xmc.celery import Queue, app
+    from celery import current_app as app
+
+    from core.queues import Queue
 
     if countdown:
         # Never past the broker's visibility timeout (Redis would hand the waiting message out
@@ -471,7 +473,9 @@ def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None
 
 def enqueue_fan_out(event_ids: Sequence[int]) -> None:
     from notifications.tasks import FAN_OUT_TASK
-    from xmc.celery import Queue, app
+    from celery import current_app as app
+
+    from core.queues import Queue
 
     if not event_ids:
         return

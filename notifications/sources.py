@@ -1,6 +1,6 @@
 """Where events come from: the committed transitions, the scheduling switch and a periodic scan.
 
-* :func:`on_transitions_committed` is registered in ``workunits.committed``
+* :func:`on_transitions_committed` is registered in ``workunits.hooks``
   (``notifications.apps``) and runs in the writer's process after its commit:
   it records one WORK_UNIT_FAILED event per execution that entered FAILED and
   one EXPERIMENT_FINISHED event per experiment whose roll-up left ACTIVE, each

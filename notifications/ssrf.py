@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from xmc.errors import InvalidArgument
+from core.errors import InvalidArgument
 
 
 def _allowed_hosts() -> set[str]:

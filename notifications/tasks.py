@@ -19,7 +19,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from notifications import services, sources
-from xmc.celery import Queue
+from core.queues import Queue
 
 log = logging.getLogger(__name__)
 

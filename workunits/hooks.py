@@ -11,15 +11,20 @@ Apps above (the artifact lifecycle) register into these in their
   task (:func:`notify_when_for`; "" while none is registered);
 * :class:`Transition`: what ``workunits.services.update_work_unit_executions``
   returns for each committed state change (the reconciler hands them on to
-  the lifecycle after commit).
+  the lifecycle after commit);
+* :data:`committed_hooks`: called with the committed transitions after a
+  flush commits (the reconciler calls :func:`on_transitions_committed`),
+  registered by the notifications app;
+* :data:`scheduling_hooks`: called after a pause or resume of scheduling
+  commits (:func:`on_scheduling_changed`, from ``workunits.scheduling``).
 
 A failing hook is logged and never fails the caller.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,12 @@ NotifyWhenProvider = Callable[[int, int], str]
 superseded_hooks: list[SupersededHook] = []
 
 _notify_when_provider: list[NotifyWhenProvider] = []
+
+#: Callables ``(transitions)``, registered by the notifications app.
+committed_hooks: list[Callable[[Sequence[Any]], None]] = []
+
+#: Callables ``(change_id, paused, by, reason)``, registered by the notifications app.
+scheduling_hooks: list[Callable[[int, bool, str, str], None]] = []
 
 
 class Transition(NamedTuple):
@@ -67,3 +78,22 @@ def notify_when_for(xid: int, wid: int) -> str:
     except Exception:
         log.exception("lifecycle.notify_when_failed", extra={"xid": xid, "wid": wid})
         return ""
+
+
+def on_transitions_committed(transitions: Sequence[Any]) -> None:
+    """Hand committed transitions to every registered listener (after the writer's commit)."""
+    if not transitions:
+        return
+    for hook in list(committed_hooks):
+        try:
+            hook(transitions)
+        except Exception:  # a listener must never fail the writer
+            log.exception("workunits.committed_hook_failed")
+
+
+def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) -> None:
+    for hook in list(scheduling_hooks):
+        try:
+            hook(change_id, paused, by, reason)
+        except Exception:
+            log.exception("workunits.scheduling_hook_failed")

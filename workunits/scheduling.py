@@ -45,7 +45,7 @@ from core import convert, pb, task_wire
 from core.errors import Aborted, InvalidArgument
 from core.protos import task_pb2
 from core.queues import Queue
-from workunits import committed, delivery, services, state
+from workunits import delivery, hooks, services, state
 from workunits.choices import TaskType, WorkUnitState, Writer
 from workunits.models import PausedTask, SchedulingSwitch, SchedulingSwitchChange
 
@@ -206,7 +206,7 @@ def _change(switch: SchedulingSwitch, *, paused: bool, by: str, reason: str, now
     change = SchedulingSwitchChange.objects.create(time=now, paused=paused, changed_by=by, reason=reason,
                                                    resumption_run_id=run_id)
     # Listeners above (notifications) hear of the change once it is committed.
-    transaction.on_commit(lambda: committed.on_scheduling_changed(change.id, paused, by, reason))
+    transaction.on_commit(lambda: hooks.on_scheduling_changed(change.id, paused, by, reason))
 
 
 def _dispatch_run(run_id: uuid.UUID, batch_size: int) -> None:

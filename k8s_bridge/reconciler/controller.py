@@ -49,7 +49,8 @@ from k8s_bridge.reconciler.batcher import UpdateBatcher
 from k8s_bridge.reconciler.mapping import ExecutionKey, Observation, QueuePosition
 from k8s_bridge.reconciler.watchers import Informer, Key, Kind, Obj, key_of
 from lifecycle import hooks
-from workunits import committed, services
+from workunits import hooks as workunit_hooks
+from workunits import services
 from workunits import state as guards
 from workunits.choices import WorkUnitState, Writer
 from workunits.models import WorkUnitExecution
@@ -569,7 +570,7 @@ class Reconciler:
             hooks.on_transitions_committed(transitions, wanted)
         except Exception:
             log.exception("reconciler.hook_failed")
-        committed.on_transitions_committed(transitions)  # logs its own failures
+        workunit_hooks.on_transitions_committed(transitions)  # the apps above (notifications); logs its failures
 
     def _on_committed(self, transitions: list[Transition], updates: list[guards.ExecutionUpdate]) -> None:
         if transitions:

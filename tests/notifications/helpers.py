@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from workunits import committed
+from workunits import hooks
 from workunits import services as wu_services
 from workunits import state as guards
 from workunits.choices import WorkUnitState
@@ -18,7 +18,7 @@ def set_state(units: Sequence[WorkUnit], state: str = WorkUnitState.FAILED) -> l
                                       mask=("status.state",), state=state, state_update_time_ns=now + i)
                for i, wu in enumerate(units)]
     transitions = wu_services.update_work_unit_executions(updates)
-    committed.on_transitions_committed(transitions)
+    hooks.on_transitions_committed(transitions)
     return list(transitions)
 
 

@@ -16,7 +16,7 @@ from notifications import services
 from notifications.models import Delivery, DeliveryAttempt, DeliveryStatus, Event
 from tests import factories
 from tests.notifications.helpers import fail, set_state
-from workunits import committed
+from workunits import hooks
 from workunits.choices import WorkUnitState
 from xmc.auth.identity import Identity
 
@@ -49,7 +49,7 @@ def test_a_failed_work_unit_gives_exactly_one_verified_delivery_per_subscription
     webhook_sub(receiver, exp)
     subscribe(experiment=f"experiments/{exp.id}", email={})
     transitions = fail(wu)
-    committed.on_transitions_committed(transitions)  # the hook runs twice (a redelivered flush)
+    hooks.on_transitions_committed(transitions)  # the hook runs twice (a redelivered flush)
     outbox.fan_outs.extend(outbox.fan_outs)  # and each fan-out is delivered twice
     outbox.pump()
     for event in Event.objects.all():
@@ -290,8 +290,8 @@ def test_a_test_event_and_the_staff_scheduling_events(receiver, smtp, outbox) ->
     services.send_test(staff, created.subscription.id)
     outbox.pump()
     assert receiver.requests[-1].json["type"] == "test" and receiver.requests[-1].verified
-    committed.on_scheduling_changed(41, True, "olivia@example.com", "upgrade")
-    committed.on_scheduling_changed(42, False, "olivia@example.com", "")
+    hooks.on_scheduling_changed(41, True, "olivia@example.com", "upgrade")
+    hooks.on_scheduling_changed(42, False, "olivia@example.com", "")
     outbox.pump()
     assert [r.json["type"] for r in receiver.requests[1:]] == ["scheduling.paused", "scheduling.resumed"]
     assert receiver.requests[1].json["data"]["reason"] == "upgrade"

@@ -118,7 +118,7 @@ def test_without_a_token_it_is_401() -> None:
 
 def test_an_experiment_whose_launch_completes_after_its_units_ended_is_told_by_the_sweep(receiver, outbox) -> None:
     from experiments import services as experiment_services
-    from xmc import pb
+    from core import pb
 
     exp = factories.experiment()  # still LAUNCHING: ACTIVE although its only unit fails
     wu = factories.work_unit(exp)

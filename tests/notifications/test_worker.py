@@ -21,7 +21,7 @@ from notifications.models import Delivery, DeliveryStatus
 from tests import factories
 from tests.childenv import child_database_url
 from tests.notifications.helpers import fail
-from tests.reconciler.conftest import cluster, make_cluster, make_reconciler, reconciler  # noqa: F401
+from tests.k8s_bridge.reconciler.conftest import cluster, make_cluster, make_reconciler, reconciler  # noqa: F401
 from tests.waiting import eventually
 from xmc.auth.identity import Identity
 
@@ -71,7 +71,9 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes
 def _sweep() -> None:
     """What beat does every XMC_NOTIFY_SWEEP_INTERVAL_S: hand due and lease-expired deliveries to the queue."""
     from notifications.tasks import SWEEP_TASK
-    from xmc.celery import Queue, app
+    from celery import current_app as app
+
+    from core.queues import Queue
 
     app.send_task(SWEEP_TASK, queue=Queue.NOTIFICATIONS.value)
 
@@ -107,7 +109,7 @@ def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no
 
 def test_a_work_unit_failing_in_the_simulator_gives_exactly_one_delivery_per_subscription(
         broker: Any, receiver: Any, smtp: Any, start_worker: Any, cluster: Any, reconciler: Any) -> None:
-    from tests.reconciler.conftest import state_of
+    from tests.k8s_bridge.reconciler.conftest import state_of
     from workunits.choices import WorkUnitState
 
     exp = factories.experiment()
