@@ -9,6 +9,7 @@ from django.http import HttpRequest
 
 from notifications import services
 from notifications.models import Delivery, DeliveryAttempt, EndpointHealth, Event, Subscription
+from xmc.auth.identity import identity_for_email
 
 
 @admin.register(Subscription)
@@ -22,8 +23,6 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Send a test event")
     def send_test_event(self, request: HttpRequest, queryset: QuerySet[Subscription]) -> None:
-        from xmc.auth.identity import identity_for_email
-
         for sub in queryset:
             services.send_test(identity_for_email(sub.owner), sub.id)
         messages.success(request, f"{queryset.count()} test event(s) queued")

@@ -29,11 +29,13 @@ from datetime import timezone as dt_timezone
 from datetime import time as dtime
 from typing import Any
 
+from celery import current_app as app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.queues import Queue
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
@@ -50,7 +52,10 @@ from notifications.models import (
     Scope,
     Subscription,
 )
-from xmc.auth.identity import IDENTITY_CACHE, Identity, identity_for_email
+from xmc import listing
+from xmc.api.handlers import EXPERIMENT_FIELDS
+from xmc.auth.identity import IDENTITY_CACHE, Identity, identity_for_email, validated_email
+from xmc.listing.errors import ListingError
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 
 log = logging.getLogger(__name__)
@@ -66,6 +71,11 @@ ROTATION_OVERLAP = timedelta(hours=24)
 #: The longest countdown a deliver task is sent with (well under XMC_CELERY_VISIBILITY_TIMEOUT_S).
 MAX_COUNTDOWN_S = 600.0
 MAX_SUBSCRIPTIONS_PER_OWNER = 100
+
+#: Task names of the notifications queue (notifications.tasks registers them).
+FAN_OUT_TASK = "xmc.notifications.fan_out"
+DELIVER_TASK = "xmc.notifications.deliver"
+SWEEP_TASK = "xmc.notifications.sweep"
 
 
 def _after_commit(callback: Any) -> None:
@@ -117,10 +127,6 @@ def _parse_experiment(value: Any, identity: Identity) -> Experiment:
 
 
 def _parse_filter(value: Any) -> str:
-    from xmc import listing
-    from xmc.api.handlers import EXPERIMENT_FIELDS
-    from xmc.listing.errors import ListingError
-
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgument("filter must be a non-empty AIP-160 filter over experiments", field="filter")
     if len(value) > 2000:
@@ -209,8 +215,6 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
             if address != identity.email and not identity.is_staff:
                 raise PermissionDenied("only staff may send notifications to another address than their own",
                                        field="email.address")
-            from xmc.auth.identity import validated_email
-
             try:
                 sub.email = validated_email(address) if isinstance(address, str) else ""
             except ServiceError as exc:
@@ -392,10 +396,6 @@ def matching_subscriptions(event: Event, experiment: Experiment | None) -> list[
 
 
 def _filter_matches(text: str, xid: int) -> bool:
-    from xmc import listing
-    from xmc.api.handlers import EXPERIMENT_FIELDS
-    from xmc.listing.errors import ListingError
-
     try:
         return Experiment.objects.filter(listing.compile_filter(text, EXPERIMENT_FIELDS), id=xid).exists()
     except ListingError:
@@ -455,11 +455,6 @@ def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
 
 def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None:
     """Hand deliveries to the ``notifications`` queue; a broker outage loses nothing (the sweep resends)."""
-    from notifications.tasks import DELIVER_TASK
-    from celery import current_app as app
-
-    from core.queues import Queue
-
     if countdown:
         # Never past the broker's visibility timeout (Redis would hand the waiting message out
         # again): a long wait (quiet hours) is a chain of hops, each task re-checking the row.
@@ -472,11 +467,6 @@ def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None
 
 
 def enqueue_fan_out(event_ids: Sequence[int]) -> None:
-    from notifications.tasks import FAN_OUT_TASK
-    from celery import current_app as app
-
-    from core.queues import Queue
-
     if not event_ids:
         return
     try:

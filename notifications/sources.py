@@ -27,6 +27,7 @@ from experiments.models import Experiment
 from notifications import services
 from notifications.models import Event, EventType, Scope, Subscription
 from workunits.choices import TERMINAL, WorkUnitState
+from workunits.models import WorkUnitExecution
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,6 @@ def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) ->
 
 def scan_queued_too_long() -> list[int]:
     """One event per (subscription, execution) waiting in SCHEDULING longer than its threshold."""
-    from workunits.models import WorkUnitExecution
-
     now_ns = time.time_ns()
     rows: list[Event] = []
     for sub in Subscription.objects.filter(enabled=True, events__contains=[EventType.WORK_UNIT_QUEUED_TOO_LONG]):

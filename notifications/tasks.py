@@ -23,9 +23,9 @@ from core.queues import Queue
 
 log = logging.getLogger(__name__)
 
-FAN_OUT_TASK = "xmc.notifications.fan_out"
-DELIVER_TASK = "xmc.notifications.deliver"
-SWEEP_TASK = "xmc.notifications.sweep"
+FAN_OUT_TASK = services.FAN_OUT_TASK
+DELIVER_TASK = services.DELIVER_TASK
+SWEEP_TASK = services.SWEEP_TASK
 
 OPTIONS: dict[str, Any] = {
     "bind": True, "acks_late": True, "ignore_result": True, "queue": Queue.NOTIFICATIONS.value,

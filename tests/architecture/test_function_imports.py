@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "lifecycle", "k8s_bridge", "simulators")
+PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "lifecycle", "k8s_bridge", "notifications", "simulators")
 
 #: (file, function, imported module) -> why it cannot be at the top.
 ALLOWED: dict[tuple[str, str, str], str] = {
@@ -22,6 +22,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("lifecycle/apps.py", "ready", "lifecycle"): "app registry: services and stamping import models",
     ("lifecycle/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
     ("lifecycle/apps.py", "check_lifecycle_configuration", "lifecycle"): "app registry: rules imports models",
+    ("notifications/apps.py", "ready", "notifications"): "app registry: sources imports models",
+    ("notifications/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
     ("xmc/apps.py", "ready", "xmc"): "app registry: the system checks register on import",
     ("xmc/apps.py", "ready", "xmc.api"): "app registry: the RPC handlers register on import (once)",
     ("xmc/apps.py", "ready", "xmc.auth"): "app registry: the auth signals import models",
