@@ -14,8 +14,12 @@ class NotificationsConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: app modules may import models only once the registry is ready.
-        from notifications import sources
+        from notifications import rest, sources
         from workunits import hooks
+        from xmc.api import extensions
+
+        # The REST endpoints are mounted beside the API's bindings through its extension point.
+        extensions.register(rest.urlpatterns, rest.openapi_paths)
 
         if sources.on_transitions_committed not in hooks.committed_hooks:
             hooks.committed_hooks.append(sources.on_transitions_committed)

@@ -5,8 +5,9 @@
 and ``GET /v1/subscriptions/{id}/deliveries`` (the delivery log). Thin: parse
 the JSON body, call ``notifications.services`` with the caller's identity,
 answer lowerCamelCase JSON; errors leave in the API's ``{"error": ...}`` shape
-through `xmc.api.rest.rest_exception_handler`. Mounted by ``xmc.urls`` before
-the API's catch-all 404.
+through `xmc.api.rest.rest_exception_handler`. Registered into
+``xmc.api.extensions`` by ``notifications.apps`` (mounted before the API's
+catch-all 404, documented in ``/v1/openapi.json``).
 """
 from __future__ import annotations
 
@@ -157,3 +158,41 @@ urlpatterns: list[URLPattern] = [
             name="rest-subscription-deliveries"),
     re_path(r"^v1/subscriptions/(?P<sid>[^/:]+)$", ItemView.as_view(), name="rest-subscription"),
 ]
+
+
+def openapi_paths() -> dict[str, Any]:
+    """The subscription endpoints in the OpenAPI document (merged by `xmc.api.openapi.build_document`)."""
+    error = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    body = {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
+    ok = {"description": "the subscription (JSON), see docs/architecture/notifications.md",
+          "content": {"application/json": {"schema": {"type": "object"}}}}
+    sid = [{"name": "sid", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "subscription id"}]
+
+    def op(op_id: str, summary: str, path_template: str, *, with_body: bool = False,
+           params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"operationId": op_id, "x-path-template": path_template, "x-not-an-rpc": True,
+                               "tags": ["notifications"], "summary": summary, "parameters": params or [],
+                               "responses": {"200": ok, "400": error, "401": error, "403": error, "404": error}}
+        if with_body:
+            out["requestBody"] = body
+        return out
+
+    item = "/v1/subscriptions/{sid}"
+    return {
+        "/v1/subscriptions": {
+            "get": op("ListSubscriptions", "The caller's subscriptions", "/v1/subscriptions"),
+            "post": op("CreateSubscription", "Subscribe (a webhook's secret is answered only here)",
+                       "/v1/subscriptions", with_body=True)},
+        item: {
+            "get": op("GetSubscription", "One of the caller's subscriptions", item, params=sid),
+            "patch": op("UpdateSubscription", "Change events, url, quiet hours, limits, enabled", item,
+                        with_body=True, params=sid),
+            "delete": op("DeleteSubscription", "Delete a subscription", item, params=sid)},
+        item + ":test": {"post": op("TestSubscription", "Send a test message", item + ":test", params=sid)},
+        item + ":rotateSecret": {"post": op("RotateSubscriptionSecret",
+                                            "A new webhook secret; the previous signs for 24 h more",
+                                            item + ":rotateSecret", params=sid)},
+        item + "/deliveries": {"get": op("ListSubscriptionDeliveries", "The delivery log: messages and every try",
+                                         item + "/deliveries", params=sid)},
+    }

@@ -273,7 +273,6 @@ CELERY_TASK_IGNORE_RESULT = True
 #: event-driven paths (STYLE.md 14). ``expires`` drops a tick that waited in
 #: the queue longer than that (the next tick does the same work).
 # --- Notifications (notifications/, docs/architecture/notifications.md) ----------------
-XMC_RUN_DIR = Path(env.str("XMC_RUN_DIR", default=str(BASE_DIR / ".run")))
 # Email: SMTP from the environment (EMAIL_HOST...), else the file backend under the run folder.
 EMAIL_HOST = env.str("EMAIL_HOST", default="")
 EMAIL_PORT = env.int("EMAIL_PORT", default=25)
@@ -283,7 +282,7 @@ EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default=(
     "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.filebased.EmailBackend"))
-EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(XMC_RUN_DIR / "mail"))
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(Path(XMC_RUN_DIR) / "mail"))
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="xmc@localhost")
 #: Hosts (names or addresses) a webhook may target although they resolve to private/loopback addresses.
 XMC_WEBHOOK_ALLOWED_HOSTS = env.list("XMC_WEBHOOK_ALLOWED_HOSTS", default=[])

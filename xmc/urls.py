@@ -12,7 +12,5 @@ urlpatterns = [
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics, name="metrics"),
     path("api/cli/", include("xmc.auth.urls")),
-    # Above the API's catch-all 404; a string include: xmc imports nothing of the app above it.
-    path("", include("notifications.urls")),
     path("", include("xmc.api.rest_urls")),
 ]

@@ -23,6 +23,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("lifecycle/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
     ("lifecycle/apps.py", "check_lifecycle_configuration", "lifecycle"): "app registry: rules imports models",
     ("notifications/apps.py", "ready", "notifications"): "app registry: sources imports models",
+    ("notifications/apps.py", "ready", "xmc.api"): "app registry: registers the REST endpoints into xmc.api.extensions",
     ("notifications/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
     ("xmc/apps.py", "ready", "xmc"): "app registry: the system checks register on import",
     ("xmc/apps.py", "ready", "xmc.api"): "app registry: the RPC handlers register on import (once)",
