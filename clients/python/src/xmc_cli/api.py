@@ -1,0 +1,143 @@
+"""XMC's REST API (``cloud.xmanager.v1`` transcoded to HTTP/JSON) as the few calls `xmc` makes.
+
+Bodies are proto3 JSON (lowerCamelCase, enums by name, int64 as strings);
+errors come as ``{"error": {"code", "status", "message"}}``
+(docs/architecture/rest.md in the XMC checkout) and become one `CliError`
+line. A read the caller may not make (PERMISSION_DENIED) reads as "not
+found", as the researcher pages answer it: a stranger cannot tell someone
+else's experiment from a missing one.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from xmc_cli import __version__
+from xmc_cli.auth import Identity
+from xmc_cli.errors import CliError, NotFound, Unauthenticated
+
+TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+MAX_THROTTLE_RETRIES = 3
+
+
+def _error_of(response: httpx.Response) -> tuple[str, str]:
+    try:
+        body = response.json()
+    except ValueError:
+        return "", response.text.strip()[:200] or response.reason_phrase
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("status") or ""), str(error.get("message") or "").strip()
+    return "", str(body)[:200]
+
+
+class Api:
+    def __init__(self, ident: Identity, *, transport: httpx.BaseTransport | None = None) -> None:
+        self.ident = ident
+        self.http = httpx.Client(
+            base_url=ident.origin, timeout=TIMEOUT, transport=transport, follow_redirects=False,
+            headers={"Authorization": f"Bearer {ident.token}", "User-Agent": f"xmc-cli/{__version__}",
+                     "Accept": "application/json"},
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, what: str, params: Mapping[str, Any] | None = None,
+                json: Any = None, write: bool = False) -> Any:
+        """One call; ``what`` names the thing for the error line ("experiment 12")."""
+        for attempt in range(MAX_THROTTLE_RETRIES + 1):
+            response = self._send(method, path, params=params, json=json)
+            if response.status_code == 429 and attempt < MAX_THROTTLE_RETRIES:
+                time.sleep(min(float(response.headers.get("Retry-After", "1") or 1), 10.0))
+                continue
+            break
+        if response.is_success:
+            try:
+                return response.json()
+            except ValueError:
+                raise CliError(f"{self.ident.origin} answered {path} with something that is not JSON "
+                               "(is XMC_API_URL the XMC web server?)") from None
+        self.raise_for(response, what=what, write=write)
+        raise AssertionError("unreachable")
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self.http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise CliError(f"XMC at {self.ident.origin} did not answer in time") from None
+        except httpx.TransportError as exc:
+            raise CliError(f"cannot reach XMC at {self.ident.origin}: {exc}") from None
+
+    def raise_for(self, response: httpx.Response, *, what: str, write: bool = False) -> None:
+        status, message = _error_of(response)
+        code = response.status_code
+        if code == 401:
+            via = "XMC_AUTH_TOKEN" if self.ident.source == "XMC_AUTH_TOKEN" else "your saved login"
+            raise Unauthenticated(f"not authenticated ({via} was refused: {message or 'invalid token'}): "
+                                  "run xmanager login", status=status)
+        if code == 404 or (code == 403 and not write):
+            raise NotFound(f"{what} not found", status=status or "NOT_FOUND")
+        if code == 403:
+            raise CliError(f"no permission: {message or 'you may not change ' + what}", status=status)
+        if code == 429:
+            raise CliError(f"rate limited by XMC: {message or 'too many requests'}; try again shortly", status=status)
+        if code >= 500:
+            raise CliError(f"XMC server error ({code} {status or response.reason_phrase}): "
+                           f"{message or 'no details'}", status=status)
+        raise CliError(f"refused ({status or code}): {message}", status=status)
+
+    def pages(self, path: str, key: str, *, what: str, params: Mapping[str, Any] | None = None,
+              limit: int | None = None, page_size: int = 100) -> Iterator[dict[str, Any]]:
+        """Every item of a List call, following ``nextPageToken`` (at most ``limit``)."""
+        query = dict(params or {})
+        token, served = "", 0
+        while True:
+            size = page_size if limit is None else max(1, min(page_size, limit - served))
+            body = self.request("GET", path, what=what, params={**query, "pageSize": size,
+                                                              **({"pageToken": token} if token else {})})
+            for item in body.get(key) or []:
+                yield item
+                served += 1
+                if limit is not None and served >= limit:
+                    return
+            token = body.get("nextPageToken") or ""
+            if not token:
+                return
+
+    # --- calls -----------------------------------------------------------------------------
+
+    def experiment(self, xid: int) -> dict[str, Any]:
+        return dict(self.request("GET", f"/v1/experiments/{xid}", what=f"experiment {xid}"))
+
+    def experiments(self, *, filter: str = "", limit: int | None = None,
+                    order_by: str = "create_time desc") -> Iterator[dict[str, Any]]:
+        params = {"orderBy": order_by, **({"filter": filter} if filter else {})}
+        return self.pages("/v1/experiments", "experiments", what="experiments", params=params, limit=limit)
+
+    def work_units(self, xid: int) -> list[dict[str, Any]]:
+        return list(self.pages(f"/v1/experiments/{xid}/workUnits", "workUnits", what=f"experiment {xid}"))
+
+    def work_unit(self, xid: int, wid: int) -> dict[str, Any]:
+        return dict(self.request("GET", f"/v1/experiments/{xid}/workUnits/{wid}", what=f"work unit {xid}/{wid}"))
+
+    def executions(self, xid: int, wid: int) -> list[dict[str, Any]]:
+        body = self.request("GET", f"/v1/experiments/{xid}/workUnits/{wid}/executions", what=f"work unit {xid}/{wid}")
+        return list(body.get("workUnitExecutions") or [])
+
+    def status_messages(self, xid: int, wid: int, limit: int = 5) -> list[dict[str, Any]]:
+        return list(self.pages(f"/v1/experiments/{xid}/workUnits/{wid}/statusMessages", "statusMessages",
+                               what=f"work unit {xid}/{wid}", limit=limit))
+
+    def act(self, xid: int, wid: int, verb: str) -> dict[str, Any]:
+        """``:stop`` or ``:restart`` one work unit: the long-running operation it started."""
+        return dict(self.request("POST", f"/v1/experiments/{xid}/workUnits/{wid}:{verb}", json={},
+                                 what=f"work unit {xid}/{wid}", write=True))
+
+    def operation(self, name: str) -> dict[str, Any]:
+        return dict(self.request("GET", f"/v1/{name}", what=f"operation {name}"))

@@ -1,0 +1,201 @@
+"""``xmc logs XID/WID``: an execution's logs, live from its pods or archived after them.
+
+One endpoint, ``GET /v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs``
+(docs/architecture/logs.md in the XMC checkout), asked for NDJSON: one
+object per line with ``replica``, ``pod``, ``container``, ``timestamp``,
+``text`` and ``source``. Without ``--replica`` every replica is read
+(``replica=all``, interleaved by time); with ``-f`` the server follows one
+replica per request, so each replica gets its own followed stream, in a
+thread, and lines are printed as they come. With several replicas each line
+is prefixed with its replica, in a colour of its own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+from rich.text import Text
+
+from xmc_cli import present
+from xmc_cli.errors import EXIT_OK, CliError, NotFound
+from xmc_cli.targets import parse
+
+COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan", "bright_magenta")
+MAX_FOLLOWED_REPLICAS = 8
+
+
+class Printer:
+    def __init__(self, ctx: Any, *, as_json: bool, timestamps: bool, prefix: bool) -> None:
+        self.ctx, self.as_json, self.timestamps, self.prefix = ctx, as_json, timestamps, prefix
+        self.lock = threading.Lock()
+        self.colours: dict[str, str] = {}
+        self.width = 0
+
+    def line(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            if self.as_json:
+                self.ctx.out.file.write(json.dumps(record) + "\n")
+                self.ctx.out.file.flush()
+                return
+            text = Text(no_wrap=False)
+            replica = str(record.get("replica") or "")
+            if self.prefix and replica:
+                colour = self.colours.setdefault(replica, COLOURS[len(self.colours) % len(COLOURS)])
+                self.width = max(self.width, len(replica))
+                text.append(f"{replica:<{self.width}} │ ", style=colour)
+            if self.timestamps and record.get("timestamp"):
+                text.append(f"{record['timestamp']} ", style="dim")
+            text.append(str(record.get("text", "")))
+            self.ctx.out.print(text, highlight=False, markup=False, soft_wrap=True)
+            self.ctx.out.file.flush()
+
+
+def _query(args: argparse.Namespace, replica: str | None) -> dict[str, str]:
+    params = {"format": "ndjson"}
+    if replica:
+        params["replica"] = replica
+    if args.container:
+        params["container"] = args.container
+    if args.follow:
+        params["follow"] = "true"
+    if args.tail is not None:
+        params["tailLines"] = str(args.tail)
+    if args.since is not None:
+        since = datetime.now(timezone.utc) - args.since
+        params["sinceTime"] = since.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if args.previous:
+        params["previous"] = "true"
+    return params
+
+
+class Stream:
+    """One logs request; its headers are read before the first line."""
+
+    def __init__(self, ctx: Any, path: str, params: dict[str, str], what: str) -> None:
+        self.ctx, self.path, self.params, self.what = ctx, path, params, what
+        api = ctx.api
+        timeout = httpx.Timeout(connect=10.0, read=None if params.get("follow") else 60.0, write=10.0, pool=10.0)
+        try:
+            self._cm = api.http.stream("GET", path, params=params, timeout=timeout,
+                                       headers={"Accept": "application/x-ndjson"})
+            self.response = self._cm.__enter__()
+        except httpx.TransportError as exc:
+            raise CliError(f"cannot reach XMC at {api.ident.origin}: {exc}") from None
+        if not self.response.is_success:
+            self.response.read()
+            self.close()
+            code = self.response.status_code
+            if code == 404:
+                message = _message(self.response)
+                if "replica" in message or "container" in message:
+                    raise CliError(message)
+                raise NotFound(f"{what} not found")
+            if code == 429 and params.get("follow"):
+                raise CliError("the server follows only a few logs at once: try again, or name one --replica")
+            api.raise_for(self.response, what=what)
+
+    @property
+    def headers(self) -> httpx.Headers:
+        return self.response.headers
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        try:
+            for raw in self.response.iter_lines():
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    record = {"text": raw}
+                if isinstance(record, dict):
+                    yield record
+        except httpx.ReadError:
+            return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self._cm.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - closing a broken stream
+            pass
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def _note(ctx: Any, headers: httpx.Headers, json_mode: bool) -> None:
+    if json_mode:
+        return
+    source = headers.get("X-XMC-Log-Source", "")
+    note = headers.get("X-XMC-Log-Note", "")
+    if source == "none":
+        ctx.err.print(f"No logs yet{': ' + note if note else '.'}", style="yellow", highlight=False)
+    elif source == "archive":
+        when = headers.get("X-XMC-Log-Archived-At", "")
+        truncated = " (only the last part was kept)" if headers.get("X-XMC-Log-Truncated") == "true" else ""
+        ctx.err.print(f"Archived log{' taken at ' + when if when else ''}{truncated}.", style="dim", highlight=False)
+    console = headers.get("X-XMC-Logs-Console-URL", "")
+    if console and source in ("none", "archive"):
+        ctx.err.print(f"Full logs: {console}", style="dim", highlight=False)
+
+
+def cmd_logs(ctx: Any, args: argparse.Namespace) -> int:
+    target = parse(args.target, need_wid=True, one_wid=True)
+    xid, wid = target.xid, target.wids[0]
+    if args.follow and args.previous:
+        raise CliError("-f and --previous do not go together: a previous instance has ended")
+    eid = args.execution
+    if eid is None:
+        execution = ctx.api.work_unit(xid, wid).get("currentWorkUnitExecution") or {}
+        eid = present.last_id(execution.get("name", ""))
+        if not eid:
+            raise CliError(f"work unit {xid}/{wid} has no execution yet")
+    what = f"execution {eid} of work unit {xid}/{wid}"
+    path = f"/v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs"
+    if not args.follow:
+        stream = Stream(ctx, path, _query(args, args.replica or "all"), what)
+        replicas = [r for r in stream.headers.get("X-XMC-Log-Replicas", "").split(",") if r]
+        printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps,
+                          prefix=not args.replica and len(replicas) > 1)
+        _note(ctx, stream.headers, args.json)
+        for record in stream.records():
+            printer.line(record)
+        return EXIT_OK
+    first = Stream(ctx, path, _query(args, args.replica), what)
+    replicas = [r for r in first.headers.get("X-XMC-Log-Replicas", "").split(",") if r]
+    served = first.headers.get("X-XMC-Log-Replica", "")
+    others = [] if args.replica else [r for r in replicas if r != served][: MAX_FOLLOWED_REPLICAS - 1]
+    printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps, prefix=bool(others))
+    _note(ctx, first.headers, args.json)
+    problems: list[str] = []
+
+    def pump(stream: Stream) -> None:
+        for record in stream.records():
+            printer.line(record)
+
+    def follow(replica: str) -> None:
+        try:
+            pump(Stream(ctx, path, _query(args, replica), what))
+        except CliError as exc:
+            problems.append(f"{replica}: {exc.message}")
+
+    threads = [threading.Thread(target=follow, args=(r,), daemon=True) for r in others]
+    for thread in threads:
+        thread.start()
+    pump(first)
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)
+    for problem in problems:
+        ctx.err.print(f"xmc: {problem}", style="yellow", highlight=False)
+    return EXIT_OK

@@ -1,0 +1,154 @@
+"""Rich tables for the terminal (80 columns and up) and the JSON shapes of ``--json``."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from xmc_cli import present
+
+
+def rollup(counts: Mapping[str, int]) -> Text:
+    text = Text(no_wrap=True)
+    for i, (part, style, _) in enumerate(present.rollup_parts(counts)):
+        if i:
+            text.append(" ")
+        text.append(part, style=style)
+    return text if text.plain else Text("—", style="dim")
+
+
+def state(value: str) -> Text:
+    return Text(f"{present.GLYPH.get(value, '?')} {value.replace('_', ' ').lower()}", style=present.style_of(value),
+                no_wrap=True)
+
+
+def experiments_table(experiments: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False, expand=False)
+    table.add_column("XID", justify="right", no_wrap=True)
+    table.add_column("TITLE", overflow="ellipsis", no_wrap=True, ratio=3, min_width=8)
+    table.add_column("OWNER", overflow="ellipsis", no_wrap=True, ratio=2, min_width=6)
+    table.add_column("UNITS", no_wrap=True, overflow="ellipsis", ratio=2, min_width=6)
+    table.add_column("W/E", justify="right", no_wrap=True)
+    table.add_column("CREATED", no_wrap=True)
+    table.add_column("TIME", justify="right", no_wrap=True)
+    for e in experiments:
+        severities = present.severity_counts(e)
+        warnings = severities.get("WARNING", 0)
+        errors = severities.get("ERROR", 0) + severities.get("FATAL", 0)
+        we = Text(no_wrap=True)
+        if warnings or errors:
+            we.append(str(warnings), style="yellow" if warnings else "dim")
+            we.append("/")
+            we.append(str(errors), style="red" if errors else "dim")
+        table.add_row(
+            str(present.xid_of(e.get("name", ""))), e.get("title") or Text("(untitled)", style="dim"),
+            e.get("creator") or "", rollup(present.state_counts(e)), we, present.created(e.get("createTime")),
+            present.duration(e.get("createTime"), e.get("completeTime")),
+        )
+    return table
+
+
+def experiment_header(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]]) -> Text:
+    status = e.get("status") or {}
+    xid = present.xid_of(e.get("name", ""))
+    head = Text()
+    head.append(f"Experiment {xid}", style="bold")
+    if e.get("title"):
+        head.append(f"  {e['title']}")
+    head.append("\n")
+    active = str(status.get("activeState") or "").replace("ACTIVE_STATE_UNSPECIFIED", "")
+    launch = str(status.get("launchState") or "").replace("LAUNCH_STATE_UNSPECIFIED", "")
+    facts = [f"owner {e.get('creator') or '?'}"]
+    if active:
+        facts.append(active.lower())
+    if launch:
+        facts.append(f"launch {launch.lower()}")
+    facts.append(f"created {present.created(e.get('createTime'))}")
+    took = present.duration(e.get("createTime"), e.get("completeTime"))
+    if took:
+        facts.append(f"{'took' if e.get('completeTime') else 'for'} {took}")
+    head.append(" · ".join(facts), style="dim")
+    head.append("\nUnits ")
+    counts: dict[str, int] = {}
+    for unit in units:
+        counts[present.state_of(unit)] = counts.get(present.state_of(unit), 0) + 1
+    head.append_text(rollup(counts if units else present.state_counts(e)))
+    shared = shared_args(units)
+    if shared:
+        head.append("\nShared args ", style="dim")
+        head.append(present.one_line(" ".join(f"{k}={v}" for k, v in shared.items()), 200), style="dim")
+    return head
+
+
+def shared_args(units: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    all_args = [present.args_of(u) for u in units]
+    if not all_args:
+        return {}
+    varying = set(present.differing(all_args))
+    return {k: v for k, v in all_args[0].items() if k not in varying and all(a.get(k) == v for a in all_args)}
+
+
+def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4) -> Table:
+    all_args = [present.args_of(u) for u in units]
+    columns = present.differing(all_args)
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    table.add_column("WID", justify="right", no_wrap=True)
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("EX", justify="right", no_wrap=True)
+    shown = columns[:max_arg_columns]
+    for name in shown:
+        table.add_column(name.upper() if len(name) <= 3 else name, no_wrap=True, overflow="ellipsis", max_width=14)
+    if len(columns) > len(shown):
+        table.add_column(f"+{len(columns) - len(shown)} args", no_wrap=True, overflow="ellipsis", max_width=10)
+    table.add_column("MESSAGE", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
+    table.add_column("TIME", justify="right", no_wrap=True)
+    for unit, args in zip(units, all_args):
+        execution = unit.get("currentWorkUnitExecution") or {}
+        value = present.state_of(unit)
+        cells: list[Any] = [str(present.last_id(unit.get("name", ""))), state(value),
+                            str(present.last_id(execution.get("name", ""))) if execution else ""]
+        cells += [args.get(name, "") for name in shown]
+        if len(columns) > len(shown):
+            cells.append(" ".join(f"{n}={args.get(n, '')}" for n in columns[len(shown):]))
+        message = present.one_line(present.last_message(unit))
+        cells.append(Text(message, style="red" if value in present.FAILED_STATES else "dim" if not message else ""))
+        cells.append(present.duration(execution.get("createTime"), execution.get("completeTime")))
+        table.add_row(*cells)
+    return table
+
+
+def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]]) -> Group:
+    return Group(experiment_header(e, units), Text(""), units_table(units) if units else Text("No work units yet.",
+                                                                                              style="dim"))
+
+
+def unit_summary(unit: Mapping[str, Any]) -> dict[str, Any]:
+    """The stable, flat record of a work unit ``--json`` outputs beside the raw resource."""
+    execution = unit.get("currentWorkUnitExecution") or {}
+    return {
+        "wid": present.last_id(unit.get("name", "")),
+        "state": present.state_of(unit),
+        "execution": present.last_id(execution.get("name", "")) if execution else None,
+        "args": present.args_of(unit),
+        "message": present.last_message(unit),
+        "startTime": execution.get("createTime"),
+        "completeTime": execution.get("completeTime"),
+    }
+
+
+def experiment_summary(e: Mapping[str, Any]) -> dict[str, Any]:
+    status = e.get("status") or {}
+    return {
+        "xid": present.xid_of(e.get("name", "")),
+        "title": e.get("title", ""),
+        "owner": e.get("creator", ""),
+        "activeState": status.get("activeState"),
+        "launchState": status.get("launchState"),
+        "stateCounts": present.state_counts(e),
+        "severityCounts": present.severity_counts(e),
+        "createTime": e.get("createTime"),
+        "completeTime": e.get("completeTime"),
+    }
