@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from xmc_cli import present
+from xmc_cli import present, render
 from xmc_cli.errors import EXIT_FAILED, EXIT_OK, CliError, NotFound, UsageError
 from xmc_cli.targets import parse
 
@@ -146,5 +146,5 @@ def _report(ctx: Any, units: list[Unit], verb: str, args: argparse.Namespace) ->
         else:
             result = Text("… requested", style="yellow")
         table.add_row(f"{u.xid}/{u.wid}", result, u.error or u.operation)
-    ctx.out.print(table)
+    ctx.out.print(render.fit(table, ctx.out))
     return EXIT_FAILED if failed else EXIT_OK

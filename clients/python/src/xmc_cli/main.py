@@ -94,7 +94,7 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     if not found:
         ctx.err.print("No experiments" + (" match." if filter_text or by_unit_state else " yet."))
         return EXIT_OK
-    ctx.out.print(render.experiments_table(found))
+    ctx.out.print(render.fit(render.experiments_table(found), ctx.out))
     return EXIT_OK
 
 
@@ -115,7 +115,7 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         ctx.json({"experiment": experiment, "summary": render.experiment_summary(experiment),
                   "workUnits": [{**render.unit_summary(u), "workUnit": u} for u in units]})
         return EXIT_OK
-    ctx.out.print(render.status_view(experiment, units))
+    ctx.out.print(render.status_view(experiment, units, ctx.out))
     return EXIT_OK
 
 

@@ -236,8 +236,13 @@ def why(work_unit: Mapping[str, Any], messages: Iterable[Mapping[str, Any]] = ()
         lines.append("It is being stopped.")
     elif state in ("FAILED", "PARTIALLY_FAILED"):
         condition = _failed_condition(status)
-        reason = " ".join(p for p in (str(condition.get("reason") or ""), str(condition.get("message") or "")) if p)
-        lines.append("It failed" + (f": {reason}" if reason else "."))
+        message, reason = str(condition.get("message") or "").strip(), str(condition.get("reason") or "").strip()
+        words = message + (f" ({reason})" if reason and message else reason)
+        lines.append(("It partly failed" if state == "PARTIALLY_FAILED" else "It failed") + (f": {words}." if words else "."))
+        jobs = ((status.get("detailedStatus") or {}).get("jobsetStatus") or {}).get("replicatedJobsStatus") or []
+        failed_jobs = [f"{j.get('name')} {j.get('failed')} failed" for j in jobs if int(j.get("failed") or 0)]
+        if failed_jobs:
+            lines.append("Jobs: " + ", ".join(failed_jobs) + ".")
     if state not in ("SCHEDULING",) and _text(scheduling) and state in ("STARTING", "DESCHEDULING") \
             and _text(scheduling) not in " ".join(lines):
         lines.append(f"Scheduler: {_text(scheduling)}")

@@ -4,11 +4,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from xmc_cli import present
+
+
+def fit(table: Table, console: Console) -> Table:
+    """Spread the table over the terminal only when it does not fit in its natural width.
+
+    Rich shrinks ratio columns (titles, owners, messages) with an ellipsis only
+    in an expanded table; a table that fits keeps its natural width.
+    """
+    table.expand = console.measure(table).maximum >= console.width  # the measurement is capped at the width
+    return table
 
 
 def rollup(counts: Mapping[str, int]) -> Text:
@@ -30,7 +40,7 @@ def experiments_table(experiments: Sequence[Mapping[str, Any]]) -> Table:
     table.add_column("XID", justify="right", no_wrap=True)
     table.add_column("TITLE", overflow="ellipsis", no_wrap=True, ratio=3, min_width=8)
     table.add_column("OWNER", overflow="ellipsis", no_wrap=True, ratio=2, min_width=6)
-    table.add_column("UNITS", no_wrap=True, overflow="ellipsis", ratio=2, min_width=6)
+    table.add_column("UNITS", no_wrap=True)
     table.add_column("W/E", justify="right", no_wrap=True)
     table.add_column("CREATED", no_wrap=True)
     table.add_column("TIME", justify="right", no_wrap=True)
@@ -120,9 +130,9 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
     return table
 
 
-def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]]) -> Group:
-    return Group(experiment_header(e, units), Text(""), units_table(units) if units else Text("No work units yet.",
-                                                                                              style="dim"))
+def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], console: Console) -> Group:
+    body = fit(units_table(units), console) if units else Text("No work units yet.", style="dim")
+    return Group(experiment_header(e, units), Text(""), body)
 
 
 def unit_summary(unit: Mapping[str, Any]) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def cmd_watch(ctx: Any, args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
     interactive = ctx.out.is_terminal and not args.json
     previous: dict[int, str] = {}
-    live = Live(render.status_view(experiment, units), console=ctx.out, auto_refresh=False, transient=False) \
+    live = Live(render.status_view(experiment, units, ctx.out), console=ctx.out, auto_refresh=False, transient=False) \
         if interactive else None
 
     def emit_changes() -> None:
@@ -136,7 +136,7 @@ def cmd_watch(ctx: Any, args: argparse.Namespace) -> int:
         while True:
             emit_changes()
             if live is not None:
-                live.update(render.status_view(experiment, units), refresh=True)
+                live.update(render.status_view(experiment, units, ctx.out), refresh=True)
             code = finished(experiment, units)
             if code is not None:
                 break
