@@ -241,7 +241,10 @@ def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None
     else:
         mail = f"files in {os.environ.get('EMAIL_FILE_PATH') or RUN / 'mail'} (set EMAIL_HOST for SMTP)"
     print(f"\nrun: notification emails: {mail}", flush=True)
-    print(f"run: logs in {RUN}/*.log; `./dev manage <command>` talks to this system; "
+    print(f"run: the researcher's command line, with the same exports: pip install {ROOT / 'clients' / 'python'} "
+          "(Python >= 3.10), then `xmc list`, `xmc status <xid>`, `xmc why <xid>/<wid>`, `xmc logs -f <xid>/<wid>`, "
+          "`xmc watch <xid>` (docs/architecture/cli.md)", flush=True)
+    print(f"\nrun: logs in {RUN}/*.log; `./dev manage <command>` talks to this system; "
           "Ctrl-C (or SIGTERM) stops everything", flush=True)
 
 

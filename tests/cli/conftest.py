@@ -7,23 +7,17 @@ with a private HOME, ``COLUMNS=80`` and the given person's token.
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.cli.cli_env import ROOT, ensure_cli_venv
+from tests.cli.runner import ALICE, BOB, Run, Xmc  # noqa: F401 - re-exported for the tests
 from tests.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
-
-ALICE = "alice@example.com"
-BOB = "bob@example.com"
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -36,25 +30,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 @pytest.fixture(scope="session")
 def cli_venv() -> Path:
     return ensure_cli_venv()
-
-
-@dataclass
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def ok(self) -> Run:
-        assert self.returncode == 0, f"exit {self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
-        return self
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    @property
-    def lines(self) -> list[Any]:
-        return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
 
 
 def system_env(system: System) -> dict[str, str]:  # noqa: F811
@@ -79,36 +54,9 @@ def tokens(system: System) -> dict[str, str]:  # noqa: F811
     return {ALICE: issue_token(system, ALICE), BOB: issue_token(system, BOB)}
 
 
-class Xmc:
-    def __init__(self, venv: Path, home: Path, api: str) -> None:
-        self.venv, self.home, self.api = venv, home, api
-
-    def env(self, token: str | None, **overrides: str | None) -> dict[str, str]:
-        env = {"PATH": f"{self.venv / 'bin'}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
-               "COLUMNS": "80", "XMC_API_URL": self.api, "PYTHONUNBUFFERED": "1"}
-        if token is not None:
-            env["XMC_AUTH_TOKEN"] = token
-        for key, value in overrides.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-        return env
-
-    def __call__(self, *args: str, token: str | None, timeout: float = 60, **env: str | None) -> Run:
-        done = subprocess.run([str(self.venv / "bin" / "xmc"), *args], env=self.env(token, **env),
-                              capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-        return Run(done.returncode, done.stdout, done.stderr)
-
-    def popen(self, *args: str, token: str | None, **env: str | None) -> subprocess.Popen[str]:
-        return subprocess.Popen([str(self.venv / "bin" / "xmc"), *args], env=self.env(token, **env),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-
-
 @pytest.fixture(scope="module")
 def xmc(cli_venv: Path, system: System, tmp_path_factory: pytest.TempPathFactory) -> Xmc:  # noqa: F811
     home = tmp_path_factory.mktemp("home")
     return Xmc(cli_venv, home, system.api)
 
 
-XmcFactory = Callable[..., Run]

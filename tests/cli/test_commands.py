@@ -14,7 +14,7 @@ import pytest
 
 from tests import waiting
 from tests.cli import rest
-from tests.cli.conftest import ALICE, BOB, Run, Xmc
+from tests.cli.runner import ALICE, BOB, Run, Xmc
 from tests.e2e.conftest import System
 
 # No django_db mark: the tests share one system and its data for the module, and read it only
@@ -246,3 +246,10 @@ def test_watch_exits_1_when_a_unit_fails_and_0_when_all_complete(xmc: Xmc, syste
     _one_error_line(xmc("watch", "999999", token=alice), 4, "not found")
     _one_error_line(xmc("watch", str(stopped), "--timeout", "1", token=alice, XMC_API_URL="http://127.0.0.1:9"), 4,
                     "cannot reach")
+
+
+def test_dev_run_says_how_to_install_it(system: System, xmc: Xmc) -> None:
+    [hint] = [line for line in system.output if "researcher's command line" in line]
+    assert "pip install " in hint and hint.split("pip install ")[1].split()[0].endswith("clients/python")
+    assert "xmc status <xid>" in hint
+    assert xmc("--version", token=None).ok().stdout.startswith("xmc ")

@@ -24,7 +24,7 @@ from django.test import Client as BrowserClient
 
 from tests import factories
 from tests.auth.cli_steps import authorize, code_from_page
-from tests.cli.conftest import ALICE, Xmc
+from tests.cli.runner import ALICE, Xmc
 from tests.real_client.client_env import ensure_client_venv
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,6 +24,8 @@ from django.db import close_old_connections, connection
 
 from artifacts.models import Artifact
 from experiments.models import Experiment
+from tests.cli.cli_env import ensure_cli_venv
+from tests.cli.runner import Xmc
 from tests.system.e2e.conftest import ROOT, System, eventually
 from tests.system.real_client.client_env import ensure_client_venv
 from tests.system.real_client.conftest import Client
@@ -119,6 +121,9 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
         wids = result["wids"]
         assert watcher.xid == xid or watcher.xid is None
         watcher.xid = xid
+        # Step 3 of the README: `xmc watch <xid>` waits for the end and tells how (1: `fails` failed).
+        xmc = Xmc(ensure_cli_venv(), tmp_path, system.api)
+        watching = xmc.popen("watch", str(xid), "--json", token=system.exports["XMC_AUTH_TOKEN"])
 
         def all_done() -> bool:
             states = {wid: obs[1] for wid, obs in _snapshot(xid).items()}
@@ -126,6 +131,9 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
 
         eventually(all_done, timeout=240, what=f"every work unit to finish; last seen {watcher.seen}")
     final = _snapshot(xid)
+    watched, watch_err = watching.communicate(timeout=60)
+    assert watching.returncode == 1, (watched, watch_err)
+    assert json.loads(watched.splitlines()[-1])["stateCounts"] == {"COMPLETED": 3, "FAILED": 1}
     assert {wid: obs[1] for wid, obs in final.items()} == {
         wids["succeeds"]: "COMPLETED", wids["fails"]: "FAILED",
         wids["preempted"]: "COMPLETED", wids["profiled"]: "COMPLETED",

@@ -139,11 +139,11 @@ def identity(env: Mapping[str, str], now: float | None = None) -> Identity:
     entry = read_deployments(path).get(origin)
     if not isinstance(entry, dict):
         raise Unauthenticated(f"not logged in to {origin}: run xmanager login (with XMC_API_URL={origin})")
-    token, expires_at = entry.get("access_token"), entry.get("expires_at")
-    if (not isinstance(token, str) or not token.strip() or isinstance(expires_at, bool)
+    saved, expires_at = entry.get("access_token"), entry.get("expires_at")
+    if (not isinstance(saved, str) or not saved.strip() or isinstance(expires_at, bool)
             or not isinstance(expires_at, (int, float)) or not math.isfinite(expires_at)):
         raise Unauthenticated(f"the login for {origin} in {path} is incomplete: run xmanager login")
     if expires_at <= (time.time() if now is None else now) + EXPIRY_BUFFER_S:
         raise Unauthenticated(f"your login to {origin} has expired: run xmanager login")
-    email = entry.get("email") if isinstance(entry.get("email"), str) else ""
-    return Identity(origin, token.strip(), email or email_of_token(token), str(path))
+    email = entry.get("email")
+    return Identity(origin, saved.strip(), email if isinstance(email, str) and email else email_of_token(saved), str(path))

@@ -101,7 +101,8 @@ class Stream:
 
     @property
     def headers(self) -> httpx.Headers:
-        return self.response.headers
+        headers: httpx.Headers = self.response.headers
+        return headers
 
     def records(self) -> Iterator[dict[str, Any]]:
         try:
