@@ -67,7 +67,7 @@ def _confirm(ctx: Any, units: list[Unit], verb: str, yes: bool) -> None:
     names = ", ".join(f"{u.xid}/{u.wid}" for u in units[:8]) + (f" and {len(units) - 8} more" if len(units) > 8 else "")
     if not sys.stdin.isatty():
         raise UsageError(f"{verb} {len(units)} work units ({names})? Not a terminal to ask in: pass --yes")
-    ctx.err.print(f"{verb.capitalize()} {len(units)} work units ({names})? [y/N] ", end="")
+    ctx.err.print(f"{verb.capitalize()} {len(units)} work units ({names})? \\[y/N] ", end="")
     answer = sys.stdin.readline().strip().lower()
     if answer not in ("y", "yes"):
         raise CliError("nothing done")

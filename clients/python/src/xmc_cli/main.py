@@ -19,6 +19,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
+from rich.text import Text
 
 from xmc_cli import __version__, auth, present, render
 from xmc_cli.api import Api
@@ -136,7 +138,7 @@ def cmd_why(ctx: Context, args: argparse.Namespace) -> int:
     ctx.out.print(f"[bold]{xid}/{wid}[/bold] ", render.state(state), sep="", end="  ")
     ctx.out.print(reasons[0], style="dim", highlight=False)
     for line in reasons[1:]:
-        ctx.out.print(f"  {line}", highlight=False, soft_wrap=False)
+        ctx.out.print(Padding(Text(line), (0, 0, 0, 2)))
     return EXIT_OK
 
 

@@ -61,7 +61,18 @@ def experiments_table(experiments: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
-def experiment_header(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]]) -> Text:
+def pack(parts: Sequence[str], width: int, sep: str = " · ") -> str:
+    """``parts`` joined by ``sep``, broken into lines between parts (never inside one) to fit ``width``."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def experiment_header(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], *, width: int = 80) -> Text:
     status = e.get("status") or {}
     xid = present.xid_of(e.get("name", ""))
     head = Text()
@@ -80,7 +91,7 @@ def experiment_header(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]]) 
     took = present.duration(e.get("createTime"), e.get("completeTime"))
     if took:
         facts.append(f"{'took' if e.get('completeTime') else 'for'} {took}")
-    head.append(" · ".join(facts), style="dim")
+    head.append(pack(facts, width), style="dim")  # each fact whole: no break inside "took 5m53s"
     head.append("\nUnits ")
     counts: dict[str, int] = {}
     for unit in units:
@@ -110,7 +121,7 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
     table.add_column("EX", justify="right", no_wrap=True)
     shown = columns[:max_arg_columns]
     for name in shown:
-        table.add_column(name.upper() if len(name) <= 3 else name, no_wrap=True, overflow="ellipsis", max_width=14)
+        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=14)  # as written: arguments, not ours
     if len(columns) > len(shown):
         table.add_column(f"+{len(columns) - len(shown)} args", no_wrap=True, overflow="ellipsis", max_width=10)
     table.add_column("MESSAGE", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
@@ -132,7 +143,7 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
 
 def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], console: Console) -> Group:
     body = fit(units_table(units), console) if units else Text("No work units yet.", style="dim")
-    return Group(experiment_header(e, units), Text(""), body)
+    return Group(experiment_header(e, units, width=console.width), Text(""), body)
 
 
 def unit_summary(unit: Mapping[str, Any]) -> dict[str, Any]:
