@@ -1,0 +1,118 @@
+"""`xmc logs` and `xmc watch`'s live events against the whole system (the logs endpoint and the pages' SSE).
+
+The simulator's pods print what their script says (``print=``, ``log=every:``,
+``stderr=``); `xmc logs` reads them through ``GET .../executions/{eid}/logs``,
+live while the pod runs and archived after it, and ``-f`` receives a line
+written after it started. `xmc watch` takes the researcher pages' event stream
+with its bearer token and says it did.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from tests import waiting
+from tests.cli import rest
+from tests.cli.runner import ALICE, BOB, Xmc
+from tests.e2e.conftest import System
+
+# No django_db mark: one shared system, read only through the command (see test_commands.py).
+
+CHATTY = "pull=1s;print=hello from main;log=every:1s:step {n} loss {x};run=600s;exit=0"
+
+
+def _wait_running(xmc: Xmc, xid: int, token: str, wid: int = 1) -> None:
+    def running() -> bool:
+        units = xmc("status", str(xid), "--json", token=token).ok().json["workUnits"]
+        return {u["wid"]: u["state"] for u in units}.get(wid) == "RUNNING"
+
+    waiting.eventually(running, 120, f"{xid}/{wid} running", interval=1.0)
+
+
+def test_logs_prints_the_pod_output_and_follows_new_lines(xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    xid = rest.experiment(system.api, alice, "chatty", [rest.work_unit(CHATTY)])
+    _wait_running(xmc, xid, alice)
+    first = waiting.eventually(lambda: (lambda r: "step 2 " in r.stdout and r)(xmc("logs", f"{xid}/1", token=alice).ok()),
+                               60, "two progress lines", interval=1.0)
+    lines = first.stdout.splitlines()
+    assert "hello from main" in lines
+    assert any(line.startswith("step 1 loss ") for line in lines), lines
+
+    tail = xmc("logs", f"{xid}/1", "--tail", "1", "--json", token=alice).ok().lines
+    assert len(tail) == 1 and tail[0]["replica"] == "main-0" and tail[0]["source"] == "cluster"
+    assert tail[0]["text"].startswith("step ") and tail[0]["timestamp"].endswith("Z")
+    assert xmc("logs", f"{xid}/1", "--since", "1d", "--timestamps", token=alice).ok().stdout.startswith("20")
+
+    # -f: the command keeps reading and prints a line the pod writes after it started.
+    follow = xmc.popen("logs", f"{xid}/1", "-f", "--tail", "0", token=alice)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.extend(iter(follow.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    started = time.monotonic()
+    try:
+        waiting.eventually(lambda: any(line.startswith("step ") for line in got), 30, "a followed line", interval=0.2)
+    finally:
+        follow.terminate()
+        follow.wait(10)
+    assert time.monotonic() - started < 30
+    newest_before = int(first.stdout.split("step ")[-1].split()[0])
+    followed = [int(line.split()[1]) for line in got if line.startswith("step ")]
+    assert followed and followed[0] > newest_before, (followed, newest_before)
+
+    # Errors: a replica that does not exist names those that do; a stranger is told "not found".
+    wrong = xmc("logs", f"{xid}/1", "--replica", "main-7", token=alice)
+    assert wrong.returncode == 4 and "main-0" in wrong.stderr, wrong.stderr
+    stranger = xmc("logs", f"{xid}/1", token=tokens[BOB])
+    assert stranger.returncode == 4 and stranger.stderr.strip() == f"xmc: work unit {xid}/1 not found"
+    xmc("stop", str(xid), "--yes", token=alice, timeout=120).ok()
+
+
+def test_logs_of_several_replicas_are_prefixed_and_a_stopped_units_log_is_read_from_the_archive(
+        xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    xid = rest.experiment(system.api, alice, "replicas", [
+        rest.work_unit("pull=1s;print=replica says hi;run=600s;exit=0", replicas=2)])
+    _wait_running(xmc, xid, alice)
+
+    def both() -> Any:
+        run = xmc("logs", f"{xid}/1", token=alice).ok()
+        return run.stdout.count("replica says hi") == 2 and run
+
+    out = waiting.eventually(both, 60, "both replicas' lines", interval=1.0).stdout.splitlines()
+    prefixes = {line.split(" │ ")[0].strip() for line in out if " │ " in line}
+    assert prefixes == {"main-0", "main-1"}, out
+    one = xmc("logs", f"{xid}/1", "--replica", "main-1", token=alice).ok()
+    assert " │ " not in one.stdout and "replica says hi" in one.stdout
+
+    # Stopped: the pods are gone and the archive answers, said on stderr.
+    xmc("stop", f"{xid}/1", token=alice, timeout=120).ok()
+    waiting.eventually(lambda: xmc("status", str(xid), "--json", token=alice).ok().json["workUnits"][0]["state"]
+                       == "STOPPED", 120, "stopped", interval=1.0)
+
+    def archived() -> Any:
+        run = xmc("logs", f"{xid}/1", "--replica", "main-0", token=alice).ok()
+        return "Archived log" in run.stderr and run
+
+    run = waiting.eventually(archived, 60, "the archived log", interval=1.0)
+    assert "replica says hi" in run.stdout
+    records = xmc("logs", f"{xid}/1", "--json", token=alice).ok().lines
+    assert {r["source"] for r in records} == {"archive"} and {r["replica"] for r in records} == {"main-0", "main-1"}
+    missing = xmc("logs", f"{xid}/1", "--execution", "2", token=alice)
+    assert missing.returncode == 4 and "execution 2 of work unit" in missing.stderr and "not found" in missing.stderr
+
+
+def test_watch_takes_the_live_events_with_its_token(xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    xid = rest.experiment(system.api, alice, "watched live", [rest.work_unit("pull=1s;run=4s;exit=0")])
+    # A long polling interval: only the events can make it see the end in time.
+    run = xmc("watch", str(xid), "--json", "--interval", "600", token=alice, timeout=120)
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    final = run.lines[-1]
+    assert final == {"event": "finished", "xid": xid, "exitCode": 0, "stateCounts": {"COMPLETED": 1},
+                     "events": True}
+    polled = xmc("watch", str(xid), "--json", "--no-events", token=alice).ok().lines[-1]
+    assert polled["events"] is False and polled["exitCode"] == 0
+    assert json.dumps(final)
