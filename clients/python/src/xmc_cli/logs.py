@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
@@ -27,6 +28,7 @@ from xmc_cli.targets import parse
 
 COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan", "bright_magenta")
 MAX_FOLLOWED_REPLICAS = 8
+WAIT_FOR_POD_S = 2.0
 
 
 class Printer:
@@ -173,11 +175,22 @@ def cmd_logs(ctx: Any, args: argparse.Namespace) -> int:
             printer.line(record)
         return EXIT_OK
     first = Stream(ctx, path, _query(args, args.replica), what)
+    noted = False
+    while first.headers.get("X-XMC-Log-Source") == "none":  # -f before the pod started: wait for it
+        if not noted:
+            _note(ctx, first.headers, args.json)
+            noted = True
+        first.close()
+        if present.state_of(ctx.api.work_unit(xid, wid)) in present.TERMINAL:
+            return EXIT_OK
+        time.sleep(WAIT_FOR_POD_S)
+        first = Stream(ctx, path, _query(args, args.replica), what)
     replicas = [r for r in first.headers.get("X-XMC-Log-Replicas", "").split(",") if r]
     served = first.headers.get("X-XMC-Log-Replica", "")
     others = [] if args.replica else [r for r in replicas if r != served][: MAX_FOLLOWED_REPLICAS - 1]
     printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps, prefix=bool(others))
-    _note(ctx, first.headers, args.json)
+    if not noted:
+        _note(ctx, first.headers, args.json)
     problems: list[str] = []
 
     def pump(stream: Stream) -> None:
