@@ -24,8 +24,8 @@ from django.db import close_old_connections, connection
 
 from artifacts.models import Artifact
 from experiments.models import Experiment
-from tests.cli.cli_env import ensure_cli_venv
-from tests.cli.runner import Xmc
+from tests.system.cli.cli_env import ensure_cli_venv
+from tests.system.cli.runner import Xmc
 from tests.system.e2e.conftest import ROOT, System, eventually
 from tests.system.real_client.client_env import ensure_client_venv
 from tests.system.real_client.conftest import Client

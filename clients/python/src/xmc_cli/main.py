@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
-from xmc_cli import __version__, auth, present, render
+from xmc_cli import __version__, actions, auth, logs, present, render, watch
 from xmc_cli.api import Api
 from xmc_cli.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError
 from xmc_cli.targets import parse
@@ -212,8 +212,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from xmc_cli import actions, logs, watch  # noqa: PLC0415 - keeps `xmc --help` light
-
     parser = _Parser(prog="xmc", description="XMC from the terminal. Server: XMC_API_URL (or XMANAGER_UI_URL); "
                      "identity: XMC_AUTH_TOKEN, else the login `xmanager login` saved.")
     parser.add_argument("--version", action="version", version=f"xmc {__version__}")

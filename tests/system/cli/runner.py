@@ -1,4 +1,4 @@
-"""Running the installed ``xmc`` command as a subprocess (tests/cli and the walkthrough)."""
+"""Running the installed ``xmc`` command as a subprocess (tests/system/cli and the walkthrough)."""
 from __future__ import annotations
 
 import json

@@ -7,7 +7,7 @@ the checkout, ``$XMC_CLI_VENV`` or ``~/.cache/xmc/xmc-cli-py3.N``, and is
 reused: the dependencies are installed again only when ``pyproject.toml``
 changes, the package itself when any of its files changes (a hash of them
 is stored in the environment). A lock file beside it makes concurrent runs
-wait for one build. Build it ahead with ``python -m tests.cli.cli_env``.
+wait for one build. Build it ahead with ``python -m tests.system.cli.cli_env``.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "clients" / "python"
 DEPS_STAMP = ".xmc-cli-deps.sha256"
 CODE_STAMP = ".xmc-cli-code.sha256"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tests import waiting
-from tests.cli import rest
-from tests.cli.runner import ALICE, BOB, Run, Xmc
-from tests.e2e.conftest import System
+from tests.system.cli import rest
+from tests.system.cli.runner import ALICE, BOB, Run, Xmc
+from tests.system.e2e.conftest import System
 
 # No django_db mark: the tests share one system and its data for the module, and read it only
 # through the command (a transactional test would truncate the tables after each test).

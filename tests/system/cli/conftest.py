@@ -1,6 +1,6 @@
 """Fixtures of the `xmc` command-line tests: the installed command, a live system, people with tokens.
 
-`system` is the whole system as ``./dev run`` starts it (tests/e2e/conftest.py:
+`system` is the whole system as ``./dev run`` starts it (tests/system/e2e/conftest.py:
 ``scripts/run_all.py`` on free ports, the simulator behind it), one per test
 module. `xmc` runs the installed console script of `cli_env` as a subprocess,
 with a private HOME, ``COLUMNS=80`` and the given person's token.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_env import ROOT, ensure_cli_venv
-from tests.cli.runner import ALICE, BOB, Run, Xmc  # noqa: F401 - re-exported for the tests
-from tests.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
+from tests.system.cli.cli_env import ROOT, ensure_cli_venv
+from tests.system.cli.runner import ALICE, BOB, Run, Xmc  # noqa: F401 - re-exported for the tests
+from tests.system.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

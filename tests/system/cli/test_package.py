@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.cli_env import PACKAGE, ensure_cli_venv
+from tests.system.cli.cli_env import PACKAGE, ensure_cli_venv
 
 sys.path.insert(0, str(PACKAGE / "src"))
 from xmc_cli import auth, present, targets  # noqa: E402

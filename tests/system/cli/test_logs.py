@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from tests import waiting
-from tests.cli import rest
-from tests.cli.runner import ALICE, BOB, Xmc
-from tests.e2e.conftest import System
+from tests.system.cli import rest
+from tests.system.cli.runner import ALICE, BOB, Xmc
+from tests.system.e2e.conftest import System
 
 # No django_db mark: one shared system, read only through the command (see test_commands.py).
 

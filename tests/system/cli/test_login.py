@@ -1,6 +1,6 @@
 """`xmc` with no token but the credentials file the real ``xmanager login --no-browser`` wrote.
 
-The real ``xmanager`` command (xmanager 0.8.5.post1, tests/real_client's
+The real ``xmanager`` command (xmanager 0.8.5.post1, tests/system/real_client's
 virtualenv) logs Alice in against ``live_server``: her browser (Django's test
 client, signed in) opens the printed URL, presses Authorize and reads the
 code, which is typed into the CLI. The installed ``xmc`` then reads the file
@@ -23,9 +23,9 @@ import pytest
 from django.test import Client as BrowserClient
 
 from tests import factories
-from tests.auth.cli_steps import authorize, code_from_page
-from tests.cli.runner import ALICE, Xmc
-from tests.real_client.client_env import ensure_client_venv
+from tests.api.auth.cli_steps import authorize, code_from_page
+from tests.system.cli.runner import ALICE, Xmc
+from tests.system.real_client.client_env import ensure_client_venv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,7 +77,7 @@ def _login(venv: Path, home: Path, api: str, alice: Any) -> str:
 
 def test_xmc_uses_the_login_the_real_xmanager_cli_saved(live_server: Any, django_user_model: Any,
                                                       tmp_path: Path) -> None:
-    from tests.cli.cli_env import ensure_cli_venv
+    from tests.system.cli.cli_env import ensure_cli_venv
 
     alice = django_user_model.objects.create_user(username="alice", email=ALICE, password="correct horse battery")
     experiment = factories.experiment(title="logged in", creator=ALICE)
