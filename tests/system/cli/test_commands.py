@@ -128,6 +128,7 @@ def test_why_says_in_words_why_it_failed_or_what_it_does(xmc: Xmc, sweep: int, t
     assert first.startswith(f"{sweep}/2 ✗ failed") and "(execution 1)" in first
     assert any(line.strip().startswith("It failed") for line in rest_lines), failed
     assert "(FailedJobs)" in failed and "Jobs: main 1 failed." in failed, failed
+    assert "exited with code 3" in failed, failed  # the reconciler's explanation (system message), in words
     running = xmc("why", f"{sweep}/3", "--json", token=alice).ok().json
     assert running["state"] == "RUNNING" and "It is running." in running["reasons"]
     assert running["workUnit"]["name"] == f"experiments/{sweep}/workUnits/3"

@@ -1,14 +1,12 @@
-"""`xmc logs` and `xmc watch`'s live events against the whole system (the logs endpoint and the pages' SSE).
+"""`xmc logs` against the whole system (the logs endpoint of docs/architecture/logs.md).
 
 The simulator's pods print what their script says (``print=``, ``log=every:``,
 ``stderr=``); `xmc logs` reads them through ``GET .../executions/{eid}/logs``,
 live while the pod runs and archived after it, and ``-f`` receives a line
-written after it started. `xmc watch` takes the researcher pages' event stream
-with its bearer token and says it did.
+written after it started.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
@@ -102,17 +100,3 @@ def test_logs_of_several_replicas_are_prefixed_and_a_stopped_units_log_is_read_f
     assert {r["source"] for r in records} == {"archive"} and {r["replica"] for r in records} == {"main-0", "main-1"}
     missing = xmc("logs", f"{xid}/1", "--execution", "2", token=alice)
     assert missing.returncode == 4 and "execution 2 of work unit" in missing.stderr and "not found" in missing.stderr
-
-
-def test_watch_takes_the_live_events_with_its_token(xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
-    alice = tokens[ALICE]
-    xid = rest.experiment(system.api, alice, "watched live", [rest.work_unit("pull=1s;run=4s;exit=0")])
-    # A long polling interval: only the events can make it see the end in time.
-    run = xmc("watch", str(xid), "--json", "--interval", "600", token=alice, timeout=120)
-    assert run.returncode == 0, (run.stdout, run.stderr)
-    final = run.lines[-1]
-    assert final == {"event": "finished", "xid": xid, "exitCode": 0, "stateCounts": {"COMPLETED": 1},
-                     "events": True}
-    polled = xmc("watch", str(xid), "--json", "--no-events", token=alice).ok().lines[-1]
-    assert polled["events"] is False and polled["exitCode"] == 0
-    assert json.dumps(final)
