@@ -69,6 +69,9 @@ def system(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytes
         **extra,
     }
     env.pop("XMC_MLRUN_ENDPOINT", None)
+    # The URLs above are explicit: run_all must write them into the run folder's env file.
+    env.pop("XMC_DEV_EMBEDDED_PG", None)
+    env.pop("XMC_DEV_EMBEDDED_REDIS", None)
     # Tasks other tests left in this run's Redis database must not reach this system's worker.
     redis.Redis.from_url(env.get("REDIS_URL", "redis://127.0.0.1:6379/0")).flushdb()
     proc = subprocess.Popen([sys.executable, "scripts/run_all.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
