@@ -24,9 +24,9 @@ from workunits.models import DeadLetter, Operation
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAULTS = {"seed": 22, "rules": [
-    {"action": "error", "verb": "create", "resource": "jobsets", "status": 500, "rate": 0.1},
+    {"action": "error", "verb": "create", "resource": "jobsets", "status": 500, "rate": 0.25},
     {"action": "error", "verb": "create", "resource": "jobsets", "status": 409, "rate": 0.05},
-    {"action": "drop_after", "verb": "create", "resource": "jobsets", "rate": 0.1},
+    {"action": "drop_after", "verb": "create", "resource": "jobsets", "rate": 0.2},
     {"action": "error", "verb": "get", "resource": "jobsets", "status": 503, "rate": 0.1},
     {"action": "error", "verb": "get", "resource": "jobsets", "status": 429, "rate": 0.05, "retry_after": 1},
     {"action": "latency", "verb": "get", "resource": "jobsets", "rate": 0.1, "latency_s": 0.3},
