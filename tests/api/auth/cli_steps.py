@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import threading
 import secrets
 from typing import Any
 from urllib.parse import urlencode
@@ -82,3 +83,26 @@ def cli_accepts_grant(body: dict[str, Any]) -> bool:
         and expires_in > 0
         and str(body.get("token_type", "")).lower() == "bearer"
     )
+
+
+#: The sign-in URL `xmanager login --no-browser` prints for the user to open.
+PRINTED_LOGIN_URL = re.compile(r"(https?://\S+/api/cli/login\?mode=manual\S+)")
+
+
+def read_until(stream: Any, pattern: re.Pattern[str], seen: list[str], timeout_s: float) -> re.Match[str]:
+    """Read lines from ``stream`` until one matches (in a thread, so a silent CLI cannot hang the test)."""
+    found: list[re.Match[str]] = []
+
+    def read() -> None:
+        for line in stream:
+            seen.append(line)
+            match = pattern.search(line)
+            if match:
+                found.append(match)
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    assert found, "".join(seen)
+    return found[0]

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,31 +21,13 @@ import pytest
 from django.test import Client as BrowserClient
 
 from tests import factories
-from tests.api.auth.cli_steps import authorize, code_from_page
+from tests.api.auth.cli_steps import PRINTED_LOGIN_URL, authorize, code_from_page, read_until
 from tests.system.cli.runner import ALICE, Xmc
 from tests.system.real_client.client_env import ensure_client_venv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PRINTED_LOGIN_URL = re.compile(r"(https?://\S+/api/cli/login\?mode=manual\S+)")
 
-
-def _read_until(stream: Any, pattern: re.Pattern[str], seen: list[str], timeout_s: float) -> re.Match[str]:
-    found: list[re.Match[str]] = []
-
-    def read() -> None:
-        for line in stream:
-            seen.append(line)
-            match = pattern.search(line)
-            if match:
-                found.append(match)
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    assert found, "".join(seen)
-    return found[0]
 
 
 def _login(venv: Path, home: Path, api: str, alice: Any) -> str:
@@ -59,7 +39,7 @@ def _login(venv: Path, home: Path, api: str, alice: Any) -> str:
     assert cli.stdin is not None and cli.stdout is not None
     printed: list[str] = []
     try:
-        url = _read_until(cli.stdout, PRINTED_LOGIN_URL, printed, timeout_s=60).group(1)
+        url = read_until(cli.stdout, PRINTED_LOGIN_URL, printed, timeout_s=60).group(1)
         browser = BrowserClient(enforce_csrf_checks=True)
         browser.force_login(alice)
         split = urlsplit(url)

@@ -11,9 +11,7 @@ into the CLI. Then an ESS call with only ``XMANAGER_ENDPOINT`` (and
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,12 +21,10 @@ import pytest
 from django.test import Client as BrowserClient
 
 from experiments.models import Experiment
-from tests.api.auth.cli_steps import authorize, code_from_page
+from tests.api.auth.cli_steps import PRINTED_LOGIN_URL, authorize, code_from_page, read_until
 from tests.system.real_client.conftest import ALICE, Client
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-PRINTED_LOGIN_URL = re.compile(r"(https?://\S+/api/cli/login\?mode=manual\S+)")
 
 
 @pytest.fixture
@@ -36,23 +32,6 @@ def alice_user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user(username="alice", email=ALICE, password="correct horse battery")
 
 
-def _read_until(stream: Any, pattern: re.Pattern[str], seen: list[str], timeout_s: float) -> re.Match[str]:
-    """Read lines from ``stream`` until one matches (in a thread, so a silent CLI cannot hang the test)."""
-    found: list[re.Match[str]] = []
-
-    def read() -> None:
-        for line in stream:
-            seen.append(line)
-            match = pattern.search(line)
-            if match:
-                found.append(match)
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    assert found, "".join(seen)
-    return found[0]
 
 
 def test_it_logs_the_real_cli_in_and_calls_the_api_with_only_the_cached_token(
@@ -76,7 +55,7 @@ def test_it_logs_the_real_cli_in_and_calls_the_api_with_only_the_cached_token(
     assert cli.stdin is not None and cli.stdout is not None
     printed: list[str] = []
     try:
-        url = _read_until(cli.stdout, PRINTED_LOGIN_URL, printed, timeout_s=60).group(1)
+        url = read_until(cli.stdout, PRINTED_LOGIN_URL, printed, timeout_s=60).group(1)
         assert url.startswith(f"{live_server.url}/api/cli/login?mode=manual&state=")
 
         browser = BrowserClient(enforce_csrf_checks=True)
