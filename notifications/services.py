@@ -31,8 +31,8 @@ from typing import Any
 
 from celery import current_app as app
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from core.queues import Queue
@@ -376,17 +376,19 @@ def _may_read(sub: Subscription, xid: int | None, acls: Mapping[str, Any] | None
     return acls is not None and acl.role_of(identity, acls) >= Role.READER
 
 
-def matching_subscriptions(event: Event, experiment: Experiment | None) -> list[Subscription]:
-    subs = Subscription.objects.filter(enabled=True, events__contains=[event.type])
+def _matching(event: Event, experiment: Experiment | None, candidates: Sequence[Subscription]) -> list[Subscription]:
+    """The enabled subscriptions (``candidates``) that ask for ``event``."""
+    subs = [s for s in candidates if event.type in s.events]
     if event.type == EventType.WORK_UNIT_QUEUED_TOO_LONG:
-        subs = subs.filter(id=event.data.get("subscription"))
+        subs = [s for s in subs if s.id == event.data.get("subscription")]
     if event.xid is None:
-        return list(subs)  # staff events: only staff may subscribe to them, checked again at send time
+        return subs  # staff events: only staff may subscribe to them, checked again at send time
     if experiment is None:
         return []
     result = []
-    for sub in subs.filter(Q(scope=Scope.EXPERIMENT, experiment_id=event.xid) | Q(scope=Scope.MINE)
-                           | Q(scope=Scope.FILTER)):
+    for sub in subs:
+        if sub.scope == Scope.NONE or (sub.scope == Scope.EXPERIMENT and sub.experiment_id != event.xid):
+            continue
         if sub.scope == Scope.MINE and sub.owner != experiment.creator:
             continue
         if sub.scope == Scope.FILTER and not _filter_matches(sub.filter, experiment.id):
@@ -403,44 +405,86 @@ def _filter_matches(text: str, xid: int) -> bool:
 
 
 def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
-    """Give the event to every matching subscription once; returns the deliveries that became due.
+    """Give one event to every matching subscription once (:func:`fan_out_many` of one)."""
+    return fan_out_many([event_id], now=now)
 
-    Runs under the event's row lock (one fan-out at a time per event) and is
-    idempotent: the unique (event, subscription) row is the record that a
-    subscription already has it.
+
+#: Events fanned out per transaction: big enough to amortise the round trips, small enough
+#: that the row locks are held briefly.
+FAN_OUT_CHUNK = 500
+
+
+def fan_out_many(event_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
+    """Give events to every matching subscription once; returns the deliveries created.
+
+    Idempotent and safe from any number of workers: each chunk of events is
+    taken under row locks (``SKIP LOCKED``: an event another worker is fanning
+    out is left to it; if that worker dies the event stays not fanned out and
+    the sweep hands it out again), the unique (event, subscription) row is the
+    record that a subscription already has it, and the ``fanned_out`` flag is
+    set in the same transaction as the deliveries. The subscriptions that
+    coalesce are locked in id order (one fan-out per subscriber at a time, no
+    lock cycles). A chunk costs a fixed number of queries, not a few per event.
     """
-    now = now or timezone.now()
+    ids = sorted({int(i) for i in event_ids})
+    created: list[int] = []
+    for start in range(0, len(ids), FAN_OUT_CHUNK):
+        created += _fan_out_chunk(ids[start:start + FAN_OUT_CHUNK], now or timezone.now())
+    return created
+
+
+def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
     window = timedelta(seconds=settings.XMC_NOTIFY_COALESCE_S)
-    new: list[Delivery] = []
     with transaction.atomic():
-        event = Event.objects.select_for_update().filter(id=event_id).first()
-        if event is None or event.fanned_out:
+        events = list(Event.objects.select_for_update(skip_locked=True)
+                      .filter(id__in=ids, fanned_out=False).order_by("id"))
+        if not events:
             return []
-        experiment = Experiment.objects.filter(id=event.xid).first() if event.xid is not None else None
-        for sub in matching_subscriptions(event, experiment):
-            if not _may_read(sub, event.xid, experiment.acls if experiment else None):
-                continue  # checked again at send time
-            sub = Subscription.objects.select_for_update().get(id=sub.id)  # one fan-out per subscriber at a time
-            delivery = None
-            if event.type in COALESCED:
-                delivery = (Delivery.objects.select_for_update()
-                            .filter(subscription=sub, xid=event.xid, type=event.type, status=DeliveryStatus.PENDING,
-                                    attempts=0, not_before__gt=now).order_by("id").first())
-            try:
-                with transaction.atomic():  # a savepoint: a duplicate leaves nothing behind
-                    created = delivery is None
-                    if delivery is None:
-                        start = now + window if event.type in COALESCED else now
-                        delivery = Delivery.objects.create(subscription=sub, type=event.type, xid=event.xid,
-                                                           not_before=start, next_attempt_time=start, create_time=now)
-                    DeliveryEvent.objects.create(delivery=delivery, event=event, subscription=sub)
-            except IntegrityError:
-                continue  # this subscription already has this event
-            if created:
+        xids = {e.xid for e in events if e.xid is not None}
+        experiments = {x.id: x for x in Experiment.objects.filter(id__in=xids)}
+        asked = Q()
+        for kind in sorted({e.type for e in events}):
+            asked |= Q(events__contains=[kind])
+        candidates = list(Subscription.objects.filter(asked, enabled=True).order_by("id"))
+        readable: dict[tuple[int, int | None], bool] = {}
+        pairs: list[tuple[Event, Subscription]] = []
+        # An event reaches a subscription once (the unique row): pairs already recorded are skipped.
+        had = set(DeliveryEvent.objects.filter(event_id__in=[e.id for e in events])
+                  .values_list("event_id", "subscription_id"))
+        for event in events:
+            experiment = experiments.get(event.xid) if event.xid is not None else None
+            for sub in _matching(event, experiment, candidates):
+                key = (sub.id, event.xid)
+                if key not in readable:  # checked again at send time
+                    readable[key] = _may_read(sub, event.xid, experiment.acls if experiment else None)
+                if readable[key] and (event.id, sub.id) not in had:
+                    pairs.append((event, sub))
+        coalescing = sorted({sub.id for event, sub in pairs if event.type in COALESCED})
+        if coalescing:  # one fan-out per coalescing subscriber at a time
+            list(Subscription.objects.select_for_update().filter(id__in=coalescing).order_by("id")
+                 .values_list("id", flat=True))
+        open_messages: dict[tuple[int, int | None, str], Delivery] = {}
+        if coalescing:
+            for d in (Delivery.objects.filter(subscription_id__in=coalescing, xid__in=xids,
+                                              type__in=sorted(COALESCED), status=DeliveryStatus.PENDING,
+                                              attempts=0, not_before__gt=now).order_by("id")):
+                open_messages.setdefault((d.subscription_id, d.xid, d.type), d)
+        new: list[Delivery] = []
+        links: list[tuple[Event, Subscription, Delivery]] = []
+        for event, sub in pairs:
+            group = (sub.id, event.xid, event.type)
+            delivery = open_messages.get(group) if event.type in COALESCED else None
+            if delivery is None:
+                start = now + window if event.type in COALESCED else now
+                delivery = Delivery(subscription=sub, type=event.type, xid=event.xid, not_before=start,
+                                    next_attempt_time=start, create_time=now)
                 new.append(delivery)
-        event.fanned_out = True
-        event.save(update_fields=["fanned_out"])
-        ids = [d.id for d in new]
+                if event.type in COALESCED and start > now:
+                    open_messages[group] = delivery  # later events of this chunk join it
+            links.append((event, sub, delivery))
+        Delivery.objects.bulk_create(new)
+        DeliveryEvent.objects.bulk_create([DeliveryEvent(delivery=d, event=e, subscription=s) for e, s, d in links])
+        Event.objects.filter(id__in=[e.id for e in events]).update(fanned_out=True)
         due = [d.id for d in new if d.not_before <= now]
         later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
 
@@ -450,7 +494,7 @@ def fan_out(event_id: int, *, now: datetime | None = None) -> list[int]:
                 enqueue([did], countdown=countdown)
 
         _after_commit(send)
-    return ids
+    return [d.id for d in new]
 
 
 def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None:
@@ -498,15 +542,11 @@ def _in_quiet_hours(sub: Subscription, now: datetime) -> datetime | None:
     return until if until > now else until + timedelta(days=1)
 
 
-def _rate_limited(sub: Subscription, now: datetime) -> datetime | None:
-    hour_ago = now - timedelta(hours=1)
-    sent = list(Delivery.objects.filter(subscription=sub, status=DeliveryStatus.DELIVERED,
-                                        delivered_time__gt=hour_ago).exclude(type=EventType.TEST)
-                .order_by("delivered_time").values_list("delivered_time", flat=True)[: sub.rate_limit_per_hour])
-    if len(sent) < sub.rate_limit_per_hour:
+def _rate_limited(sub: Subscription, sent_last_hour: int, first_sent: datetime | None) -> datetime | None:
+    """Until when the subscriber's hourly limit holds its messages back (None: under the limit)."""
+    if sent_last_hour < sub.rate_limit_per_hour or first_sent is None:
         return None
-    first = sent[0]
-    return first + timedelta(hours=1) if first is not None else None
+    return first_sent + timedelta(hours=1)
 
 
 def _breaker_open(endpoint: str, now: datetime) -> datetime | None:
@@ -514,17 +554,13 @@ def _breaker_open(endpoint: str, now: datetime) -> datetime | None:
     return row.open_until if row else None
 
 
-def _record_health(endpoint: str, ok: bool, now: datetime) -> None:
-    if ok and not EndpointHealth.objects.filter(endpoint=endpoint, consecutive_failures__gt=0).exists():
-        return  # a healthy endpoint stays as it is: no write, no hot row shared by every delivery
+def _record_failure(endpoint: str, now: datetime) -> None:
+    """A failure counts towards opening the endpoint's circuit (a success: :func:`_record_sent`)."""
     row, _ = EndpointHealth.objects.select_for_update().get_or_create(endpoint=endpoint,
                                                                       defaults={"update_time": now})
-    if ok:
-        row.consecutive_failures, row.open_until = 0, None
-    else:
-        row.consecutive_failures += 1
-        if row.consecutive_failures >= settings.XMC_NOTIFY_BREAKER_FAILURES:
-            row.open_until = now + timedelta(seconds=settings.XMC_NOTIFY_BREAKER_OPEN_S)
+    row.consecutive_failures += 1
+    if row.consecutive_failures >= settings.XMC_NOTIFY_BREAKER_FAILURES:
+        row.open_until = now + timedelta(seconds=settings.XMC_NOTIFY_BREAKER_OPEN_S)
     row.update_time = now
     row.save()
 
@@ -552,14 +588,41 @@ def _events_of(d: Delivery) -> list[Event]:
     return list(Event.objects.filter(id__in=DeliveryEvent.objects.filter(delivery=d).values("event_id")))
 
 
+@dataclass(frozen=True)
+class _Claimable:
+    delivery: Delivery
+    experiment: Experiment | None  # id, title, creator and ACLs only
+    sent_last_hour: int
+    first_sent_last_hour: datetime | None
+
+
+def _claimable(delivery_id: int, now: datetime) -> _Claimable | None:
+    """The delivery, row-locked, with its subscription and, in the same query, what the checks
+    need: its experiment and the subscriber's messages delivered in the last hour."""
+    experiment = Experiment.objects.filter(id=OuterRef("xid"))
+    sent = (Delivery.objects.filter(subscription=OuterRef("subscription"), status=DeliveryStatus.DELIVERED,
+                                    delivered_time__gt=now - timedelta(hours=1))
+            .exclude(type=EventType.TEST).order_by().values("subscription"))
+    d = (Delivery.objects.select_for_update(of=("self",)).select_related("subscription")
+         .annotate(x_found=Exists(experiment), x_title=Subquery(experiment.values("title")),
+                   x_creator=Subquery(experiment.values("creator")), x_acls=Subquery(experiment.values("acls")),
+                   x_sent=Subquery(sent.annotate(n=Count("id")).values("n")),
+                   x_first_sent=Subquery(sent.annotate(t=Min("delivered_time")).values("t")))
+         .filter(id=delivery_id).first())
+    if d is None:
+        return None
+    seen = Experiment(id=d.xid, title=d.x_title, creator=d.x_creator, acls=d.x_acls) if d.x_found else None
+    return _Claimable(d, seen, int(d.x_sent or 0), d.x_first_sent)
+
+
 def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
     """Claim, send and record one delivery (idempotent; safe from any number of workers)."""
     now = now or timezone.now()
     with transaction.atomic():
-        d = Delivery.objects.select_for_update(of=("self",)).select_related("subscription").filter(
-            id=delivery_id).first()
-        if d is None:
+        found = _claimable(delivery_id, now)
+        if found is None:
             return Outcome("missing")
+        d = found.delivery
         if d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
             return Outcome("done")
         if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
@@ -568,7 +631,7 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
         if due > now:
             return Outcome("not_due", (due - now).total_seconds())
         sub = d.subscription
-        experiment = Experiment.objects.filter(id=d.xid).first() if d.xid is not None else None
+        experiment = found.experiment
         if d.type != EventType.TEST:
             if not sub.enabled:
                 return _suppress(d, "the subscription is disabled")
@@ -580,7 +643,7 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
                 quiet = _in_quiet_hours(sub, now)
                 if quiet:
                     return _postpone(d, quiet, "quiet hours")
-                limited = _rate_limited(sub, now)
+                limited = _rate_limited(sub, found.sent_last_hour, found.first_sent_last_hour)
                 if limited:
                     return _postpone(d, limited, f"rate limit: {sub.rate_limit_per_hour} messages per hour")
         adapter = channels.adapter(sub)
@@ -618,29 +681,59 @@ def _suppress(d: Delivery, reason: str) -> Outcome:
 
 
 def _record(delivery_id: int, attempt: int, endpoint: str, result: channels.SendResult, latency_ms: int) -> Outcome:
+    """Log the try and move the delivery on (DELIVERED, retry later, or DEAD), unless it was taken
+    over after our lease ran out: then only the try is logged."""
     now = timezone.now()
-    with transaction.atomic():
-        d = Delivery.objects.select_for_update().get(id=delivery_id)
-        DeliveryAttempt.objects.create(delivery=d, number=attempt, time=now, latency_ms=latency_ms,
-                                       status_code=result.status_code, ok=result.ok, error=result.error)
-        _record_health(endpoint, result.ok, now)
-        if d.attempts != attempt or d.status != DeliveryStatus.DELIVERING:
-            return Outcome("sent" if result.ok else "failed")  # taken over after our lease ran out
-        d.last_status_code, d.last_error, d.lease_until = result.status_code, result.error, None
-        if result.ok:
-            d.status, d.delivered_time = DeliveryStatus.DELIVERED, now
-            d.save(update_fields=["status", "delivered_time", "last_status_code", "last_error", "lease_until"])
-            return Outcome("sent")
-        if not result.retryable or attempt >= settings.XMC_NOTIFY_MAX_ATTEMPTS:
-            d.status = DeliveryStatus.DEAD
-            d.save(update_fields=["status", "last_status_code", "last_error", "lease_until"])
-            log.warning("notifications.dead_letter", extra={"delivery": d.id, "error": result.error})
-            return Outcome("dead")
+    if result.ok:
+        _record_sent(delivery_id, attempt, endpoint, result, latency_ms, now)
+        return Outcome("sent")
+    fields: dict[str, Any] = {"last_status_code": result.status_code, "last_error": result.error,
+                              "lease_until": None}
+    if not result.retryable or attempt >= settings.XMC_NOTIFY_MAX_ATTEMPTS:
+        fields["status"], outcome, delay = DeliveryStatus.DEAD, Outcome("dead"), None
+    else:
         delay = backoff_s(attempt)
-        d.status, d.next_attempt_time = DeliveryStatus.PENDING, now + timedelta(seconds=delay)
-        d.save(update_fields=["status", "next_attempt_time", "last_status_code", "last_error", "lease_until"])
-        _after_commit(lambda: enqueue([d.id], countdown=delay))
-    return Outcome("failed", delay)
+        fields.update(status=DeliveryStatus.PENDING, next_attempt_time=now + timedelta(seconds=delay))
+        outcome = Outcome("failed", delay)
+    with transaction.atomic():
+        DeliveryAttempt.objects.create(delivery_id=delivery_id, number=attempt, time=now, latency_ms=latency_ms,
+                                       status_code=result.status_code, ok=False, error=result.error)
+        _record_failure(endpoint, now)
+        ours = Q(id=delivery_id, attempts=attempt, status=DeliveryStatus.DELIVERING)
+        if not Delivery.objects.filter(ours).update(**fields):
+            return Outcome("failed")  # taken over after our lease ran out
+        if outcome.action == "dead":
+            log.warning("notifications.dead_letter", extra={"delivery": delivery_id, "error": result.error})
+        if delay is not None:
+            _after_commit(lambda: enqueue([delivery_id], countdown=delay))
+    return outcome
+
+
+def _record_sent(delivery_id: int, attempt: int, endpoint: str, result: channels.SendResult, latency_ms: int,
+                 now: datetime) -> bool:
+    """The common case in one statement (atomic on its own): log the try, close the endpoint's
+    failure streak if it had one, and mark the delivery DELIVERED unless it was taken over after
+    our lease ran out (False then)."""
+    attempts, health, deliveries = (DeliveryAttempt._meta.db_table, EndpointHealth._meta.db_table,
+                                    Delivery._meta.db_table)
+    sql = f"""
+        WITH logged AS (
+            INSERT INTO {attempts} (delivery_id, number, time, latency_ms, status_code, ok, error)
+            VALUES (%s, %s, %s, %s, %s, true, %s) RETURNING 1
+        ), healed AS (
+            UPDATE {health} SET consecutive_failures = 0, open_until = NULL, update_time = %s
+            WHERE endpoint = %s AND consecutive_failures > 0 RETURNING 1
+        )
+        UPDATE {deliveries} SET status = %s, delivered_time = %s, last_status_code = %s, last_error = %s,
+                                lease_until = NULL
+        WHERE id = %s AND attempts = %s AND status = %s
+        RETURNING id"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [delivery_id, attempt, now, latency_ms, result.status_code, result.error,
+                             now, endpoint,
+                             DeliveryStatus.DELIVERED, now, result.status_code, result.error,
+                             delivery_id, attempt, DeliveryStatus.DELIVERING])
+        return cursor.fetchone() is not None
 
 
 def due_deliveries(now: datetime, limit: int = 500) -> list[int]:

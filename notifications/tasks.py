@@ -36,8 +36,7 @@ OPTIONS: dict[str, Any] = {
 
 @shared_task(name=FAN_OUT_TASK, **OPTIONS)
 def fan_out(self: Any, event_ids: list[int]) -> None:
-    for event_id in event_ids:
-        services.fan_out(int(event_id))
+    services.fan_out_many([int(i) for i in event_ids])
 
 
 @shared_task(name=DELIVER_TASK, **OPTIONS)

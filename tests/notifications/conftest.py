@@ -162,8 +162,7 @@ class Outbox:
             if not self.fan_outs and not self.deliveries:
                 return
             fan, self.fan_outs = self.fan_outs, []
-            for eid in fan:
-                services.fan_out(eid, now=now)
+            services.fan_out_many(fan, now=now)  # as the fan-out task does: one call per batch
             todo, self.deliveries = self.deliveries, []
             for did in todo:
                 services.deliver(did, now=now)
