@@ -15,6 +15,9 @@ seeded random schedule of faults:
 * Redis killed and restarted empty;
 * a Postgres crash (immediate shutdown, then start);
 * Kubernetes API faults in the simulator for a while (simulators.cluster.faults);
+* a network stall of a few seconds of the simulator (the Kubernetes API),
+  Redis or Postgres: the process is frozen (SIGSTOP, then SIGCONT), so its
+  connections stay open and answer nothing, as behind a stalled link;
 
 and measures, for each fault, how long until a canary work unit created
 right after it completes. Then it checks the invariants: every operation
@@ -25,7 +28,7 @@ violation. ``tests/system/chaos`` runs a short seeded run; longer ones are for
 here (``--units 300 --faults 20``).
 
 What it does not do (yet): use the real xmanager client (it speaks the same
-gRPC API through the generated stubs), network stalls, preemptions.
+gRPC API through the generated stubs), preemptions.
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ SCRIPTS = {"complete": "pull=1s;run=4s;exit=0", "fail": "pull=1s;run=2s;exit=1",
            "stop": "pull=1s;run=100000s;exit=0", "restart": "pull=1s;run=4s;exit=0"}
 FINAL = {"complete": "COMPLETED", "fail": "FAILED", "stop": "STOPPED", "restart": "COMPLETED"}
 KINDS = ("kill_worker", "kill_grpc", "kill_reconciler", "kill_beat", "redis_restart_empty", "postgres_crash",
-         "api_faults")
+         "api_faults", "stall_simulator", "stall_redis", "stall_postgres")
 
 
 def free_port() -> int:
@@ -157,6 +160,25 @@ class System:
                 break
             time.sleep(0.05)
 
+    def stall(self, what: str, seconds: float) -> None:
+        """Freeze ``what`` (simulator, redis, postgres with its backends) for ``seconds``."""
+        if what == "simulator":
+            popen = self.procs["simulator"].popen
+            pids = [popen.pid] if popen is not None else []
+        elif what == "redis":
+            pids = [self.redis.pid] if self.redis is not None else []
+        else:
+            assert self.pg_dir is not None
+            postmaster = int((self.pg_dir / "postmaster.pid").read_text().splitlines()[0])
+            pids = [postmaster, *_children(postmaster)]
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            for pid in pids:
+                _signal(pid, signal.SIGCONT)
+
     # -- processes -----------------------------------------------------------------------------
 
     def plan(self) -> None:
@@ -170,7 +192,7 @@ class System:
             "grpc": Proc("grpc", manage + ["grpcserver", "--port", str(grpc_port), "--host", "127.0.0.1"],
                          grpc_port),
             "worker": Proc("worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",
-                                      "-Q", "actuator,lifecycle,resumption", "--concurrency", "2",
+                                      "-Q", "actuator,lifecycle,resumption,notifications", "--concurrency", "2",
                                       "--hostname", f"chaos-{self.seed}@%h"]),
             "beat": Proc("beat", [sys.executable, "-m", "celery", "-A", "xmc", "beat", "--loglevel=INFO",
                                   "--schedule", str(self.workdir / "beat-schedule")]),
@@ -219,6 +241,26 @@ class System:
     @property
     def sim_url(self) -> str:
         return f"http://127.0.0.1:{self.procs['simulator'].port}"
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class Client:
@@ -277,7 +319,8 @@ class Client:
         self.call("RestartWorkUnit", self.pb.api.RestartWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"))
 
 
-def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, keep: bool = False) -> int:
+def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, keep: bool = False,
+        kinds: tuple[str, ...] = KINDS) -> int:
     rng = random.Random(seed)
     workdir = Path(tempfile.mkdtemp(prefix=f"xmc-chaos-{seed}-"))
     system = System(workdir, seed)
@@ -336,7 +379,7 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
 
         for n in range(faults):
             time.sleep(spacing_s * rng.uniform(0.5, 1.5))
-            kind = rng.choice(KINDS)
+            kind = rng.choice(kinds)
             record = FaultRecord(kind, round(time.monotonic() - started, 1))
             records.append(record)
             print(f"chaos: {record.at_s:>6.1f}s fault {n + 1}/{faults}: {kind}", flush=True)
@@ -375,6 +418,8 @@ def inject(system: System, kind: str, rng: random.Random) -> None:
         system.crash_postgres()
         time.sleep(rng.uniform(0.5, 2.0))
         system.start_postgres()
+    elif kind.startswith("stall_"):
+        system.stall(kind[len("stall_"):], rng.uniform(2.0, 5.0))
     elif kind == "api_faults":
         rules = {"seed": rng.randrange(1 << 30), "rules": [
             {"action": "error", "verb": "*", "resource": "jobsets", "status": rng.choice([500, 503, 429, 409]),
@@ -503,8 +548,13 @@ def main() -> int:
     parser.add_argument("--spacing", type=float, default=15.0, help="mean seconds between faults")
     parser.add_argument("--settle", type=float, default=240.0, help="seconds allowed to heal after the last fault")
     parser.add_argument("--keep", action="store_true", help="keep the logs and data folder")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"faults to draw from (default: {','.join(KINDS)})")
     args = parser.parse_args()
-    return run(args.seed, args.units, args.faults, args.spacing, args.settle, keep=args.keep)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown or not kinds:
+        parser.error(f"--kinds: unknown fault {', '.join(unknown) or '(none given)'}; known: {', '.join(KINDS)}")
+    return run(args.seed, args.units, args.faults, args.spacing, args.settle, keep=args.keep, kinds=kinds)
 
 
 if __name__ == "__main__":
