@@ -17,6 +17,7 @@ from django.utils import timezone
 from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import runner
+from k8s_bridge.logs import archive
 from workunits import outbox, services
 from xmc.celery import Queue, app
 
@@ -63,6 +64,14 @@ def sweep_outbox() -> int:
     if ids:
         outbox.deliver(ids)
     return len(ids)
+
+
+@_task(name="xmc.logs.purge_archive", queue=Queue.ACTUATOR.value, ignore_result=True)
+def purge_log_archive() -> int:
+    """Delete archived pod logs ``XMC_LOG_ARCHIVE_RETENTION_DAYS`` after they were archived (0: keep)."""
+    if settings.XMC_LOG_ARCHIVE_RETENTION_DAYS <= 0:
+        return 0
+    return archive.purge(older_than=timezone.now() - timedelta(days=settings.XMC_LOG_ARCHIVE_RETENTION_DAYS))
 
 
 @_task(name="xmc.actuator.purge_operations", queue=Queue.ACTUATOR.value, ignore_result=True)

@@ -170,6 +170,8 @@ XMC_LOG_ARCHIVE_URL = env.str("XMC_LOG_ARCHIVE_URL", default="") or f"file://{Pa
 # The last this-many bytes of each container's log are archived.
 XMC_LOG_ARCHIVE_MAX_BYTES = env.int("XMC_LOG_ARCHIVE_MAX_BYTES", default=10 * 1024 * 1024)
 # How long the finalizer keeps a stopped JobSet (and so its pods) for their logs to be archived.
+#: Archived pod logs are deleted this many days after they were archived (0: kept for ever).
+XMC_LOG_ARCHIVE_RETENTION_DAYS = env.int("XMC_LOG_ARCHIVE_RETENTION_DAYS", default=0)
 XMC_LOG_ARCHIVE_FINALIZER_WAIT_S = env.float("XMC_LOG_ARCHIVE_FINALIZER_WAIT_S", default=30.0)
 # "Open in your cluster's log explorer": a URL with {namespace}, {pod}, {container}, {xid}, {wid}, {eid}.
 XMC_LOGS_CONSOLE_URL_TEMPLATE = env.str("XMC_LOGS_CONSOLE_URL_TEMPLATE", default="")
@@ -315,6 +317,9 @@ CELERY_BEAT_SCHEDULE = {
                       "options": {"queue": "actuator", "expires": 300}},
     "message-purge": {"task": "xmc.delivery.purge", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
+    # Archived pod logs are deleted XMC_LOG_ARCHIVE_RETENTION_DAYS after archiving (0: never).
+    "log-archive-purge": {"task": "xmc.logs.purge_archive", "schedule": 3600.0,
+                          "options": {"queue": "actuator", "expires": 300}},
     # Done operations are deleted XMC_OPERATION_RETENTION_DAYS after they ended.
     "operation-purge": {"task": "xmc.actuator.purge_operations", "schedule": 3600.0,
                         "options": {"queue": "actuator", "expires": 300}},

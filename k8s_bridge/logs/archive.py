@@ -23,6 +23,10 @@ pod it observes to `Archiver.observe`; the finalizer path asks
   timeout) is retried with backoff (1 s doubling, cap 60 s) for ever; a pod
   that is gone before its log was read is recorded ``LOST`` (nothing left to
   read).
+* **Kept for** ``XMC_LOG_ARCHIVE_RETENTION_DAYS`` (0, the default: for ever).
+  :func:`purge` (beat, hourly: task ``xmc.logs.purge_archive``) deletes the
+  objects and rows archived (or lost) longer ago than that; an object the
+  store cannot delete keeps its row for the next run.
 """
 from __future__ import annotations
 
@@ -34,11 +38,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, close_old_connections, connection
+from django.db.models import Q
 from django.utils import timezone
 from prometheus_client import Counter
 
@@ -158,6 +163,43 @@ def read_object(url: str) -> bytes:
 
     with fsspec.open(url, "rb") as handle:
         return handle.read()  # type: ignore[no-any-return]
+
+
+def delete_object(url: str) -> None:
+    """Delete one archived log; a missing object is already deleted."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        fs.rm_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def purge(*, older_than: datetime, limit: int = 5000) -> int:
+    """Delete the archived logs (object, then row) archived, or lost, before ``older_than``.
+
+    At most ``limit`` rows a run, oldest first; a PENDING row is never
+    touched (it is still to be archived). An object the store fails to delete
+    keeps its row (and so its place in the next run); how many rows went is
+    returned.
+    """
+    old = Q(archived_at__lt=older_than) | Q(archived_at__isnull=True, status=LOST, created_at__lt=older_than)
+    rows = list(PodLogArchive.objects.filter(old).exclude(status=PodLogArchive.Status.PENDING)
+                .order_by("id").values_list("id", "url")[:limit])
+    gone: list[int] = []
+    for pk, url in rows:
+        if url:
+            try:
+                delete_object(url)
+            except Exception:
+                log.warning("logs.archive.purge_failed", extra={"id": pk, "url": url}, exc_info=True)
+                continue
+        gone.append(pk)
+    PodLogArchive.objects.filter(id__in=gone).delete()
+    if gone:
+        log.info("logs.archive.purged", extra={"rows": len(gone), "older_than": older_than.isoformat()})
+    return len(gone)
 
 
 def read_archived(row: PodLogArchive) -> list[podlogs.RawLine]:
