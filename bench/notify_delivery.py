@@ -1,6 +1,6 @@
 """Benchmark: 10,000 events to 100 webhook subscriptions against a local receiver.
 
-    ./dev bench notify_delivery      (or: python bench/notify_delivery.py [--events N] [--subs N] [--threads N])
+    ./dev bench notify_delivery      (or: python bench/notify_delivery.py [--events N] [--subs N] [--processes N] [--send-concurrency N] [--batch N])
 
 Sets up N subscriptions (one per experiment, webhooks to a loopback receiver,
 coalescing off so every event is its own message) and inserts the events
@@ -9,10 +9,11 @@ coalescing off so every event is its own message) and inserts the events
 * fan-out: ``notifications.services.fan_out_many`` of the events in batches of
   ``--batch`` (what one fan-out task carries: the events of one committed
   group of transitions), writing the outbox rows;
-* delivery: ``notifications.services.deliver`` of every message from
+* delivery: ``notifications.services.deliver_many`` over batches of
+  ``DELIVER_BATCH`` messages (what one deliver task carries) from
   ``--processes`` worker processes (default: one per core, as a Celery
-  prefork worker runs) of ``--threads`` threads each (each its own database
-  connection): claim, sign, POST, record.
+  prefork worker runs), each batch claimed in one transaction, sent
+  ``XMC_NOTIFY_SEND_CONCURRENCY`` at a time and recorded in one statement.
 
 Prints wall time, messages/s and the delivery latency (event recorded ->
 receiver got it) p50/p99. Target: 10,000 within 60 s. The Celery hop is not
@@ -59,21 +60,17 @@ def receiver() -> tuple[ThreadingHTTPServer, list[float]]:
     return server, arrivals
 
 
-def deliver_part(ids: list[int], threads: int) -> None:
-    """One worker process: deliver ``ids`` from ``threads`` threads."""
+def deliver_part(ids: list[int]) -> None:
+    """One worker process: deliver ``ids`` a task's batch at a time."""
     from django.db import connection
 
     from notifications import services
 
-    def send(chunk: list[int]) -> None:
-        try:
-            for did in chunk:
-                services.deliver(did)
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(send, [ids[i::threads] for i in range(threads)]))
+    try:
+        for start in range(0, len(ids), services.DELIVER_BATCH):
+            services.deliver_many(ids[start:start + services.DELIVER_BATCH])
+    finally:
+        connection.close()
 
 
 def baseline(url: str, count: int, threads: int) -> float:
@@ -106,7 +103,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--subs", type=int, default=100)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--threads", type=int, default=8, help="threads per process")
+    parser.add_argument("--send-concurrency", type=int, default=None,
+                        help="XMC_NOTIFY_SEND_CONCURRENCY (default: the setting's)")
     parser.add_argument("--batch", type=int, default=50, help="events per fan-out task")
     args = parser.parse_args()
     with bench_database():
@@ -121,6 +119,9 @@ def main() -> None:
 
         settings.XMC_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
         settings.XMC_NOTIFY_COALESCE_S = 0.0
+        if args.send_concurrency is not None:
+            settings.XMC_NOTIFY_SEND_CONCURRENCY = args.send_concurrency
+        width = settings.XMC_NOTIFY_SEND_CONCURRENCY
         services.enqueue = lambda ids, countdown=None: None  # type: ignore[assignment]
         server, arrivals = receiver()
         url = f"http://127.0.0.1:{server.server_address[1]}/hook"
@@ -143,7 +144,7 @@ def main() -> None:
 
         connections.close_all()  # the children open their own
         children = [multiprocessing.get_context("fork").Process(target=deliver_part,
-                                                                args=(deliveries[i::args.processes], args.threads))
+                                                                args=(deliveries[i::args.processes],))
                     for i in range(args.processes)]
         for child in children:
             child.start()
@@ -151,7 +152,7 @@ def main() -> None:
             child.join()
         done = time.time()
         arrivals = list(arrivals)  # ours only: the baseline's POSTs reach the same receiver
-        baseline_s = baseline(url, len(deliveries), args.processes * args.threads)
+        baseline_s = baseline(url, len(deliveries), args.processes * width)
         server.shutdown()
         ok = DeliveryAttempt.objects.filter(ok=True).count()
         latencies = sorted(a - start for a in arrivals)
@@ -160,7 +161,7 @@ def main() -> None:
         print(f"events {args.events}, subscriptions {args.subs}, messages {len(deliveries)}, delivered {ok}")
         print(f"fan-out   {fanned - start:7.2f} s  ({args.events / max(1e-9, fanned - start):,.0f} events/s)")
         print(f"delivery  {done - fanned:7.2f} s  ({ok / max(1e-9, done - fanned):,.0f} messages/s, "
-              f"{args.processes} processes x {args.threads} threads)")
+              f"{args.processes} processes, batches of {services.DELIVER_BATCH}, {width} sends at a time)")
         print(f"total     {done - start:7.2f} s  (target: 10,000 within 60 s)")
         print(f"baseline  {baseline_s:7.2f} s  (the same signed POSTs, no database: "
               f"{len(deliveries) / max(1e-9, baseline_s):,.0f} messages/s); "

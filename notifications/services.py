@@ -23,6 +23,7 @@ import logging
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -503,11 +504,14 @@ def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None
         # Never past the broker's visibility timeout (Redis would hand the waiting message out
         # again): a long wait (quiet hours) is a chain of hops, each task re-checking the row.
         countdown = min(max(0.0, countdown), MAX_COUNTDOWN_S)
-    for did in delivery_ids:
+    ids = list(delivery_ids)
+    for start in range(0, len(ids), DELIVER_BATCH):  # one task per batch: claimed and recorded together
+        chunk = ids[start:start + DELIVER_BATCH]
         try:
-            app.send_task(DELIVER_TASK, args=[did], queue=Queue.NOTIFICATIONS.value, countdown=countdown or None)
+            app.send_task(DELIVER_TASK, args=[chunk[0] if len(chunk) == 1 else chunk],
+                          queue=Queue.NOTIFICATIONS.value, countdown=countdown or None)
         except Exception:
-            log.warning("notifications.enqueue_failed", extra={"delivery": did}, exc_info=True)
+            log.warning("notifications.enqueue_failed", extra={"deliveries": chunk}, exc_info=True)
 
 
 def enqueue_fan_out(event_ids: Sequence[int]) -> None:
@@ -549,11 +553,6 @@ def _rate_limited(sub: Subscription, sent_last_hour: int, first_sent: datetime |
     return first_sent + timedelta(hours=1)
 
 
-def _breaker_open(endpoint: str, now: datetime) -> datetime | None:
-    row = EndpointHealth.objects.filter(endpoint=endpoint, open_until__gt=now).first()
-    return row.open_until if row else None
-
-
 def _record_failure(endpoint: str, now: datetime) -> None:
     """A failure counts towards opening the endpoint's circuit (a success: :func:`_record_sent`)."""
     row, _ = EndpointHealth.objects.select_for_update().get_or_create(endpoint=endpoint,
@@ -584,8 +583,14 @@ def _postpone(d: Delivery, until: datetime, reason: str) -> Outcome:
     return Outcome("postponed", delay)
 
 
-def _events_of(d: Delivery) -> list[Event]:
-    return list(Event.objects.filter(id__in=DeliveryEvent.objects.filter(delivery=d).values("event_id")))
+def _events_of(delivery_ids: Sequence[int]) -> dict[int, list[Event]]:
+    """The events each delivery carries, in event order."""
+    found: dict[int, list[Event]] = {}
+    if delivery_ids:
+        for item in (DeliveryEvent.objects.filter(delivery_id__in=list(delivery_ids)).select_related("event")
+                     .order_by("event_id")):
+            found.setdefault(item.delivery_id, []).append(item.event)
+    return found
 
 
 @dataclass(frozen=True)
@@ -596,81 +601,158 @@ class _Claimable:
     first_sent_last_hour: datetime | None
 
 
-def _claimable(delivery_id: int, now: datetime) -> _Claimable | None:
-    """The delivery, row-locked, with its subscription and, in the same query, what the checks
-    need: its experiment and the subscriber's messages delivered in the last hour."""
+def _claimable(delivery_ids: Sequence[int], now: datetime) -> list[_Claimable]:
+    """The deliveries, row-locked (``SKIP LOCKED``: one another worker is claiming is left to it),
+    with their subscriptions and, in the same query, what the checks need: each one's experiment
+    and its subscriber's messages delivered in the last hour."""
     experiment = Experiment.objects.filter(id=OuterRef("xid"))
     sent = (Delivery.objects.filter(subscription=OuterRef("subscription"), status=DeliveryStatus.DELIVERED,
                                     delivered_time__gt=now - timedelta(hours=1))
             .exclude(type=EventType.TEST).order_by().values("subscription"))
-    d = (Delivery.objects.select_for_update(of=("self",)).select_related("subscription")
-         .annotate(x_found=Exists(experiment), x_title=Subquery(experiment.values("title")),
-                   x_creator=Subquery(experiment.values("creator")), x_acls=Subquery(experiment.values("acls")),
-                   x_sent=Subquery(sent.annotate(n=Count("id")).values("n")),
-                   x_first_sent=Subquery(sent.annotate(t=Min("delivered_time")).values("t")))
-         .filter(id=delivery_id).first())
-    if d is None:
-        return None
-    seen = Experiment(id=d.xid, title=d.x_title, creator=d.x_creator, acls=d.x_acls) if d.x_found else None
-    return _Claimable(d, seen, int(d.x_sent or 0), d.x_first_sent)
+    rows = (Delivery.objects.select_for_update(of=("self",), skip_locked=True).select_related("subscription")
+            .annotate(x_found=Exists(experiment), x_title=Subquery(experiment.values("title")),
+                      x_creator=Subquery(experiment.values("creator")), x_acls=Subquery(experiment.values("acls")),
+                      x_sent=Subquery(sent.annotate(n=Count("id")).values("n")),
+                      x_first_sent=Subquery(sent.annotate(t=Min("delivered_time")).values("t")))
+            .filter(id__in=list(delivery_ids)).order_by("id"))
+    return [_Claimable(d, Experiment(id=d.xid, title=d.x_title, creator=d.x_creator, acls=d.x_acls)
+                       if d.x_found else None, int(d.x_sent or 0), d.x_first_sent) for d in rows]
+
+
+@dataclass
+class _Claimed:
+    delivery: Delivery
+    adapter: channels.ChannelAdapter
+    endpoint: str
+    result: channels.SendResult | None = None
+    latency_ms: int = 0
+
+
+#: Deliveries one ``deliver`` task carries (enqueue batches those that are due together).
+DELIVER_BATCH = 50
 
 
 def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
-    """Claim, send and record one delivery (idempotent; safe from any number of workers)."""
+    """Claim, send and record one delivery (:func:`deliver_many` of one)."""
+    return deliver_many([delivery_id], now=now)[delivery_id]
+
+
+def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) -> dict[int, Outcome]:
+    """Claim, send and record deliveries (idempotent; safe from any number of workers).
+
+    One transaction claims the whole batch in a fixed number of queries (the
+    rows, the circuit breakers, the events of first tries, one bulk update);
+    the claimed messages are then sent outside it, up to
+    ``XMC_NOTIFY_SEND_CONCURRENCY`` at a time, and the successes recorded in
+    one statement. Each delivery's outcome is what :func:`deliver` says of it.
+    """
     now = now or timezone.now()
+    ids = sorted({int(i) for i in delivery_ids})
+    outcomes: dict[int, Outcome] = {}
+    claimed: list[_Claimed] = []
     with transaction.atomic():
-        found = _claimable(delivery_id, now)
-        if found is None:
-            return Outcome("missing")
-        d = found.delivery
-        if d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
-            return Outcome("done")
-        if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
-            return Outcome("leased", (d.lease_until - now).total_seconds())
-        due = max(d.next_attempt_time, d.not_before)
-        if due > now:
-            return Outcome("not_due", (due - now).total_seconds())
-        sub = d.subscription
-        experiment = found.experiment
-        if d.type != EventType.TEST:
-            if not sub.enabled:
-                return _suppress(d, "the subscription is disabled")
-            if not _may_read(sub, d.xid, experiment.acls if experiment else None):
-                what = f"experiments/{d.xid}" if d.xid is not None else "staff events"
-                who = f"group {sub.group}" if sub.group else sub.owner
-                return _suppress(d, f"{who} may not read {what}")
-            if d.attempts == 0:
-                quiet = _in_quiet_hours(sub, now)
-                if quiet:
-                    return _postpone(d, quiet, "quiet hours")
-                limited = _rate_limited(sub, found.sent_last_hour, found.first_sent_last_hour)
-                if limited:
-                    return _postpone(d, limited, f"rate limit: {sub.rate_limit_per_hour} messages per hour")
-        adapter = channels.adapter(sub)
-        endpoint = adapter.endpoint(sub)
-        opened = _breaker_open(endpoint, now)
-        if opened:
-            return _postpone(d, opened, f"circuit open for {endpoint}")
-        if not d.body:
-            events = _events_of(d)
-            if experiment is not None:
-                for e in events:
-                    e.data = {**e.data, "title": experiment.title}
-            d.body = payloads.dumps(payloads.build(d.type, events, now))
-            d.timestamp = int(now.timestamp())
-        d.status = DeliveryStatus.DELIVERING
-        d.attempts += 1
-        d.lease_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
-        d.save(update_fields=["status", "attempts", "lease_until", "body", "timestamp"])
-        attempt, body, message_id = d.attempts, d.body, d.message_id
+        found = _claimable(ids, now)
+        absent = set(ids) - {f.delivery.id for f in found}
+        if absent:  # locked by another worker's claim right now, or no such delivery
+            present = set(Delivery.objects.filter(id__in=absent).values_list("id", flat=True))
+            outcomes.update({i: Outcome("leased" if i in present else "missing") for i in absent})
+        readable: dict[tuple[int, int | None], bool] = {}
+        in_batch: dict[int, int] = {}  # subscription -> messages claimed in this batch
+        candidates: list[tuple[_Claimable, channels.ChannelAdapter, str]] = []
+        for f in found:
+            d, sub, experiment = f.delivery, f.delivery.subscription, f.experiment
+            if d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
+                outcomes[d.id] = Outcome("done")
+                continue
+            if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
+                outcomes[d.id] = Outcome("leased", (d.lease_until - now).total_seconds())
+                continue
+            due = max(d.next_attempt_time, d.not_before)
+            if due > now:
+                outcomes[d.id] = Outcome("not_due", (due - now).total_seconds())
+                continue
+            if d.type != EventType.TEST:
+                if not sub.enabled:
+                    outcomes[d.id] = _suppress(d, "the subscription is disabled")
+                    continue
+                key = (sub.id, d.xid)
+                if key not in readable:
+                    readable[key] = _may_read(sub, d.xid, experiment.acls if experiment else None)
+                if not readable[key]:
+                    what = f"experiments/{d.xid}" if d.xid is not None else "staff events"
+                    who = f"group {sub.group}" if sub.group else sub.owner
+                    outcomes[d.id] = _suppress(d, f"{who} may not read {what}")
+                    continue
+                if d.attempts == 0:
+                    quiet = _in_quiet_hours(sub, now)
+                    if quiet:
+                        outcomes[d.id] = _postpone(d, quiet, "quiet hours")
+                        continue
+                    limited = _rate_limited(sub, f.sent_last_hour + in_batch.get(sub.id, 0),
+                                            f.first_sent_last_hour or now)
+                    if limited:
+                        outcomes[d.id] = _postpone(d, limited,
+                                                   f"rate limit: {sub.rate_limit_per_hour} messages per hour")
+                        continue
+                    in_batch[sub.id] = in_batch.get(sub.id, 0) + 1
+            adapter = channels.adapter(sub)
+            candidates.append((f, adapter, adapter.endpoint(sub)))
+        opened: dict[str, datetime] = {
+            endpoint: until for endpoint, until in EndpointHealth.objects.filter(
+                endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")
+            if until is not None}
+        bodies = [c[0] for c in candidates if c[2] not in opened and not c[0].delivery.body]
+        events = _events_of([f.delivery.id for f in bodies])
+        for f, adapter, endpoint in candidates:
+            d = f.delivery
+            if endpoint in opened:
+                outcomes[d.id] = _postpone(d, opened[endpoint], f"circuit open for {endpoint}")
+                continue
+            if not d.body:
+                mine = events.get(d.id, [])
+                if f.experiment is not None:
+                    for e in mine:
+                        e.data = {**e.data, "title": f.experiment.title}
+                d.body = payloads.dumps(payloads.build(d.type, mine, now))
+                d.timestamp = int(now.timestamp())
+            d.status = DeliveryStatus.DELIVERING
+            d.attempts += 1
+            d.lease_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
+            claimed.append(_Claimed(d, adapter, endpoint))
+        Delivery.objects.bulk_update([c.delivery for c in claimed],
+                                     ["status", "attempts", "lease_until", "body", "timestamp"])
+    _send_all(claimed)
+    outcomes.update(_record_all(claimed))
+    return outcomes
+
+
+def _send_one(c: _Claimed) -> None:
     started = time.monotonic()
+    d = c.delivery
     try:
-        result = adapter.send(sub, message_id, body)
+        c.result = c.adapter.send(d.subscription, d.message_id, d.body)
     except Exception as exc:  # an adapter bug must not strand the delivery in DELIVERING
-        log.exception("notifications.send_crashed", extra={"delivery": delivery_id})
-        result = channels.SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
-    latency_ms = int((time.monotonic() - started) * 1000)
-    return _record(delivery_id, attempt, endpoint, result, latency_ms)
+        log.exception("notifications.send_crashed", extra={"delivery": d.id})
+        c.result = channels.SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
+    c.latency_ms = int((time.monotonic() - started) * 1000)
+
+
+def _send_all(claimed: Sequence[_Claimed]) -> None:
+    """Send outside any transaction, several at a time (each adapter call has its own timeout)."""
+    width = min(len(claimed), max(1, settings.XMC_NOTIFY_SEND_CONCURRENCY))
+    if width <= 1:
+        for c in claimed:
+            _send_one(c)
+        return
+
+    def send(c: _Claimed) -> None:
+        try:
+            _send_one(c)
+        finally:
+            connection.close()  # a pool thread's own connection (an email to a group reads its members)
+
+    with ThreadPoolExecutor(width, thread_name_prefix="notify-send") as pool:
+        list(pool.map(send, claimed))
 
 
 def _suppress(d: Delivery, reason: str) -> Outcome:
@@ -680,13 +762,24 @@ def _suppress(d: Delivery, reason: str) -> Outcome:
     return Outcome("suppressed")
 
 
-def _record(delivery_id: int, attempt: int, endpoint: str, result: channels.SendResult, latency_ms: int) -> Outcome:
-    """Log the try and move the delivery on (DELIVERED, retry later, or DEAD), unless it was taken
+def _record_all(claimed: Sequence[_Claimed]) -> dict[int, Outcome]:
+    """Log every try and move each delivery on; the successes in one statement."""
+    sent = [c for c in claimed if c.result is not None and c.result.ok]
+    outcomes = {c.delivery.id: Outcome("sent") for c in sent}
+    if sent:
+        _record_sent(sent, timezone.now())
+    for c in claimed:
+        if c.result is not None and not c.result.ok:
+            outcomes[c.delivery.id] = _record_failed(c.delivery.id, c.delivery.attempts, c.endpoint, c.result,
+                                                     c.latency_ms)
+    return outcomes
+
+
+def _record_failed(delivery_id: int, attempt: int, endpoint: str, result: channels.SendResult,
+                   latency_ms: int) -> Outcome:
+    """Log the failed try and schedule the next (or make it DEAD), unless the delivery was taken
     over after our lease ran out: then only the try is logged."""
     now = timezone.now()
-    if result.ok:
-        _record_sent(delivery_id, attempt, endpoint, result, latency_ms, now)
-        return Outcome("sent")
     fields: dict[str, Any] = {"last_status_code": result.status_code, "last_error": result.error,
                               "lease_until": None}
     if not result.retryable or attempt >= settings.XMC_NOTIFY_MAX_ATTEMPTS:
@@ -709,31 +802,33 @@ def _record(delivery_id: int, attempt: int, endpoint: str, result: channels.Send
     return outcome
 
 
-def _record_sent(delivery_id: int, attempt: int, endpoint: str, result: channels.SendResult, latency_ms: int,
-                 now: datetime) -> bool:
-    """The common case in one statement (atomic on its own): log the try, close the endpoint's
-    failure streak if it had one, and mark the delivery DELIVERED unless it was taken over after
-    our lease ran out (False then)."""
+def _record_sent(sent: Sequence[_Claimed], now: datetime) -> None:
+    """The successes in one statement (atomic on its own): log each try, close the endpoints'
+    failure streaks if they had one, and mark each delivery DELIVERED unless it was taken over
+    after our lease ran out."""
     attempts, health, deliveries = (DeliveryAttempt._meta.db_table, EndpointHealth._meta.db_table,
                                     Delivery._meta.db_table)
+    rows = ", ".join(["(%s::bigint, %s::integer, %s::integer, %s::integer, %s::text)"] * len(sent))
+    params: list[Any] = []
+    for c in sent:
+        assert c.result is not None
+        params += [c.delivery.id, c.delivery.attempts, c.result.status_code, c.latency_ms, c.result.error]
     sql = f"""
-        WITH logged AS (
+        WITH v(id, attempt, status_code, latency_ms, error) AS (VALUES {rows}),
+        logged AS (
             INSERT INTO {attempts} (delivery_id, number, time, latency_ms, status_code, ok, error)
-            VALUES (%s, %s, %s, %s, %s, true, %s) RETURNING 1
+            SELECT id, attempt, %s, latency_ms, status_code, true, error FROM v RETURNING 1
         ), healed AS (
             UPDATE {health} SET consecutive_failures = 0, open_until = NULL, update_time = %s
-            WHERE endpoint = %s AND consecutive_failures > 0 RETURNING 1
+            WHERE endpoint = ANY(%s) AND consecutive_failures > 0 RETURNING 1
         )
-        UPDATE {deliveries} SET status = %s, delivered_time = %s, last_status_code = %s, last_error = %s,
-                                lease_until = NULL
-        WHERE id = %s AND attempts = %s AND status = %s
-        RETURNING id"""
+        UPDATE {deliveries} AS d SET status = %s, delivered_time = %s, last_status_code = v.status_code,
+                                     last_error = v.error, lease_until = NULL
+        FROM v WHERE d.id = v.id AND d.attempts = v.attempt AND d.status = %s"""
+    params += [now, now, sorted({c.endpoint for c in sent}), DeliveryStatus.DELIVERED, now,
+               DeliveryStatus.DELIVERING]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [delivery_id, attempt, now, latency_ms, result.status_code, result.error,
-                             now, endpoint,
-                             DeliveryStatus.DELIVERED, now, result.status_code, result.error,
-                             delivery_id, attempt, DeliveryStatus.DELIVERING])
-        return cursor.fetchone() is not None
+        cursor.execute(sql, params)
 
 
 def due_deliveries(now: datetime, limit: int = 500) -> list[int]:

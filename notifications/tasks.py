@@ -1,7 +1,7 @@
 """Celery tasks of the ``notifications`` queue: thin adapters around ``notifications.services``.
 
 * ``xmc.notifications.fan_out(event_ids)``: give events to their subscriptions;
-* ``xmc.notifications.deliver(delivery_id)``: claim, send and record one message;
+* ``xmc.notifications.deliver(delivery_id | [delivery_id, ...])``: claim, send and record messages;
 * ``xmc.notifications.sweep()`` (beat): fan out stranded events, send due
   deliveries and those whose lease ran out, scan for work units queued too long
   and for experiments that finished without a transition saying so.
@@ -40,12 +40,15 @@ def fan_out(self: Any, event_ids: list[int]) -> None:
 
 
 @shared_task(name=DELIVER_TASK, **OPTIONS)
-def deliver(self: Any, delivery_id: int) -> str:
-    outcome = services.deliver(int(delivery_id))
-    log.info("notifications.deliver", extra={"delivery": delivery_id, "action": outcome.action})
-    if outcome.action in ("not_due", "leased") and outcome.retry_in is not None:
-        services.enqueue([int(delivery_id)], countdown=outcome.retry_in + 0.5)  # the sweep is the safety net
-    return outcome.action
+def deliver(self: Any, delivery_id: int | list[int]) -> str:
+    """One delivery, or a batch of them (``services.enqueue`` sends the due ones of a fan-out together)."""
+    ids = [int(i) for i in delivery_id] if isinstance(delivery_id, list) else [int(delivery_id)]
+    outcomes = services.deliver_many(ids)
+    for did, outcome in sorted(outcomes.items()):
+        log.info("notifications.deliver", extra={"delivery": did, "action": outcome.action})
+        if outcome.action in ("not_due", "leased") and outcome.retry_in is not None:
+            services.enqueue([did], countdown=outcome.retry_in + 0.5)  # the sweep is the safety net
+    return ",".join(sorted({o.action for o in outcomes.values()}))
 
 
 @shared_task(name=SWEEP_TASK, **OPTIONS)

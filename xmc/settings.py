@@ -295,6 +295,8 @@ XMC_NOTIFY_BACKOFF_S = env.float("XMC_NOTIFY_BACKOFF_S", default=5.0)
 XMC_NOTIFY_BACKOFF_MAX_S = env.float("XMC_NOTIFY_BACKOFF_MAX_S", default=3600.0)
 #: How long a worker holds a delivery it is sending; a crashed worker's delivery is taken over after it.
 XMC_NOTIFY_LEASE_S = env.float("XMC_NOTIFY_LEASE_S", default=60.0)
+#: How many messages of one deliver task are sent at the same time.
+XMC_NOTIFY_SEND_CONCURRENCY = env.int("XMC_NOTIFY_SEND_CONCURRENCY", default=8)
 #: Events of one experiment within this window travel in one message.
 XMC_NOTIFY_COALESCE_S = env.float("XMC_NOTIFY_COALESCE_S", default=30.0)
 #: Circuit breaker: open after this many consecutive failures of an endpoint, for this long.

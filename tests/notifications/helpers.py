@@ -1,8 +1,12 @@
-"""Failing work units through the service write path, published as the reconciler does after commit."""
+"""Failing work units through the service write path, published as the reconciler does after commit;
+workers racing over the same rows."""
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from django.db import connection
 
 from workunits import hooks
 from workunits import services as wu_services
@@ -24,3 +28,24 @@ def set_state(units: Sequence[WorkUnit], state: str = WorkUnitState.FAILED) -> l
 
 def fail(*units: WorkUnit) -> list[object]:
     return set_state(units, WorkUnitState.FAILED)
+
+
+def race(work: Callable[[list[int]], object], orders: Sequence[list[int]]) -> list[BaseException]:
+    """Run ``work`` on each order in its own thread (own connection), all starting at once; the errors."""
+    start, errors = threading.Barrier(len(orders)), []
+
+    def worker(order: list[int]) -> None:
+        try:
+            start.wait()
+            work(order)
+        except Exception as exc:  # the caller asserts there were none
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(o,)) for o in orders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

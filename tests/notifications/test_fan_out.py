@@ -2,16 +2,15 @@
 one (event, subscription) record when several workers fan out the same events at once."""
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from notifications import services
 from notifications.models import Delivery, DeliveryEvent, Event, EventType
 from tests import factories
+from tests.notifications.helpers import race
 from xmc.auth.identity import Identity
 
 ALICE, BOB = factories.ALICE, factories.BOB
@@ -58,22 +57,7 @@ def test_workers_fanning_out_the_same_events_at_once_record_each_pair_once(monke
     exps = [factories.experiment(creator=ALICE) for _ in range(3)]
     subs = [subscribe(ALICE, experiment=f"experiments/{x.id}") for x in exps] + [subscribe(ALICE, allMyExperiments=True)]
     ids = [failed(exps[i % 3], i + 1).id for i in range(60)]
-    start, errors = threading.Barrier(4), []
-
-    def worker(order: list[int]) -> None:
-        try:
-            start.wait()
-            services.fan_out_many(order)
-        except Exception as exc:  # pragma: no cover - the assertion below reports it
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(o,)) for o in (ids, ids[::-1], ids[::2], ids[1::2])]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = race(services.fan_out_many, (ids, ids[::-1], ids[::2], ids[1::2]))
     assert errors == []
     assert Event.objects.filter(fanned_out=False).count() == 0
     assert DeliveryEvent.objects.count() == 60 * 2  # its experiment's subscription and the "mine" one
