@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from core import pb
 from tests.api.grpc_server.conftest import MAX_WORKERS, metadata_for
+from tests.childenv import child_database_url
 from xmc.api import registry
 from xmc.api.grpc_server import ESS, build_server, shutdown, stop_gracefully
 
@@ -223,8 +224,9 @@ def test_it_finishes_running_calls_and_reports_not_serving_when_stopped(
 
 
 def test_it_runs_as_a_command_that_prints_its_address_and_stops_on_sigterm() -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["DATABASE_URL"] = os.environ.get("DATABASE_URL", "")
+    # The suite's own test database: DATABASE_URL may name one that does not exist (its test_
+    # copy is what pytest made), and the health service says NOT_SERVING without a database.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DATABASE_URL": child_database_url()}
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "grpcserver", "--port", "0", "--host", "127.0.0.1", "--grace", "2"],
         cwd=ROOT,

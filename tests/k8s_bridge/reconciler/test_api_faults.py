@@ -57,7 +57,9 @@ def test_it_rides_through_watch_closes_gone_and_failing_lists(cluster: Cluster, 
         fired = {(r["action"], r["verb"], r["status"]): r["fired"] for r in cluster.handle.faults.snapshot()["rules"]}
         cluster.handle.faults.clear()
     assert fired[("watch_close", "watch", 500)] > 0 and fired[("gone", "watch", 500)] > 0, fired
-    assert fired[("error", "list", 503)] > 0, fired
+    # Which list error a failing list got is the draw's (rules are tried in order per request):
+    # that lists failed at all is what the test needs.
+    assert fired[("error", "list", 503)] + fired[("error", "list", 429)] > 0, fired
     for wu in [*done, stopped]:
         states = history(wu)
         assert states == sorted(states, key=ORDER.index), states  # never backwards
