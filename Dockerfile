@@ -23,7 +23,7 @@ COPY . .
 # into STATIC_ROOT for WhiteNoise. Neither step reads real settings.
 RUN python -c "import core.protos" \
  && XMC_DEBUG=true python manage.py collectstatic --noinput --verbosity 0 \
- && python -m compileall -q core jobsets xmc experiments workunits artifacts lifecycle k8s_bridge
+ && python -m compileall -q core jobsets xmc experiments workunits artifacts metrics lifecycle k8s_bridge
 
 USER 10001:10001
 EXPOSE 8000 50051 9100

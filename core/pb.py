@@ -10,6 +10,9 @@ from __future__ import annotations
 from google.longrunning import operations_pb2 as longrunning
 from google.rpc import code_pb2 as rpc_code
 from google.rpc import status_pb2 as rpc_status
+from xmanager_cloud.dashboard_service.proto import dashboard_service_pb2 as dashboard_api
+from xmanager_cloud.dashboard_service.proto import dashboard_service_pb2_grpc as dashboard_grpc
+from xmanager_cloud.dashboard_service.proto import messages_pb2 as dashboard
 from xmanager_cloud.experiment_state_server.proto import api_pb2 as api
 from xmanager_cloud.experiment_state_server.proto import api_pb2_grpc as api_grpc
 from xmanager_cloud.experiment_state_server.proto import artifact_pb2 as artifact
@@ -26,7 +29,7 @@ from xmanager_cloud.experiment_state_server.proto import work_unit_pb2 as work_u
 from xmanager_cloud.xid_service.proto import messages_pb2 as xid
 
 __all__ = [
-    "api", "api_grpc", "artifact", "experiment", "longrunning", "operations", "priority",
+    "api", "api_grpc", "artifact", "dashboard", "dashboard_api", "dashboard_grpc", "experiment", "longrunning", "operations", "priority",
     "resources", "rpc_code", "rpc_status", "status", "status_message", "structured_message",
     "url", "work_unit", "work_unit_execution", "xid",
 ]

@@ -290,6 +290,17 @@ def _replicated_job(job: pb.work_unit.KubernetesJob, jobset_exe: pb.work_unit.Jo
     return rjob
 
 
+def _add_env(replicated_jobs: list[dict[str, Any]], extra: tuple[tuple[str, str], ...]) -> None:
+    """Give every container (init and sidecar containers too) ``extra``, replacing same-named variables."""
+    names = {name for name, _ in extra}
+    for rjob in replicated_jobs:
+        pod_spec = rjob["template"]["spec"]["template"]["spec"]
+        for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+            env = [var for var in container.get("env", []) if var["name"] not in names]
+            env.extend({"name": name, "value": value} for name, value in extra)
+            container["env"] = env
+
+
 def build_jobset(executable: pb.work_unit.Executable, stamp: Stamp, *, namespace: str) -> dict[str, Any]:
     """The JobSet manifest for one execution (validated first: raises InvalidArgument)."""
     name = jobset_name(stamp.xid, stamp.wid)
@@ -318,6 +329,8 @@ def build_jobset(executable: pb.work_unit.Executable, stamp: Stamp, *, namespace
         "suspend": True,
         "replicatedJobs": [_replicated_job(job, exe) for job in exe.jobs],
     }
+    if stamp.env:
+        _add_env(spec["replicatedJobs"], stamp.env)
     if exe.HasField("network"):
         network: dict[str, Any] = {}
         if exe.network.HasField("enable_dns_hostnames"):

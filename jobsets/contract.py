@@ -43,6 +43,9 @@ class Stamp:
     last_edit_ns: int
     notify_when: str = ""
     priority: str = ""
+    #: Variables added to every container (the metrics environment, `metrics.tokens.execution_env`);
+    #: they replace a variable of the same name the executable set.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def identity(jobset: dict[str, Any]) -> tuple[int | None, int | None, int | None, int | None]:

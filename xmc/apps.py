@@ -11,6 +11,7 @@ class XmcConfig(AppConfig):
     def ready(self) -> None:
         from xmc import checks  # noqa: F401 - registers the system checks
         from xmc.api import handlers  # noqa: F401 - registers every RPC into xmc.api.registry.RPCS
+        from xmc.api import dashboards  # noqa: F401 - and the DashboardService's
         from xmc.auth import signals
 
         signals.connect()

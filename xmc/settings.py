@@ -197,6 +197,7 @@ INSTALLED_APPS = [
     "experiments",
     "workunits",
     "artifacts",
+    "metrics",
     "lifecycle",
     "k8s_bridge",
     "notifications",
@@ -305,6 +306,15 @@ XMC_NOTIFY_BREAKER_OPEN_S = env.float("XMC_NOTIFY_BREAKER_OPEN_S", default=60.0)
 XMC_NOTIFY_SWEEP_INTERVAL_S = env.float("XMC_NOTIFY_SWEEP_INTERVAL_S", default=15.0)
 #: Links in messages point here (the web process' address).
 XMC_PUBLIC_URL = env.str("XMC_PUBLIC_URL", default="http://127.0.0.1:8000")
+
+# Metrics (metrics/, docs/architecture/metrics.md).
+#: The base URL pods reach the web service at: every container gets XMC_METRICS_URL from it
+#: (an in-cluster Service URL in the manifests; the web origin under ./dev run).
+XMC_METRICS_URL = env.str("XMC_METRICS_URL", default="") or XMC_PUBLIC_URL
+#: How long after its execution ended an execution's metrics token still writes.
+XMC_METRICS_TOKEN_GRACE_S = env.float("XMC_METRICS_TOKEN_GRACE_S", default=300.0)
+#: Most points one metrics:write call may carry.
+XMC_METRICS_MAX_POINTS = env.int("XMC_METRICS_MAX_POINTS", default=10_000)
 
 CELERY_BEAT_SCHEDULE = {
     # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.

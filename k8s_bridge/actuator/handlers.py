@@ -23,6 +23,7 @@ from k8s_bridge import client
 from k8s_bridge.actuator import preconditions
 from k8s_bridge.actuator.preconditions import Decision, ExecutionView
 from k8s_bridge.errors import ActuatorError
+from metrics import tokens as metrics_tokens
 from workunits import services
 from workunits.models import WorkUnitExecution
 
@@ -93,7 +94,8 @@ def _manifest(task: task_pb2.Task) -> dict[str, Any]:
     work_unit = _work_unit(task)
     priority = pb.priority.Priority.Name(work_unit.priority) if work_unit.priority else ""
     stamp = Stamp(xid=task.xid, wid=task.wid, eid=task.eid, last_edit_ns=task.operation_time_ns,
-                  notify_when=task.notify_when, priority=priority)
+                  notify_when=task.notify_when, priority=priority,
+                  env=metrics_tokens.execution_env(task.xid, task.wid, task.eid))
     return build_jobset(work_unit.executable, stamp, namespace=settings.XMC_K8S_NAMESPACE)
 
 

@@ -8,7 +8,9 @@ by the tests, which start it in-process on a free port. `build_server` wires:
   wheel, so method names, message types and registration are exactly the
   client's;
 * ``google.longrunning.Operations`` the same way, from googleapis-common-protos;
-* ``grpc.health.v1.Health`` (SERVING for ``""`` and both service names) and
+* ``cloud.xmanager.v1.DashboardService`` (11 methods) from the same wheel
+  (handlers in ``xmc.api.dashboards``);
+* ``grpc.health.v1.Health`` (SERVING for ``""`` and every API service name) and
   server reflection for all of them.
 
 Every API method does the same thing (`_Delegate`): read the caller that
@@ -63,9 +65,12 @@ logger = logging.getLogger(__name__)
 
 ESS = registry.ESS
 OPERATIONS = registry.OPERATIONS
+DASHBOARDS = registry.DASHBOARDS
 HEALTH = health.SERVICE_NAME
+#: The API services (health reports each of them).
+API_SERVICES: tuple[str, ...] = (ESS, OPERATIONS, DASHBOARDS)
 #: Everything the server answers, as listed by reflection.
-SERVICE_NAMES: tuple[str, ...] = (ESS, OPERATIONS, HEALTH, reflection.SERVICE_NAME)
+SERVICE_NAMES: tuple[str, ...] = (*API_SERVICES, HEALTH, reflection.SERVICE_NAME)
 
 INTERNAL_MESSAGE = "internal error; the server logged the details"
 
@@ -80,6 +85,8 @@ def service_methods(service: str) -> tuple[str, ...]:
         descriptor = pb.api.DESCRIPTOR.services_by_name["ExperimentStateService"]
     elif service == OPERATIONS:
         descriptor = pb.longrunning.DESCRIPTOR.services_by_name["Operations"]
+    elif service == DASHBOARDS:
+        descriptor = pb.dashboard_api.DESCRIPTOR.services_by_name["DashboardService"]
     else:
         raise KeyError(service)
     return tuple(method.name for method in descriptor.methods)
@@ -290,9 +297,12 @@ def build_server(
     operations_pb2_grpc.add_OperationsServicer_to_server(
         _servicer(operations_pb2_grpc.OperationsServicer, OPERATIONS), server
     )
+    pb.dashboard_grpc.add_DashboardServiceServicer_to_server(
+        _servicer(pb.dashboard_grpc.DashboardServiceServicer, DASHBOARDS), server
+    )
 
     health_servicer = health.HealthServicer()
-    for name in ("", ESS, OPERATIONS):
+    for name in ("", *API_SERVICES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(SERVICE_NAMES, server)
@@ -300,7 +310,7 @@ def build_server(
 
     missing = [
         f"{service}/{method}"
-        for service in (ESS, OPERATIONS)
+        for service in API_SERVICES
         for method in service_methods(service)
         if (service, method) not in registry.RPCS
     ]
@@ -393,7 +403,7 @@ def watch_database_health(server: grpc.Server, interval_s: float | None = None) 
                     logger.warning("grpc.health serving=%s (database %s)", ok, "up" if ok else "down")
                 if health_servicer is not None:
                     status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
-                    for name in ("", ESS, OPERATIONS):
+                    for name in ("", *API_SERVICES):
                         health_servicer.set(name, status)
                 stop.wait(interval)
         finally:

@@ -24,7 +24,7 @@ from google.api import field_behavior_pb2
 from google.protobuf import descriptor
 from google.protobuf.descriptor import FieldDescriptor
 
-from xmc.api import extensions
+from xmc.api import extensions, metrics_write
 from xmc.api.rest import BINDINGS, HTTP_STATUS, Binding
 
 OPENAPI_VERSION = "3.0.3"
@@ -258,6 +258,7 @@ def build_document() -> dict[str, Any]:
         operation_id = binding.rpc if count == 1 else f"{binding.rpc}{count}"
         item = paths.setdefault(binding.path.openapi_path, {})
         item[binding.http_method.lower()] = _operation(binding, operation_id, schemas)
+    paths.update(metrics_write.openapi_paths())  # not an RPC: jobs write points with their own token
     for extra in extensions.openapi_paths:  # endpoints that are not RPCs (e.g. streamed logs)
         paths.update(extra())
     components_schemas = {"Error": ERROR_SCHEMA, **dict(sorted(schemas.schemas.items()))}
@@ -265,10 +266,10 @@ def build_document() -> dict[str, Any]:
     return {
         "openapi": OPENAPI_VERSION,
         "info": {
-            "title": "XMC Experiment State Service (cloud.xmanager.v1) over HTTP/JSON",
+            "title": "XMC Experiment State Service and Dashboard Service (cloud.xmanager.v1) over HTTP/JSON",
             "version": "v1",
             "description": (
-                "The gRPC API `cloud.xmanager.v1.ExperimentStateService` and `google.longrunning.Operations` at "
+                "The gRPC APIs `cloud.xmanager.v1.ExperimentStateService`, `cloud.xmanager.v1.DashboardService` and `google.longrunning.Operations` at "
                 "the protos' HTTP bindings. Bodies are proto3 JSON (lowerCamelCase names, enums by name, int64 as "
                 "strings). Query parameters take the lowerCamelCase or the original field name. Errors are "
                 "`{\"error\": {\"code\", \"status\", \"message\"}}`. Authenticate with `Authorization: Bearer "

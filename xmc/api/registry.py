@@ -52,6 +52,7 @@ class Rpc:
 
 ESS = "cloud.xmanager.v1.ExperimentStateService"
 OPERATIONS = "google.longrunning.Operations"
+DASHBOARDS = "cloud.xmanager.v1.DashboardService"
 
 #: (service, method) -> Rpc
 RPCS: dict[tuple[str, str], Rpc] = {}

@@ -58,7 +58,7 @@ from rest_framework.views import APIView, set_rollback
 from core import pb
 from core.errors import InvalidArgument, ServiceError
 from xmc.api import registry
-from xmc.api.registry import ESS, OPERATIONS, Caller
+from xmc.api.registry import DASHBOARDS, ESS, OPERATIONS, Caller
 from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle, IdentityUser
 from xmc.ops import observe_rpc
 
@@ -123,6 +123,7 @@ class Binding:
 _SERVICES: dict[str, descriptor.ServiceDescriptor] = {
     ESS: pb.api.DESCRIPTOR.services_by_name["ExperimentStateService"],
     OPERATIONS: pb.longrunning.DESCRIPTOR.services_by_name["Operations"],
+    DASHBOARDS: pb.dashboard_api.DESCRIPTOR.services_by_name["DashboardService"],
 }
 
 _E = "/v1/{name=experiments/*}"
@@ -130,9 +131,9 @@ _WU = "/v1/{name=experiments/*/workUnits/*}"
 _WU_PARENT = "/v1/{parent=experiments/*/workUnits/*}"
 _E_PARENT = "/v1/{parent=experiments/*}"
 
-#: Every HTTP binding we serve. The ExperimentStateService rows are exactly the
-#: ``google.api.http`` options of ``cloud.xmanager.v1`` (a test compares them
-#: with the descriptors). The google.longrunning rows adapt that service's own
+#: Every HTTP binding we serve. The ExperimentStateService and DashboardService
+#: rows are exactly the ``google.api.http`` options of ``cloud.xmanager.v1`` (a
+#: test compares them with the descriptors). The google.longrunning rows adapt that service's own
 #: bindings (``/v1/{name=operations/**}``) to our operation names, which live
 #: under experiments: ``/v1/operations/{name}`` takes the full name after the
 #: prefix, and the operation's own resource path works too.
@@ -178,6 +179,25 @@ BINDINGS: tuple[Binding, ...] = (
     Binding("GET", "/v1/{name=experiments/*/workUnits/*/operations}", OPERATIONS, "ListOperations"),
     Binding("POST", "/v1/operations/{name=**}:cancel", OPERATIONS, "CancelOperation", body="*"),
     Binding("DELETE", "/v1/operations/{name=**}", OPERATIONS, "DeleteOperation"),
+    # cloud.xmanager.v1.DashboardService: exactly its google.api.http options, additional bindings included.
+    Binding("POST", "/v1/dashboards", DASHBOARDS, "CreateDashboard", body="*"),
+    Binding("GET", "/v1/{name=dashboards/*}", DASHBOARDS, "GetDashboard"),
+    Binding("GET", "/v1/dashboards", DASHBOARDS, "ListDashboards"),
+    Binding("PATCH", "/v1/{dashboard.name=dashboards/*}", DASHBOARDS, "UpdateDashboard", body="dashboard"),
+    Binding("DELETE", "/v1/{name=dashboards/*}", DASHBOARDS, "DeleteDashboard"),
+    Binding("POST", _WU_PARENT + "/charts", DASHBOARDS, "CreateChart", body="chart"),
+    Binding("GET", "/v1/{name=charts/*}", DASHBOARDS, "GetChart"),
+    Binding("GET", "/v1/{name=experiments/*/workUnits/*/charts/*}:getData", DASHBOARDS, "GetChartData"),
+    Binding("GET", "/v1/{name=charts/*}:getData", DASHBOARDS, "GetChartData"),
+    Binding("GET", "/v1/{name=dashboards/*/charts/*}:getData", DASHBOARDS, "GetChartData"),
+    Binding("GET", "/v1/{parent=dashboards/*}/charts", DASHBOARDS, "ListCharts"),
+    Binding("GET", _WU_PARENT + "/charts", DASHBOARDS, "ListCharts"),
+    Binding("PATCH", "/v1/{chart.name=experiments/*/workUnits/*/charts/*}", DASHBOARDS, "UpdateChart", body="chart"),
+    Binding("PATCH", "/v1/{chart.name=charts/*}", DASHBOARDS, "UpdateChart", body="chart"),
+    Binding("PATCH", "/v1/{chart.name=dashboards/*/charts/*}", DASHBOARDS, "UpdateChart", body="chart"),
+    Binding("DELETE", "/v1/{name=experiments/*/workUnits/*/charts/*}", DASHBOARDS, "DeleteChart"),
+    Binding("DELETE", "/v1/{name=charts/*}", DASHBOARDS, "DeleteChart"),
+    Binding("DELETE", "/v1/{name=dashboards/*/charts/*}", DASHBOARDS, "DeleteChart"),
 )
 
 
@@ -191,6 +211,8 @@ ID_PARAMETERS = {
     "artifacts": "aid",
     "operations": "operationId",
     "statusMessages": "statusMessageId",
+    "dashboards": "dashboardId",
+    "charts": "chartId",
 }
 
 _VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)(?:=([^}]*))?\}")

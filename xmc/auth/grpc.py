@@ -38,6 +38,17 @@ from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer, bo
 logger = logging.getLogger(__name__)
 
 AUTHORIZATION_KEY = "authorization"
+
+#: Prefix of the DashboardService's methods: their callers without a token get `DASHBOARD_NO_TOKEN`.
+DASHBOARD_METHODS = "/cloud.xmanager.v1.DashboardService/"
+#: The wheel's ``xm_cloud.create_dashboard`` / ``get_dashboard`` / ``list_dashboards`` open a bare
+#: channel and send no credentials; nobody may write (or read) anonymously, so say what works.
+DASHBOARD_NO_TOKEN = (
+    "the DashboardService needs a bearer token (authorization: Bearer <token>); the xm_cloud.dashboard "
+    "helpers (create_dashboard, get_dashboard, list_dashboards) send none: use the xdash CLI or "
+    "xdash.DashboardClient with XMC_AUTH_TOKEN set (XMC_DASHBOARD_ENDPOINT=host:port), or the REST API "
+    "(/v1/dashboards) with Authorization: Bearer <token>"
+)
 ASSERTED_EMAIL_KEY = "x-goog-user-email"
 RETRY_AFTER_MS_KEY = "retry-after-ms"
 
@@ -110,6 +121,10 @@ class _Gate:
         authorization, asserted_email, duplicate = _read_metadata(context.invocation_metadata() or ())
         if duplicate:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "more than one authorization header")
+        if authorization is None and self.method.startswith(DASHBOARD_METHODS):
+            logger.info("auth.grpc.rejected", extra={"method": self.method, "peer": context.peer(),
+                                                     "reason": "no token (dashboard)"})
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, DASHBOARD_NO_TOKEN)
         try:
             # The rate limit is checked between the token checks and the user
             # lookup, so refused calls cost no database query.

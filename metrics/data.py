@@ -1,0 +1,211 @@
+"""GetChartData: read a chart's points in SQL, bounded by its width, and evaluate each plot.
+
+Called by ``xmc.api.dashboards`` after the access check. For each plot the
+points of the plot's metrics, of the current execution of each work unit in
+scope (a restart starts new series; older executions' points stay apart), in
+the plot's data ranges, are read by one statement that buckets them in
+Postgres (`_SERIES_SQL`): when a series holds more points than the chart is
+pixels wide, ``width_bucket`` over the x range of the metric (the same
+buckets for every work unit, so they can be aggregated) reduces them to one
+row per bucket with min, avg and max. A chart over millions of points moves
+at most width x series rows. SUMMARY (latest, min, max, mean, latest step and
+time) and HISTOGRAM counts are computed in SQL over every point
+(`_SUMMARY_SQL`, `_HISTOGRAM_SQL`). Smoothing, forecasts, aggregation across
+work units and clipping run on the bucketed series in `metrics.evaluate`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from django.db import connection
+
+from core import pb
+from metrics import evaluate
+from metrics.evaluate import Bucket
+from metrics.models import MetricPoint
+from workunits.models import WorkUnit, WorkUnitExecution
+
+M = pb.dashboard
+DEFAULT_WIDTH = 1000
+MAX_WIDTH = 10_000
+HISTOGRAM_BINS = 20
+
+_POINTS = MetricPoint._meta.db_table
+_EXECUTIONS = WorkUnitExecution._meta.db_table
+_WORK_UNITS = WorkUnit._meta.db_table
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose points: one experiment, one work unit of it or all of them (``wid`` None)."""
+
+    xid: int
+    wid: int | None
+
+
+def _points_cte(scope: Scope, data: Any, x_time: bool) -> tuple[str, list[Any]]:
+    where = ["w.experiment_id = %s", "e.eid = w.current_eid", "p.metric = ANY(%s)"]
+    params: list[Any] = [scope.xid, list(data.metrics)]
+    if scope.wid is not None:
+        where.append("w.wid = %s")
+        params.append(scope.wid)
+    ranges = []
+    for data_range in data.ranges:
+        parts = []
+        if data_range.HasField("start_step"):
+            parts.append("p.step >= %s")
+            params.append(data_range.start_step)
+        if data_range.HasField("start_time"):
+            parts.append("p.time >= %s")
+            params.append(data_range.start_time.ToDatetime(tzinfo=timezone.utc))
+        if data_range.HasField("end_step"):
+            parts.append("p.step <= %s")
+            params.append(data_range.end_step)
+        if data_range.HasField("end_time"):
+            parts.append("p.time <= %s")
+            params.append(data_range.end_time.ToDatetime(tzinfo=timezone.utc))
+        ranges.append("(" + " AND ".join(parts) + ")")
+    if ranges:
+        where.append("(" + " OR ".join(ranges) + ")")
+    x = "extract(epoch FROM p.time)::float8" if x_time else "p.step::float8"
+    sql = (f"pts AS (SELECT w.wid, p.metric, p.step, p.value, p.time, {x} AS x FROM {_POINTS} p "
+           f"JOIN {_EXECUTIONS} e ON e.id = p.execution_id JOIN {_WORK_UNITS} w ON w.id = e.work_unit_id "
+           f"WHERE {' AND '.join(where)})")
+    return sql, params
+
+
+_SERIES_SQL = """
+WITH {points},
+series AS (SELECT wid, metric, count(*) AS n, min(x) AS lo, max(x) AS hi FROM pts GROUP BY wid, metric),
+bounds AS (SELECT metric, min(lo) AS lo, max(hi) AS hi, max(n) AS n FROM series GROUP BY metric)
+SELECT pts.wid, pts.metric,
+       CASE WHEN b.n <= %s OR b.hi = b.lo THEN pts.x
+            ELSE LEAST(width_bucket(pts.x, b.lo, b.hi, %s), %s)::float8 END AS bucket,
+       max(pts.step), extract(epoch FROM max(pts.time))::float8, avg(pts.value), min(pts.value), max(pts.value)
+FROM pts JOIN bounds b USING (metric)
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+"""
+
+_SUMMARY_SQL = """
+WITH {points}
+SELECT DISTINCT ON (wid, metric) wid, metric, value, step, time,
+       min(value) OVER w, max(value) OVER w, avg(value) OVER w
+FROM pts WINDOW w AS (PARTITION BY wid, metric)
+ORDER BY wid, metric, step DESC
+"""
+
+_HISTOGRAM_SQL = """
+WITH {points},
+b AS (SELECT metric, min(value) AS lo, max(value) AS hi FROM pts GROUP BY metric)
+SELECT pts.metric, b.lo, b.hi,
+       CASE WHEN b.hi = b.lo THEN 1 ELSE LEAST(width_bucket(pts.value, b.lo, b.hi, %s), %s) END AS bin, count(*)
+FROM pts JOIN b USING (metric) GROUP BY 1, 2, 3, 4 ORDER BY 1, 4
+"""
+
+
+def _query(template: str, scope: Scope, data: Any, x_time: bool, extra: Sequence[Any]) -> list[tuple[Any, ...]]:
+    points, params = _points_cte(scope, data, x_time)
+    with connection.cursor() as cursor:
+        cursor.execute(template.format(points=points), [*params, *extra])
+        return list(cursor.fetchall())
+
+
+def _series(scope: Scope, plot: Any, width: int) -> dict[tuple[int, str], list[Bucket]]:
+    rows = _query(_SERIES_SQL, scope, plot.data, plot.mapping.x == "time", (width, width, width))
+    out: dict[tuple[int, str], list[Bucket]] = {}
+    for wid, metric, _bucket, step, time_s, avg, low, high in rows:
+        out.setdefault((wid, metric), []).append(Bucket(int(step), float(time_s), float(avg), float(low), float(high)))
+    return out
+
+
+def _timestamp(seconds: float) -> Any:
+    ts = pb.dashboard.ChartData.SeriesPoint().timestamp
+    ts.FromDatetime(datetime.fromtimestamp(seconds, tz=timezone.utc))
+    return ts
+
+
+def _series_message(metric: str, wid: int | None, xid: int, buckets: Sequence[Bucket]) -> Any:
+    message = M.ChartData.SeriesData(metric_name=metric, work_unit_id="" if wid is None else str(wid), xid=xid)
+    for b in buckets:
+        point = message.points.add(step=b.step, avg_value=b.avg, min_value=b.min, max_value=b.max)
+        point.timestamp.CopyFrom(_timestamp(b.time_s))
+    return message
+
+
+def _stat_series(plot: Any, series: dict[tuple[int, str], list[Bucket]]) -> list[tuple[int | None, str, list[Bucket]]]:
+    stats = plot.stats
+    S = M.StatSpec
+    out: list[tuple[int | None, str, list[Bucket]]] = [(wid, metric, b) for (wid, metric), b in sorted(series.items())]
+    if stats.aggregation != S.AGG_UNSPECIFIED:
+        how = S.Aggregation.Name(stats.aggregation)
+        out = [(None, metric, evaluate.aggregate([b for (_, m), b in sorted(series.items()) if m == metric], how))
+               for metric in dict.fromkeys(m for _, m in sorted(series))]
+    if stats.type == S.SMOOTH:
+        if stats.smooth.algorithm == S.SmoothConfig.MOVING_AVERAGE:
+            window = stats.smooth.window_size or evaluate.DEFAULT_WINDOW
+            out = [(w, m, evaluate.smooth(b, lambda v: evaluate.moving_average(v, window))) for w, m, b in out]
+        else:
+            alpha = stats.smooth.alpha or evaluate.DEFAULT_SMOOTH_ALPHA
+            out = [(w, m, evaluate.smooth(b, lambda v: evaluate.exponential(v, alpha))) for w, m, b in out]
+    elif stats.type == S.FORECAST:
+        alpha = stats.forecast.alpha or evaluate.DEFAULT_FORECAST_ALPHA
+        beta = stats.forecast.beta or evaluate.DEFAULT_FORECAST_BETA
+        out = [(w, m, [*b, *evaluate.forecast(b, alpha, beta, stats.forecast.steps_ahead)]) for w, m, b in out]
+    coords = plot.coords
+    if coords.y_min or coords.y_max:
+        high = coords.y_max if coords.y_max else float("inf")
+        out = [(w, m, evaluate.clip(b, coords.y_min, high)) for w, m, b in out]
+    return out
+
+
+def plot_data(scope: Scope, plot: Any, width: int) -> list[Any]:
+    """The ``PlotData`` entries of one plot: one per series (metric x work unit, or per metric aggregated)."""
+    plot_type = plot.type
+    S = M.StatSpec
+    if plot_type == M.SUMMARY_BOX or plot.stats.type == S.SUMMARY:
+        rows = _query(_SUMMARY_SQL, scope, plot.data, False, ())
+        out = []
+        for _wid, metric, value, step, time, low, high, mean in rows:
+            summary = M.ChartData.SummaryBoxValue(metric_name=metric, latest_value=value, min_value=low,
+                                                  max_value=high, mean_value=float(mean), latest_step=step)
+            summary.latest_timestamp.FromDatetime(time)
+            out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, summary_data=summary))
+        return out
+    if plot_type == M.HISTOGRAM:
+        rows = _query(_HISTOGRAM_SQL, scope, plot.data, False, (HISTOGRAM_BINS, HISTOGRAM_BINS))
+        bins: dict[str, tuple[list[str], list[int]]] = {}
+        for metric, low, high, bin_number, count in rows:
+            if metric not in bins:
+                labels = evaluate.bin_labels(float(low), float(high), HISTOGRAM_BINS)
+                bins[metric] = (labels, [0] * len(labels))
+            bins[metric][1][int(bin_number) - 1] += int(count)
+        out = []
+        for metric, (labels, counts) in bins.items():
+            message = M.ChartData.BarData(metric_name=metric)
+            for label, count in zip(labels, counts):
+                message.buckets.add(category_or_bin=label, value_or_count=count)
+            out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, bar_data=message))
+        return out
+    series = _stat_series(plot, _series(scope, plot, width))
+    if plot_type == M.BAR:
+        # One bar per work unit (or per aggregate): the latest value of each metric.
+        by_metric: dict[str, Any] = {}
+        for wid, metric, buckets in series:
+            if not buckets:
+                continue
+            bar = by_metric.setdefault(metric, M.ChartData.BarData(metric_name=metric))
+            bar.buckets.add(category_or_bin=f"wid {wid}" if wid is not None else "all", value_or_count=buckets[-1].avg)
+        return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, bar_data=b) for b in by_metric.values()]
+    return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type or M.SCATTER,
+                                 scatter_series=_series_message(metric, wid, scope.xid, buckets))
+            for wid, metric, buckets in series]
+
+
+def chart_data(name: str, scope: Scope, plots: Sequence[Any], width: int) -> Any:
+    message = M.ChartData(name=name, xid=scope.xid, wid=scope.wid or 0)
+    for plot in plots:
+        message.plots_data.extend(plot_data(scope, plot, width))
+    return message

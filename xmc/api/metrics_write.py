@@ -1,0 +1,207 @@
+"""``POST /v1/experiments/{xid}/workUnits/{wid}/metrics:write``: running jobs report metric points.
+
+Mounted by ``xmc.api.rest_urls`` beside the RPC bindings; documented in the
+OpenAPI document (`openapi_paths`). Body, proto3 JSON::
+
+    {"points": [{"metric": "loss", "step": 10, "value": 0.5, "time": "2026-12-01T10:00:00Z"}],
+     "executionId": "2"}
+
+``time`` is optional (the server's clock when absent), ``executionId`` too
+(the token's execution, or the work unit's current one for a user token).
+At most ``XMC_METRICS_MAX_POINTS`` points per call. Writes are idempotent on
+(execution, metric, step) (`metrics.services.write_points`): a retried batch
+does not double points. The answer is ``{"written": n, "duplicates": m}``.
+
+Who may write: ``Authorization: Bearer <XMC_METRICS_TOKEN>``, the token the
+actuator gave the execution's containers (`metrics.tokens`), for that
+execution only and until it ended plus ``XMC_METRICS_TOKEN_GRACE_S``; or a
+user's bearer token with write rights on the experiment. Errors have the
+API's shape and name the field (``points[3].value``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, JsonResponse
+from django.urls import URLPattern, re_path
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from core.errors import InvalidArgument, PermissionDenied, ServiceError, Unauthenticated
+from experiments.acl import Role
+from metrics import services, specs, tokens
+from xmc.api import reads
+from xmc.api.rest import HTTP_STATUS, error_body
+from xmc.auth.identity import Unauthenticated as BadToken
+from xmc.auth.identity import authenticate_bearer
+from xmc.ops import observe_rpc
+
+PATH = r"^v1/experiments/(?P<xid>[0-9]{1,19})/workUnits/(?P<wid>[0-9]{1,19})/metrics:write$"
+_INT64 = 2**63 - 1
+
+
+def _error(exc: ServiceError) -> JsonResponse:
+    status = HTTP_STATUS.get(exc.code, 500)
+    return JsonResponse(error_body(status, exc.code, exc.message, field=exc.field), status=status)
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InvalidArgument(f"{field} must be an integer", field=field)
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidArgument(f"{field} must be an integer (got {str(value)[:40]!r})", field=field) from None
+    if not -_INT64 - 1 <= number <= _INT64:
+        raise InvalidArgument(f"{field} is out of the int64 range", field=field)
+    return number
+
+
+def _time(value: Any, field: str) -> datetime:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be an RFC 3339 timestamp string", field=field)
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(f"{field} is not an RFC 3339 timestamp (got {value[:40]!r})", field=field) from None
+    if parsed.tzinfo is None:
+        raise InvalidArgument(f"{field} needs a time zone (e.g. 'Z')", field=field)
+    if not 1970 <= parsed.year <= 9999:
+        raise InvalidArgument(f"{field} is out of range", field=field)
+    return parsed
+
+
+def parse_points(body: Any, now: datetime) -> tuple[list[services.Point], int | None]:
+    """The points and the ``executionId`` of a request body (INVALID_ARGUMENT naming the bad field)."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("the body must be a JSON object with 'points'", field="points")
+    unknown = set(body) - {"points", "executionId", "execution_id"}
+    if unknown:
+        raise InvalidArgument(f"unknown field {sorted(unknown)[0][:80]!r}", field=sorted(unknown)[0][:80])
+    raw_eid = body.get("executionId", body.get("execution_id"))
+    eid = _int(raw_eid, "executionId") if raw_eid not in (None, "", 0, "0") else None
+    if eid is not None and eid <= 0:
+        raise InvalidArgument("executionId must be positive", field="executionId")
+    items = body.get("points")
+    if not isinstance(items, list) or not items:
+        raise InvalidArgument("points must be a non-empty list", field="points")
+    if len(items) > settings.XMC_METRICS_MAX_POINTS:
+        raise InvalidArgument(f"points has {len(items)} entries; at most {settings.XMC_METRICS_MAX_POINTS} "
+                              "per call", field="points")
+    points = []
+    for i, item in enumerate(items):
+        where = f"points[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidArgument(f"{where} must be an object", field=where)
+        extra = set(item) - {"metric", "step", "value", "time"}
+        if extra:
+            raise InvalidArgument(f"{where}: unknown field {sorted(extra)[0][:80]!r}", field=where)
+        metric = item.get("metric")
+        if not isinstance(metric, str) or not specs.METRIC_PATTERN.fullmatch(metric) or not metric.strip():
+            raise InvalidArgument(f"{where}.metric must be 1 to 256 printable characters", field=f"{where}.metric")
+        step = _int(item.get("step", 0), f"{where}.step")
+        value = item.get("value")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidArgument(f"{where}.value must be a finite number", field=f"{where}.value")
+        time = _time(item["time"], f"{where}.time") if item.get("time") else now
+        points.append(services.Point(metric, step, float(value), time))
+    return points, eid
+
+
+def _execution(request: HttpRequest, xid: int, wid: int, eid: int | None) -> int:
+    """The pk of the execution the caller may write points of (raises the error to answer)."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, credential = header.partition(" ")
+    credential = credential.strip()
+    if scheme.lower() == "bearer" and tokens.looks_like_token(credential):
+        key = tokens.verify(credential)
+        if key is None:
+            raise Unauthenticated("the metrics token does not verify")
+        if (key.xid, key.wid) != (xid, wid) or (eid is not None and eid != key.eid):
+            raise PermissionDenied(f"this metrics token writes only experiments/{key.xid}/workUnits/{key.wid}"
+                                   f"/executions/{key.eid}")
+        pk = services.accepting_execution(key.xid, key.wid, key.eid)
+        if pk is None:
+            raise PermissionDenied(f"execution {key.eid} of experiments/{xid}/workUnits/{wid} has ended; "
+                                   "its metrics token no longer writes")
+        return pk
+    try:
+        identity = authenticate_bearer(header or None)
+    except BadToken as exc:
+        raise Unauthenticated(str(exc)) from None
+    reads.require_experiment_role(xid, identity, Role.WRITER)
+    found = services.execution_pk(xid, wid, eid)
+    if found is None:
+        what = f"execution {eid} of " if eid is not None else ""
+        raise InvalidArgument(f"{what}experiments/{xid}/workUnits/{wid} not found",
+                              field="executionId" if eid is not None else None)
+    return found
+
+
+@csrf_exempt
+def write_metrics(request: HttpRequest, xid: str, wid: str) -> JsonResponse:
+    started = timezone.now()
+    code = "OK"
+    try:
+        if request.method != "POST":
+            code = "UNIMPLEMENTED"
+            return JsonResponse(error_body(405, code, "metrics:write takes POST"), status=405)
+        try:
+            raw = request.body
+        except RequestDataTooBig:
+            code = "INVALID_ARGUMENT"
+            return JsonResponse(error_body(413, "INVALID_ARGUMENT", "request body too large"), status=413)
+        try:
+            body = json.loads(raw or b"{}")
+        except (ValueError, RecursionError):
+            raise InvalidArgument("the body is not valid JSON") from None
+        points, eid = parse_points(body, started)
+        execution = _execution(request, int(xid), int(wid), eid)
+        written = services.write_points(execution, points)
+        return JsonResponse({"written": written, "duplicates": len(points) - written})
+    except ServiceError as exc:
+        code = exc.code
+        return _error(exc)
+    except (OperationalError, InterfaceError):
+        code = "UNAVAILABLE"
+        return JsonResponse(error_body(503, "UNAVAILABLE", "database unavailable; retry later"), status=503)
+    finally:
+        observe_rpc("rest", "xmc.metrics.v1", "WriteMetrics", code, (timezone.now() - started).total_seconds())
+
+
+urlpatterns: list[URLPattern] = [re_path(PATH, write_metrics, name="metrics-write")]
+
+
+def openapi_paths() -> dict[str, Any]:
+    """This endpoint in the OpenAPI document (merged by `xmc.api.openapi.build_document`)."""
+    point = {"type": "object", "required": ["metric", "value"], "properties": {
+        "metric": {"type": "string"}, "step": {"type": "string", "format": "int64"},
+        "value": {"type": "number"}, "time": {"type": "string", "format": "date-time"}}}
+    error = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    return {"/v1/experiments/{xid}/workUnits/{wid}/metrics:write": {"post": {
+        "operationId": "WriteMetrics",
+        "x-path-template": "/v1/experiments/{xid}/workUnits/{wid}/metrics:write",
+        "x-not-an-rpc": True,
+        "tags": ["metrics"],
+        "summary": "Write metric points of an execution (idempotent on execution, metric, step)",
+        "description": (
+            "Authorization: the execution's XMC_METRICS_TOKEN (its containers have it), valid until the execution "
+            "ended plus XMC_METRICS_TOKEN_GRACE_S, or a user token with write rights on the experiment. At most "
+            "XMC_METRICS_MAX_POINTS points per call. See docs/architecture/metrics.md."),
+        "parameters": [
+            {"name": "xid", "in": "path", "required": True, "schema": {"type": "string"}, "description": "experiment id"},
+            {"name": "wid", "in": "path", "required": True, "schema": {"type": "string"}, "description": "work unit id"},
+        ],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object",
+            "required": ["points"], "properties": {"points": {"type": "array", "items": point},
+                                                   "executionId": {"type": "string", "format": "int64"}}}}}},
+        "responses": {"200": {"description": "written", "content": {"application/json": {"schema": {
+            "type": "object", "properties": {"written": {"type": "integer"}, "duplicates": {"type": "integer"}}}}}},
+            "400": error, "401": error, "403": error, "413": error},
+    }}}
