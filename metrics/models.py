@@ -35,7 +35,8 @@ class Dashboard(models.Model):
     acls = models.JSONField(default=dict, blank=True)
     create_time = models.DateTimeField()
     update_time = models.DateTimeField()
-    charts = models.ManyToManyField("Chart", through="DashboardChart", related_name="dashboards")
+    charts: models.ManyToManyField[Chart, DashboardChart] = models.ManyToManyField(
+        "Chart", through="DashboardChart", related_name="dashboards")
 
     class Meta:
         ordering = ["id"]

@@ -27,7 +27,9 @@ from django.db.models import CharField, OuterRef, Value
 from django.db.models.functions import Cast, Concat
 from google.protobuf import empty_pb2
 
-from core import limits, pb
+from core import limits
+from core.pb import dashboard as M
+from core.pb import dashboard_api as D
 from core.errors import InvalidArgument, PermissionDenied
 from experiments import acl
 from experiments.acl import Role
@@ -40,9 +42,6 @@ from xmc.api import access
 from xmc.api.handlers import _experiment, _experiment_acls, _mask, _page, parse_experiment, parse_work_unit
 from xmc.api.registry import DASHBOARDS, Caller, rpc
 from xmc.listing import FilterField
-
-D = pb.dashboard_api
-M = pb.dashboard
 
 _ID = r"([0-9]{1,19})"
 _SLUG = r"([A-Za-z0-9][A-Za-z0-9_-]{0,62})"
