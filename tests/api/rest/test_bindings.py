@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from django.utils import timezone
+
+from metrics import services as metric_services
 from tests import factories
 from tests.api.rest.conftest import ALICE, Api, World
 from xmc.api.rest import BINDINGS, Binding
@@ -229,6 +232,71 @@ CASES: dict[str, Case] = {
         url=lambda w: f"/v1/operations/{w.done_operation}",
         check=lambda w, r: r == {},
     ),
+    # cloud.xmanager.v1.DashboardService: chart c<xid> on work unit 1, dashboard d<xid> holding it.
+    "POST /v1/dashboards": Case(
+        url=lambda w: "/v1/dashboards",
+        body=lambda w: {"dashboard": {"title": "new", "chartIds": [f"c{w.xid}"]}, "dashboardId": f"n{w.xid}"},
+        check=lambda w, r: (r["name"], r["owner"], r["chartIds"]) == (f"dashboards/n{w.xid}", ALICE, [f"c{w.xid}"]),
+    ),
+    "GET /v1/{name=dashboards/*}": Case(
+        url=lambda w: f"/v1/dashboards/d{w.xid}",
+        check=lambda w, r: (r["name"], r["chartIds"]) == (f"dashboards/d{w.xid}", [f"c{w.xid}"]),
+    ),
+    "GET /v1/dashboards": Case(
+        url=lambda w: f"/v1/dashboards?filter=charts.experiment_id%3D{w.xid}",
+        check=lambda w, r: _names(r["dashboards"]) == [f"dashboards/d{w.xid}"],
+    ),
+    "PATCH /v1/{dashboard.name=dashboards/*}": Case(
+        url=lambda w: f"/v1/dashboards/d{w.xid}",
+        body=lambda w: {"title": "renamed"},
+        check=lambda w, r: (r["title"], r["chartIds"]) == ("renamed", [f"c{w.xid}"]),
+    ),
+    "DELETE /v1/{name=dashboards/*}": Case(url=lambda w: f"/v1/dashboards/d{w.xid}", check=lambda w, r: r == {}),
+    "POST /v1/{parent=experiments/*/workUnits/*}/charts": Case(
+        url=lambda w: f"{WU1.format(xid=w.xid)}/charts?chartId=fresh{w.xid}",
+        body=lambda w: {"title": "acc", "plots": [{"plotId": "a", "type": "SCATTER", "data": {"metrics": ["acc"]}}]},
+        check=lambda w, r: (r["name"], r["xid"]) == (f"{w.wu1}/charts/fresh{w.xid}", str(w.xid)),
+    ),
+    "GET /v1/{name=charts/*}": Case(
+        url=lambda w: f"/v1/charts/c{w.xid}",
+        check=lambda w, r: r["name"] == f"{w.wu1}/charts/c{w.xid}",
+    ),
+    "GET /v1/{name=experiments/*/workUnits/*/charts/*}:getData": Case(
+        url=lambda w: f"/v1/{w.wu1}/charts/c{w.xid}:getData?chartWidthPixels=10",
+        check=lambda w, r: [p["scatterSeries"]["metricName"] for p in r["plotsData"]] == ["loss"],
+    ),
+    "GET /v1/{name=charts/*}:getData": Case(
+        url=lambda w: f"/v1/charts/c{w.xid}:getData",
+        check=lambda w, r: len(r["plotsData"][0]["scatterSeries"]["points"]) == 3,
+    ),
+    "GET /v1/{name=dashboards/*/charts/*}:getData": Case(
+        url=lambda w: f"/v1/dashboards/d{w.xid}/charts/c{w.xid}:getData",
+        check=lambda w, r: r["name"] == f"dashboards/d{w.xid}/charts/c{w.xid}" and r["xid"] == str(w.xid),
+    ),
+    "GET /v1/{parent=dashboards/*}/charts": Case(
+        url=lambda w: f"/v1/dashboards/d{w.xid}/charts",
+        check=lambda w, r: _names(r["charts"]) == [f"{w.wu1}/charts/c{w.xid}"],
+    ),
+    "GET /v1/{parent=experiments/*/workUnits/*}/charts": Case(
+        url=lambda w: f"/v1/{w.wu1}/charts",
+        check=lambda w, r: _names(r["charts"]) == [f"{w.wu1}/charts/c{w.xid}"],
+    ),
+    "PATCH /v1/{chart.name=experiments/*/workUnits/*/charts/*}": Case(
+        url=lambda w: f"/v1/{w.wu1}/charts/c{w.xid}", body=lambda w: {"title": "t1"},
+        check=lambda w, r: r["title"] == "t1",
+    ),
+    "PATCH /v1/{chart.name=charts/*}": Case(
+        url=lambda w: f"/v1/charts/c{w.xid}", body=lambda w: {"title": "t2"}, check=lambda w, r: r["title"] == "t2",
+    ),
+    "PATCH /v1/{chart.name=dashboards/*/charts/*}": Case(
+        url=lambda w: f"/v1/dashboards/d{w.xid}/charts/c{w.xid}", body=lambda w: {"description": "d"},
+        check=lambda w, r: (r["title"], r["description"]) == ("loss", "d"),
+    ),
+    "DELETE /v1/{name=experiments/*/workUnits/*/charts/*}": Case(
+        url=lambda w: f"/v1/{w.wu1}/charts/c{w.xid}", check=lambda w, r: r == {}),
+    "DELETE /v1/{name=charts/*}": Case(url=lambda w: f"/v1/charts/c{w.xid}", check=lambda w, r: r == {}),
+    "DELETE /v1/{name=dashboards/*/charts/*}": Case(
+        url=lambda w: f"/v1/dashboards/d{w.xid}/charts/c{w.xid}", check=lambda w, r: r == {}),
 }
 
 
@@ -247,6 +315,16 @@ def batch_world(world: World, alice_api: Api) -> World:
     response = alice_api.post(f"/v1/experiments/{world.xid}/workUnits:batchStop", {"filter": "wid = 2"})
     assert response.json()["done"] is True, response.content
     world.done_operation = response.json()["name"]
+    # A chart with three points and a dashboard holding it, for the DashboardService bindings.
+    response = alice_api.post(f"/v1/{world.wu1}/charts?chartId=c{world.xid}", {
+        "title": "loss", "plots": [{"plotId": "l", "type": "SCATTER", "data": {"metrics": ["loss"]}}]})
+    assert response.status_code == 200, response.content
+    execution = world.work_units[0].executions.get(eid=1)
+    metric_services.write_points(execution.pk, [
+        metric_services.Point("loss", step, 1.0 / (step + 1), timezone.now()) for step in range(3)])
+    response = alice_api.post("/v1/dashboards", {"dashboard": {"title": "d", "chartIds": [f"c{world.xid}"]},
+                                                 "dashboardId": f"d{world.xid}"})
+    assert response.status_code == 200, response.content
     return world
 
 

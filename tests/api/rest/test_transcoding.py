@@ -5,21 +5,23 @@ Most stories here record the message the handler would receive
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from google.api import annotations_pb2
 
 from core import pb
 from tests.api.rest.conftest import ALICE, Api, FakeInvoke, World
-from xmc.api.registry import ESS, OPERATIONS
+from xmc.api.registry import DASHBOARDS, ESS, OPERATIONS
 from xmc.api.rest import BINDINGS, PathTemplate, parse_field_mask
 
 pytestmark = pytest.mark.django_db
 
 
-def _descriptor_bindings() -> set[tuple[str, str, str, str]]:
-    """(method, template, rpc, body) for every google.api.http rule of ExperimentStateService."""
+def _descriptor_bindings(service: Any = None) -> set[tuple[str, str, str, str]]:
+    """(method, template, rpc, body) for every google.api.http rule of a service (ExperimentStateService)."""
     found = set()
-    service = pb.api.DESCRIPTOR.services_by_name["ExperimentStateService"]
+    service = service or pb.api.DESCRIPTOR.services_by_name["ExperimentStateService"]
     for method in service.methods:
         rule = method.GetOptions().Extensions[annotations_pb2.http]
         for r in (rule, *rule.additional_bindings):
@@ -35,6 +37,13 @@ def test_it_binds_exactly_the_http_rules_of_the_protos() -> None:
     assert {b.rpc for b in BINDINGS if b.service == ESS} == {
         m.name for m in pb.api.DESCRIPTOR.services_by_name["ExperimentStateService"].methods
     }
+
+
+def test_it_binds_exactly_the_http_rules_of_the_dashboard_service() -> None:
+    service = pb.dashboard_api.DESCRIPTOR.services_by_name["DashboardService"]
+    ours = {(b.http_method, b.template, b.rpc, b.body) for b in BINDINGS if b.service == DASHBOARDS}
+    assert ours == _descriptor_bindings(service)
+    assert {b.rpc for b in BINDINGS if b.service == DASHBOARDS} == {m.name for m in service.methods}
 
 
 def test_it_serves_get_operation_at_the_documented_path() -> None:
