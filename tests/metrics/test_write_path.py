@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 import time_machine
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from django.test import Client
 from django.utils import timezone
 
@@ -118,3 +121,32 @@ def test_it_gives_every_execution_its_own_token() -> None:
     assert tokens.verify(tokens.token_for(1, 2, 3)) == tokens.ExecutionKey(1, 2, 3)
     assert tokens.token_for(1, 2, 3) != tokens.token_for(1, 2, 4)
     assert tokens.verify(tokens.token_for(1, 2, 3).replace(".3.", ".4.")) is None
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
+    | st.sampled_from(["NaN", "Infinity", "2026-12-01T10:00:00Z", "9999-12-31T23:59:59+23:59", "\x00", "x" * 300]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["points", "executionId", "metric", "step", "value", "time", "other"]), inner, max_size=4),
+    max_leaves=12,
+)
+POINT = st.fixed_dictionaries({}, optional={"metric": JSON, "step": JSON, "value": JSON, "time": JSON})
+
+
+def test_it_never_answers_500_to_any_body(unit: WorkUnit) -> None:
+    """Fuzz: generated bodies (and points) with the execution's token or the owner's are never a 500."""
+    token = tokens.token_for(unit.experiment_id, 1, 1)
+    owner = issue_token(ALICE)
+
+    @hsettings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.one_of(JSON, st.fixed_dictionaries({"points": st.lists(POINT, max_size=3)},
+                                                 optional={"executionId": JSON})), st.booleans())
+    def one(body: Any, as_owner: bool) -> None:
+        try:
+            raw = json.dumps(body, allow_nan=True)
+        except (ValueError, OverflowError):
+            return
+        response = _post(unit.experiment_id, 1, raw, owner if as_owner else token)
+        assert response.status_code < 500, (raw[:300], response.content[:300])
+
+    one()

@@ -24,6 +24,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from artifacts import services as artifact_services
+from metrics import services as metric_services
 from core import pb
 from tests import factories
 from tests.api.grpc_server.conftest import metadata_for
@@ -46,7 +47,7 @@ NASTY_TEXT = st.one_of(
     st.sampled_from(["\x00", "a\x00b", "x" * 5000, "\u0663", "1\n", "experiments/\u0663", "ſtaff@example.com",
                      'title = "\x00"', 'create_time > "2020-01-01T00:00:00+23:59"', "9" * 25, "-1", "*", "%00"]),
 )
-NAME_FIELDS = {"name", "parent"}
+NAME_FIELDS = {"name", "parent", "parent_experiment", "parent_workunit"}
 
 
 def _names(world: dict[str, str]) -> st.SearchStrategy[str]:
@@ -129,8 +130,14 @@ def world(transactional_db: None) -> dict[str, str]:
     artifact = artifact_services.create_artifact(exp.id, 1, pb.artifact.Artifact(notes="n"))
     op = wu.operations.order_by("id").first()
     assert op is not None
+    chart = metric_services.create_chart(wu, pb.dashboard.Chart(title="c", plots=[pb.dashboard.PlotSpec(
+        plot_id="p", type=pb.dashboard.SCATTER, data=pb.dashboard.DataSpec(metrics=["loss"]))]), "fz", creator=ALICE)
+    metric_services.create_dashboard(pb.dashboard.Dashboard(title="d"), "fz", owner=ALICE, referenced=[chart],
+                                     inline=[])
     return {"experiment": exp.name, "work_unit": wu.name, "artifact": artifact.name, "operation": op.name,
-            "missing": "experiments/987654321", "operations": f"{exp.name}/operations"}
+            "missing": "experiments/987654321", "operations": f"{exp.name}/operations",
+            "chart": chart.name, "short_chart": "charts/fz", "dashboard": "dashboards/fz",
+            "dashboard_chart": "dashboards/fz/charts/fz"}
 
 
 
