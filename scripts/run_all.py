@@ -157,6 +157,8 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
                             ("XMC_MLRUN_TOKEN", "emulator")):
             env[name] = os.environ.get(name) or value
     web_port = int(env["XMC_API_URL"].rsplit(":", 1)[1])
+    # Pods of the simulator run on this machine: they reach the web service at its origin.
+    env.setdefault("XMC_METRICS_URL", os.environ.get("XMC_METRICS_URL") or env["XMC_API_URL"])
     procs.append(Process(
         "web",
         [sys.executable, "-m", "gunicorn", "xmc.wsgi", "--bind", f"127.0.0.1:{web_port}",
@@ -170,6 +172,10 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
             url=f"http://127.0.0.1:{grpc_port} (XMANAGER_ENDPOINT)", ready_url=f"tcp://127.0.0.1:{grpc_port}",
         ))
         env["XMANAGER_ENDPOINT"] = f"http://127.0.0.1:{grpc_port}"
+        # The DashboardService is on the same port; its two clients take a bare host:port
+        # (xm_cloud's sends no credentials and is refused; xdash sends XMC_AUTH_TOKEN).
+        env["XMANAGER_DASHBOARD_ENDPOINT"] = f"127.0.0.1:{grpc_port}"
+        env["XMC_DASHBOARD_ENDPOINT"] = f"127.0.0.1:{grpc_port}"
     if (ROOT / "xmc" / "celery.py").exists():
         procs.append(Process(
             "worker", [sys.executable, "-m", "celery", "-A", "xmc", "worker", "--loglevel=INFO",
@@ -229,6 +235,8 @@ def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None
     print("run: paste these into the shell that runs your launch script:", flush=True)
     exports = {
         "XMANAGER_ENDPOINT": env.get("XMANAGER_ENDPOINT", ""),
+        "XMANAGER_DASHBOARD_ENDPOINT": env.get("XMANAGER_DASHBOARD_ENDPOINT", ""),
+        "XMC_DASHBOARD_ENDPOINT": env.get("XMC_DASHBOARD_ENDPOINT", ""),
         "XMC_AUTH_TOKEN": token,
         "XMC_API_URL": api,
         "KUBECONFIG": env.get("KUBECONFIG", ""),

@@ -75,7 +75,8 @@ def test_it_starts_every_process_and_stops_them_with_the_services_it_started(tmp
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("web", "simulator", "grpc", "mlrun", "worker", "beat", "reconciler"):
         assert f"run: {name}" in result.stdout
-    for line in ("export XMANAGER_ENDPOINT=", "export XMC_AUTH_TOKEN=", "export XMC_API_URL=", "export KUBECONFIG="):
+    for line in ("export XMANAGER_ENDPOINT=", "export XMC_AUTH_TOKEN=", "export XMC_API_URL=", "export KUBECONFIG=",
+                 "export XMANAGER_DASHBOARD_ENDPOINT=127.0.0.1:", "export XMC_DASHBOARD_ENDPOINT=127.0.0.1:"):
         assert line in result.stdout
     # It stopped the Postgres and Redis it started for itself ...
     assert not (tmp_path / "pg" / "postmaster.pid").exists()
