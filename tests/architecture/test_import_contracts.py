@@ -37,8 +37,9 @@ def test_it_would_catch_a_module_that_imports_the_sdk(tmp_path: Path) -> None:
 
 
 def test_it_would_catch_a_floor_that_imports_upwards(tmp_path: Path) -> None:
-    """The layers contract is live: with artifacts put below workunits it breaks on their real imports."""
-    config = (ROOT / ".importlinter").read_text().replace("    artifacts\n    workunits\n", "    workunits\n    artifacts\n")
+    """The layers contract is live: with artifacts and metrics put below workunits it breaks on their real imports."""
+    config = (ROOT / ".importlinter").read_text().replace("    artifacts | metrics\n    workunits\n",
+                                                          "    workunits\n    artifacts | metrics\n")
     assert config != (ROOT / ".importlinter").read_text()
     path = tmp_path / "importlinter.ini"
     path.write_text(config)
