@@ -3,21 +3,24 @@
 Called by ``xmc.api.dashboards`` after the access check. For each plot the
 points of the plot's metrics, of the current execution of each work unit in
 scope (a restart starts new series; older executions' points stay apart), in
-the plot's data ranges, are read by one statement that buckets them in
-Postgres (`_SERIES_SQL`): when a series holds more points than the chart is
-pixels wide, ``width_bucket`` over the x range of the metric (the same
-buckets for every work unit, so they can be aggregated) reduces them to one
-row per bucket with min, avg and max. A chart over millions of points moves
-at most width x series rows. SUMMARY (latest, min, max, mean, latest step and
+the plot's data ranges, are read in two statements: each series' first and
+last step from the (execution, metric, step) b-tree (`_STEP_BOUNDS_SQL`, two
+index probes per series; `_TIME_BOUNDS_SQL` for x = time), then one that
+buckets the points in Postgres (`_SERIES_SQL`): ``width_bucket`` over the x
+range of the metric (the same buckets for every work unit, so they can be
+aggregated) into at most as many buckets as the chart is pixels wide, one row
+per bucket with min, avg and max (one bucket per step when the steps fit). A
+chart over millions of points moves at most width x series rows. SUMMARY (latest, min, max, mean, latest step and
 time) and HISTOGRAM counts are computed in SQL over every point
 (`_SUMMARY_SQL`, `_HISTOGRAM_SQL`). Smoothing, forecasts, aggregation across
 work units and clipping run on the bucketed series in `metrics.evaluate`.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import timezone
 from typing import Any
 
 from django.db import connection
@@ -46,12 +49,9 @@ class Scope:
     wid: int | None
 
 
-def _points_cte(scope: Scope, data: Any, x_time: bool) -> tuple[str, list[Any]]:
-    where = ["w.experiment_id = %s", "e.eid = w.current_eid", "p.metric = ANY(%s)"]
-    params: list[Any] = [scope.xid, list(data.metrics)]
-    if scope.wid is not None:
-        where.append("w.wid = %s")
-        params.append(scope.wid)
+def _ranges(data: Any) -> tuple[str, list[Any]]:
+    """The plot's data ranges as one SQL condition on ``p`` (a union of ranges), and its parameters."""
+    params: list[Any] = []
     ranges = []
     for data_range in data.ranges:
         parts = []
@@ -68,26 +68,58 @@ def _points_cte(scope: Scope, data: Any, x_time: bool) -> tuple[str, list[Any]]:
             parts.append("p.time <= %s")
             params.append(data_range.end_time.ToDatetime(tzinfo=timezone.utc))
         ranges.append("(" + " AND ".join(parts) + ")")
-    if ranges:
-        where.append("(" + " OR ".join(ranges) + ")")
-    x = "extract(epoch FROM p.time)::float8" if x_time else "p.step::float8"
-    sql = (f"pts AS (SELECT w.wid, p.metric, p.step, p.value, p.time, {x} AS x FROM {_POINTS} p "
-           f"JOIN {_EXECUTIONS} e ON e.id = p.execution_id JOIN {_WORK_UNITS} w ON w.id = e.work_unit_id "
-           f"WHERE {' AND '.join(where)})")
-    return sql, params
+    return ("(" + " OR ".join(ranges) + ")" if ranges else "TRUE"), params
 
 
+#: The work units in scope (``w``) and their current executions (``e``): a restart starts new series.
+_SCOPE_FROM = f"{_WORK_UNITS} w JOIN {_EXECUTIONS} e ON e.work_unit_id = w.id AND e.eid = w.current_eid"
+
+
+def _scope(scope: Scope) -> tuple[str, list[Any]]:
+    """The WHERE condition on ``w`` selecting the scope, and its parameters."""
+    if scope.wid is None:
+        return "w.experiment_id = %s", [scope.xid]
+    return "w.experiment_id = %s AND w.wid = %s", [scope.xid, scope.wid]
+
+
+def _points_cte(scope: Scope, data: Any) -> tuple[str, list[Any]]:
+    where, params = _scope(scope)
+    ranges, range_params = _ranges(data)
+    sql = (f"pts AS (SELECT w.wid, p.metric, p.step, p.value, p.time FROM {_SCOPE_FROM} "
+           f"JOIN {_POINTS} p ON p.execution_id = e.id WHERE {where} AND p.metric = ANY(%s) AND {ranges})")
+    return sql, [*params, list(data.metrics), *range_params]
+
+
+#: Each series' first and last step, from the (execution, metric, step) b-tree: two index probes per series.
+_STEP_BOUNDS_SQL = """
+SELECT w.wid, m.metric, lo.step::float8, hi.step::float8
+FROM {scope_from} CROSS JOIN unnest(%s::text[]) AS m(metric)
+CROSS JOIN LATERAL (SELECT p.step FROM {points} p WHERE p.execution_id = e.id AND p.metric = m.metric AND {ranges}
+                    ORDER BY p.step LIMIT 1) lo
+CROSS JOIN LATERAL (SELECT p.step FROM {points} p WHERE p.execution_id = e.id AND p.metric = m.metric AND {ranges}
+                    ORDER BY p.step DESC LIMIT 1) hi
+WHERE {scope_where}
+"""
+
+#: The same bounds in time (no index orders a series by time: one pass over it).
+_TIME_BOUNDS_SQL = """
+SELECT w.wid, p.metric, extract(epoch FROM min(p.time))::float8, extract(epoch FROM max(p.time))::float8
+FROM {scope_from} JOIN {points} p ON p.execution_id = e.id
+WHERE {scope_where} AND p.metric = ANY(%s) AND {ranges}
+GROUP BY 1, 2
+"""
+
+#: One row per (work unit, metric, bucket): ``width_bucket`` over the metric's x range, the
+#: same buckets for every work unit. With no more steps than pixels, one bucket per step.
 _SERIES_SQL = """
-WITH {points},
-series AS (SELECT wid, metric, count(*) AS n, min(x) AS lo, max(x) AS hi FROM pts GROUP BY wid, metric),
-bounds AS (SELECT metric, min(lo) AS lo, max(hi) AS hi, max(n) AS n FROM series GROUP BY metric)
-SELECT pts.wid, pts.metric,
-       CASE WHEN b.n <= %s OR b.hi = b.lo THEN pts.x
-            ELSE LEAST(width_bucket(pts.x, b.lo, b.hi, %s), %s)::float8 END AS bucket,
-       max(pts.step), extract(epoch FROM max(pts.time))::float8, avg(pts.value), min(pts.value), max(pts.value)
-FROM pts JOIN bounds b USING (metric)
+SELECT w.wid, p.metric, width_bucket({x}, b.lo, b.hi, b.n) AS bucket,
+       max(p.step), extract(epoch FROM max(p.time))::float8, avg(p.value), min(p.value), max(p.value)
+FROM {scope_from} JOIN {points} p ON p.execution_id = e.id
+JOIN unnest(%s::text[], %s::float8[], %s::float8[], %s::int[]) AS b(metric, lo, hi, n) ON b.metric = p.metric
+WHERE {scope_where} AND {ranges}
 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
 """
+
 
 _SUMMARY_SQL = """
 WITH {points}
@@ -106,32 +138,57 @@ FROM pts JOIN b USING (metric) GROUP BY 1, 2, 3, 4 ORDER BY 1, 4
 """
 
 
-def _query(template: str, scope: Scope, data: Any, x_time: bool, extra: Sequence[Any]) -> list[tuple[Any, ...]]:
-    points, params = _points_cte(scope, data, x_time)
+def _query(template: str, scope: Scope, data: Any, extra: Sequence[Any]) -> list[tuple[Any, ...]]:
+    points, params = _points_cte(scope, data)
     with connection.cursor() as cursor:
         cursor.execute(template.format(points=points), [*params, *extra])
         return list(cursor.fetchall())
 
 
 def _series(scope: Scope, plot: Any, width: int) -> dict[tuple[int, str], list[Bucket]]:
-    rows = _query(_SERIES_SQL, scope, plot.data, plot.mapping.x == "time", (width, width, width))
+    x_time = plot.mapping.x == "time"
+    scope_where, scope_params = _scope(scope)
+    ranges, range_params = _ranges(plot.data)
+    parts = {"scope_from": _SCOPE_FROM, "scope_where": scope_where, "points": _POINTS, "ranges": ranges}
+    metrics = list(plot.data.metrics)
+    with connection.cursor() as cursor:
+        if x_time:
+            cursor.execute(_TIME_BOUNDS_SQL.format(**parts), [*scope_params, metrics, *range_params])
+        else:
+            cursor.execute(_STEP_BOUNDS_SQL.format(**parts), [metrics, *range_params, *range_params, *scope_params])
+        bounds: dict[str, tuple[float, float]] = {}
+        for _wid, metric, low, high in cursor.fetchall():
+            lo, hi = bounds.get(metric, (low, high))
+            bounds[metric] = (min(lo, low), max(hi, high))
+        if not bounds:
+            return {}
+        names, lows, highs, counts = [], [], [], []
+        for metric, (low, high) in bounds.items():
+            names.append(metric)
+            lows.append(low)
+            if x_time:
+                highs.append(high + 1e-3)
+                counts.append(width)
+            else:  # integer steps: [lo, hi + 1) in at most `width` buckets, one per step when they fit
+                highs.append(high + 1)
+                counts.append(int(min(width, high - low + 1)))
+        x = "extract(epoch FROM p.time)::float8" if x_time else "p.step::float8"
+        cursor.execute(_SERIES_SQL.format(x=x, **parts),
+                       [names, lows, highs, counts, *scope_params, *range_params])
+        rows = cursor.fetchall()
     out: dict[tuple[int, str], list[Bucket]] = {}
     for wid, metric, _bucket, step, time_s, avg, low, high in rows:
         out.setdefault((wid, metric), []).append(Bucket(int(step), float(time_s), float(avg), float(low), float(high)))
     return out
 
 
-def _timestamp(seconds: float) -> Any:
-    ts = pb.dashboard.ChartData.SeriesPoint().timestamp
-    ts.FromDatetime(datetime.fromtimestamp(seconds, tz=timezone.utc))
-    return ts
-
-
 def _series_message(metric: str, wid: int | None, xid: int, buckets: Sequence[Bucket]) -> Any:
     message = M.ChartData.SeriesData(metric_name=metric, work_unit_id="" if wid is None else str(wid), xid=xid)
     for b in buckets:
         point = message.points.add(step=b.step, avg_value=b.avg, min_value=b.min, max_value=b.max)
-        point.timestamp.CopyFrom(_timestamp(b.time_s))
+        seconds = math.floor(b.time_s)
+        point.timestamp.seconds = seconds
+        point.timestamp.nanos = min(int((b.time_s - seconds) * 1e9), 999_999_999)
     return message
 
 
@@ -166,7 +223,7 @@ def plot_data(scope: Scope, plot: Any, width: int) -> list[Any]:
     plot_type = plot.type
     S = M.StatSpec
     if plot_type == M.SUMMARY_BOX or plot.stats.type == S.SUMMARY:
-        rows = _query(_SUMMARY_SQL, scope, plot.data, False, ())
+        rows = _query(_SUMMARY_SQL, scope, plot.data, ())
         out = []
         for _wid, metric, value, step, time, low, high, mean in rows:
             summary = M.ChartData.SummaryBoxValue(metric_name=metric, latest_value=value, min_value=low,
@@ -175,7 +232,7 @@ def plot_data(scope: Scope, plot: Any, width: int) -> list[Any]:
             out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, summary_data=summary))
         return out
     if plot_type == M.HISTOGRAM:
-        rows = _query(_HISTOGRAM_SQL, scope, plot.data, False, (HISTOGRAM_BINS, HISTOGRAM_BINS))
+        rows = _query(_HISTOGRAM_SQL, scope, plot.data, (HISTOGRAM_BINS, HISTOGRAM_BINS))
         bins: dict[str, tuple[list[str], list[int]]] = {}
         for metric, low, high, bin_number, count in rows:
             if metric not in bins:

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from core import pb
 from core.choices import TERMINAL
-from core.convert import to_json
+from core.convert import from_json, to_json
 from core.errors import AlreadyExists, InvalidArgument, NotFound
 from core.identity import Identity
 from experiments import acl
@@ -218,6 +218,15 @@ def update_dashboard(dashboard: Dashboard, message: Any, paths: Sequence[str],
         Dashboard.objects.filter(pk=dashboard.pk).update(update_time=timezone.now(), **fields)
         if referenced is not None:
             _link(dashboard, referenced)
+    return Dashboard.objects.get(pk=dashboard.pk)
+
+
+def set_dashboard_acls(dashboard: Dashboard, acls: Any) -> Dashboard:
+    """Share a dashboard: its ``acls`` (an ``XidAcls`` as proto3 JSON), normalized as experiments' are."""
+    message = from_json(pb.xid.XidAcls, acls or {}, field="acls")
+    with transaction.atomic(durable=True):
+        Dashboard.objects.filter(pk=dashboard.pk).update(acls=acl.normalize_acls(to_json(message)),
+                                                         update_time=timezone.now())
     return Dashboard.objects.get(pk=dashboard.pk)
 
 

@@ -11,6 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from core import pb
+from metrics import services
+from metrics.models import Dashboard
 from tests import factories
 from tests.metrics.conftest import chart_message, experiment_for, scatter, write
 from workunits.models import WorkUnit
@@ -225,3 +227,18 @@ def test_get_chart_data_answers_series_summaries_and_bounded_downsampling(dash: 
     code, details = _code(lambda: dash.GetChartData(D.GetChartDataRequest(name=chart.name, chart_width_pixels=-1),
                                                     metadata=as_alice))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "chart_width_pixels" in details
+
+
+def test_a_dashboard_shared_through_its_acls_is_readable_by_the_principal(dash: Any, persona: Persona) -> None:
+    alice, as_alice = persona("alice")
+    carol, as_carol = persona("carol")
+    made = dash.CreateDashboard(D.CreateDashboardRequest(dashboard=M.Dashboard(title="Empty")), metadata=as_alice)
+    code, _ = _code(lambda: dash.GetDashboard(D.GetDashboardRequest(name=made.name), metadata=as_carol))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    services.set_dashboard_acls(Dashboard.objects.get(dashboard_id=made.name.split("/")[1]),
+                                {"readers": [{"user": carol.upper()}]})
+    assert dash.GetDashboard(D.GetDashboardRequest(name=made.name), metadata=as_carol).title == "Empty"
+    names = [d.name for d in dash.ListDashboards(D.ListDashboardsRequest(), metadata=as_carol).dashboards]
+    assert names == [made.name]
+    code, _ = _code(lambda: dash.DeleteDashboard(D.DeleteDashboardRequest(name=made.name), metadata=as_carol))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
