@@ -242,3 +242,43 @@ def test_a_dashboard_shared_through_its_acls_is_readable_by_the_principal(dash: 
     assert names == [made.name]
     code, _ = _code(lambda: dash.DeleteDashboard(D.DeleteDashboardRequest(name=made.name), metadata=as_carol))
     assert code == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_get_chart_data_evaluates_each_stat_and_plot_type(dash: Any, persona: Persona) -> None:
+    alice, as_alice = persona("alice")
+    exp = experiment_for(alice)
+    wu = factories.work_unit(exp, wid=1)
+    write(wu, "loss", [4.0, 2.0, 1.0, 3.0])  # steps 0..3, one second apart
+    S = M.StatSpec
+    plots = [
+        scatter("ema", "loss", stats=S(type=S.SMOOTH, smooth=S.SmoothConfig(algorithm=S.SmoothConfig.EXPONENTIAL,
+                                                                            alpha=0.5))),
+        scatter("ma", "loss", stats=S(type=S.SMOOTH, smooth=S.SmoothConfig(algorithm=S.SmoothConfig.MOVING_AVERAGE,
+                                                                           window_size=2))),
+        scatter("holt", "loss", stats=S(type=S.FORECAST, forecast=S.ForecastConfig(alpha=0.5, beta=0.5,
+                                                                                   steps_ahead=2))),
+        scatter("clip", "loss", coords=M.CoordSpec(y_min=1.5, y_max=3.5)),
+        scatter("late", "loss", mapping=M.MappingSpec(x="time")),
+        M.PlotSpec(plot_id="hist", type=M.HISTOGRAM, data=M.DataSpec(metrics=["loss"])),
+        M.PlotSpec(plot_id="bar", type=M.BAR, data=M.DataSpec(metrics=["loss"])),
+    ]
+    plots[4].data.CopyFrom(M.DataSpec(metrics=["loss"], ranges=[M.DataSpec.DataRange(start_step=2)]))
+    chart = dash.CreateChart(D.CreateChartRequest(parent=f"experiments/{exp.id}/workUnits/1",
+                                                  chart=chart_message(*plots)), metadata=as_alice)
+    data = dash.GetChartData(D.GetChartDataRequest(name=chart.name), metadata=as_alice)
+    got = {p.plot_id: p for p in data.plots_data}
+
+    def avgs(plot_id: str) -> list[float]:
+        return [p.avg_value for p in got[plot_id].scatter_series.points]
+
+    assert avgs("ema") == [4.0, 3.0, 2.0, 2.5]
+    assert avgs("ma") == [4.0, 3.0, 1.5, 2.0]
+    holt = got["holt"].scatter_series.points
+    assert [p.step for p in holt] == [0, 1, 2, 3, 4, 5] and len(avgs("holt")) == 6
+    assert avgs("clip") == [3.5, 2.0, 1.5, 3.0]
+    late = got["late"].scatter_series.points
+    assert [(p.step, p.avg_value) for p in late] == [(2, 1.0), (3, 3.0)]
+    assert late[1].timestamp.seconds - late[0].timestamp.seconds == 1
+    assert sum(b.value_or_count for b in got["hist"].bar_data.buckets) == 4
+    assert got["hist"].bar_data.buckets[0].category_or_bin.startswith("[1, ")
+    assert [(b.category_or_bin, b.value_or_count) for b in got["bar"].bar_data.buckets] == [("wid 1", 3.0)]
