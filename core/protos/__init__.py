@@ -6,7 +6,7 @@ and are not committed. Importing this package compiles any module that is
 missing or older than its ``.proto``, so a worker, a test or a management
 command never runs against stale generated code.
 
-Use ``from core.protos import task_pb2, artifact_lifecycle_event_pb2``.
+Use ``from core.protos import task_pb2, artifact_lifecycle_event_pb2, metrics_pb2``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROTOS = ("task", "artifact_lifecycle_event")
+PROTOS = ("task", "artifact_lifecycle_event", "metrics")
 
 
 def _stale(name: str) -> bool:
@@ -49,6 +49,6 @@ def ensure_compiled() -> None:
 
 ensure_compiled()
 
-from core.protos import artifact_lifecycle_event_pb2, task_pb2  # noqa: E402
+from core.protos import artifact_lifecycle_event_pb2, metrics_pb2, task_pb2  # noqa: E402
 
-__all__ = ["artifact_lifecycle_event_pb2", "ensure_compiled", "task_pb2"]
+__all__ = ["artifact_lifecycle_event_pb2", "ensure_compiled", "metrics_pb2", "task_pb2"]

@@ -53,10 +53,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from core import pb
-
 from core.errors import ServiceError
+from core.protos import metrics_pb2
 from xmc import ops
-from xmc.api import registry
+from xmc.api import metrics_write, registry
 from xmc.auth.grpc import AuthInterceptor
 from xmc.auth.identity import Unauthenticated, current_asserted_email, current_identity
 from xmc.listing.errors import ListingError
@@ -69,8 +69,10 @@ DASHBOARDS = registry.DASHBOARDS
 HEALTH = health.SERVICE_NAME
 #: The API services (health reports each of them).
 API_SERVICES: tuple[str, ...] = (ESS, OPERATIONS, DASHBOARDS)
+#: Our own service beside them: jobs write metric points (core/protos/metrics.proto).
+METRICS = metrics_write.METRICS_SERVICE
 #: Everything the server answers, as listed by reflection.
-SERVICE_NAMES: tuple[str, ...] = (*API_SERVICES, HEALTH, reflection.SERVICE_NAME)
+SERVICE_NAMES: tuple[str, ...] = (*API_SERVICES, METRICS, HEALTH, reflection.SERVICE_NAME)
 
 INTERNAL_MESSAGE = "internal error; the server logged the details"
 
@@ -128,7 +130,7 @@ class _Delegate:
         # ``context.abort`` raises, so it is never called inside the ``try`` of
         # `_run` (whose broad ``except`` would swallow it): decide, then abort.
         started = time.perf_counter()
-        outcome = self._run(request)
+        outcome = self._run(request, context)
         seconds = time.perf_counter() - started
         code = outcome.code.name if isinstance(outcome, _Failure) else "OK"
         ops.observe_rpc("grpc", self.service, self.method, code, seconds)
@@ -141,7 +143,7 @@ class _Delegate:
             context.abort(outcome.code, outcome.message)
         return outcome
 
-    def _run(self, request: Message) -> Message | _Failure:
+    def _run(self, request: Message, context: grpc.ServicerContext) -> Message | _Failure:
         if (self.service, self.method) not in registry.RPCS:
             return _Failure(grpc.StatusCode.UNIMPLEMENTED, f"{self.full_name} is not implemented by this server")
         try:
@@ -160,6 +162,38 @@ class _Delegate:
         except Exception:  # noqa: BLE001 - the last line of defence; never leak a traceback
             logger.exception("grpc.internal_error", extra={"method": self.full_name})
             return _Failure(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+
+
+class _MetricsWrite(_Delegate):
+    """``xmc.metrics.v1.MetricsService/WriteMetrics``: authenticates itself (`xmc.api.metrics_write`)."""
+
+    def __init__(self) -> None:
+        super().__init__(METRICS, "WriteMetrics")
+
+    def _run(self, request: Message, context: grpc.ServicerContext) -> Message | _Failure:
+        authorization = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization" and isinstance(value, str):
+                authorization = value
+        try:
+            return metrics_write.write_over_grpc(request, authorization)
+        except ServiceError as exc:
+            return _Failure(_status_code(exc.code), exc.message, exc.field)
+        except (OperationalError, InterfaceError):
+            logger.exception("grpc.database_unavailable", extra={"method": self.full_name})
+            return _Failure(grpc.StatusCode.UNAVAILABLE, "database unavailable; retry later")
+        except Exception:  # noqa: BLE001 - the last line of defence; never leak a traceback
+            logger.exception("grpc.internal_error", extra={"method": self.full_name})
+            return _Failure(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+
+
+def _metrics_handler() -> grpc.GenericRpcHandler:
+    write = _MetricsWrite()
+    return grpc.method_handlers_generic_handler(METRICS, {
+        "WriteMetrics": grpc.unary_unary_rpc_method_handler(
+            write, request_deserializer=metrics_pb2.WriteMetricsRequest.FromString,
+            response_serializer=metrics_pb2.WriteMetricsResponse.SerializeToString),
+    })
 
 
 def _status_code(name: str) -> grpc.StatusCode:
@@ -300,9 +334,10 @@ def build_server(
     pb.dashboard_grpc.add_DashboardServiceServicer_to_server(
         _servicer(pb.dashboard_grpc.DashboardServiceServicer, DASHBOARDS), server
     )
+    server.add_generic_rpc_handlers((_metrics_handler(),))
 
     health_servicer = health.HealthServicer()
-    for name in ("", *API_SERVICES):
+    for name in ("", *API_SERVICES, METRICS):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(SERVICE_NAMES, server)
@@ -403,7 +438,7 @@ def watch_database_health(server: grpc.Server, interval_s: float | None = None) 
                     logger.warning("grpc.health serving=%s (database %s)", ok, "up" if ok else "down")
                 if health_servicer is not None:
                     status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
-                    for name in ("", *API_SERVICES):
+                    for name in ("", *API_SERVICES, METRICS):
                         health_servicer.set(name, status)
                 stop.wait(interval)
         finally:

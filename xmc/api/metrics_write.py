@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +36,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from core.errors import InvalidArgument, PermissionDenied, ServiceError, Unauthenticated
+from core.protos import metrics_pb2
 from experiments.acl import Role
 from metrics import services, specs, tokens
 from xmc.api import reads
@@ -114,9 +117,8 @@ def parse_points(body: Any, now: datetime) -> tuple[list[services.Point], int | 
     return points, eid
 
 
-def _execution(request: HttpRequest, xid: int, wid: int, eid: int | None) -> int:
-    """The pk of the execution the caller may write points of (raises the error to answer)."""
-    header = request.META.get("HTTP_AUTHORIZATION", "")
+def execution_for(header: str, xid: int, wid: int, eid: int | None) -> int:
+    """The pk of the execution the ``Authorization`` value may write points of (raises the error to answer)."""
     scheme, _, credential = header.partition(" ")
     credential = credential.strip()
     if scheme.lower() == "bearer" and tokens.looks_like_token(credential):
@@ -162,7 +164,7 @@ def write_metrics(request: HttpRequest, xid: str, wid: str) -> JsonResponse:
         except (ValueError, RecursionError):
             raise InvalidArgument("the body is not valid JSON") from None
         points, eid = parse_points(body, started)
-        execution = _execution(request, int(xid), int(wid), eid)
+        execution = execution_for(request.META.get("HTTP_AUTHORIZATION", ""), int(xid), int(wid), eid)
         written = services.write_points(execution, points)
         return JsonResponse({"written": written, "duplicates": len(points) - written})
     except ServiceError as exc:
@@ -205,3 +207,36 @@ def openapi_paths() -> dict[str, Any]:
             "type": "object", "properties": {"written": {"type": "integer"}, "duplicates": {"type": "integer"}}}}}},
             "400": error, "401": error, "403": error, "413": error},
     }}}
+
+
+# --- The same over gRPC: xmc.metrics.v1.MetricsService (core/protos/metrics.proto) -------------
+
+METRICS_SERVICE = metrics_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
+WRITE_METHOD = f"/{METRICS_SERVICE}/WriteMetrics"
+_PARENT = re.compile(r"experiments/([0-9]{1,19})/workUnits/([0-9]{1,19})")
+
+
+def points_of(request: Any, now: datetime) -> tuple[list[services.Point], int | None]:
+    """The points and execution id of a ``WriteMetricsRequest`` (validated as the JSON body is)."""
+    body: dict[str, Any] = {"points": [
+        {"metric": p.metric, "step": p.step, "value": p.value,
+         **({"time": p.time.ToDatetime(tzinfo=dt_timezone.utc).isoformat()} if p.HasField("time") else {})}
+        for p in request.points]}
+    if request.execution_id:
+        body["executionId"] = request.execution_id
+    return parse_points(body, now)
+
+
+def write_over_grpc(request: Any, authorization: str) -> Any:
+    """WriteMetrics: parent, points, the caller's ``authorization`` metadata; raises ``ServiceError``."""
+    match = _PARENT.fullmatch(request.parent or "")
+    if match is None or max(int(g) for g in match.groups()) > _INT64:
+        raise InvalidArgument("parent must look like 'experiments/{xid}/workUnits/{wid}'", field="parent")
+    for i, point in enumerate(request.points):
+        if point.HasField("time") and not (-62135596800 <= point.time.seconds <= 253402300799
+                                           and 0 <= point.time.nanos < 10**9):
+            raise InvalidArgument(f"points[{i}].time is not a valid timestamp", field=f"points[{i}].time")
+    points, eid = points_of(request, timezone.now())
+    execution = execution_for(authorization, int(match.group(1)), int(match.group(2)), eid)
+    written = services.write_points(execution, points)
+    return metrics_pb2.WriteMetricsResponse(written=written, duplicates=len(points) - written)

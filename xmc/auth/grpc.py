@@ -52,11 +52,14 @@ DASHBOARD_NO_TOKEN = (
 ASSERTED_EMAIL_KEY = "x-goog-user-email"
 RETRY_AFTER_MS_KEY = "retry-after-ms"
 
-# Methods callable without a token: infrastructure, no user data.
+# Methods callable without a bearer JWT: infrastructure, no user data -- and the metrics
+# write path, which authenticates itself (a job's per-execution metrics token is no JWT;
+# `xmc.api.metrics_write.execution_for` checks it, or a user's token, on every call).
 DEFAULT_EXEMPT_PREFIXES: tuple[str, ...] = (
     "/grpc.health.v1.Health/",
     "/grpc.reflection.v1alpha.ServerReflection/",
     "/grpc.reflection.v1.ServerReflection/",
+    "/xmc.metrics.v1.MetricsService/",
 )
 
 
