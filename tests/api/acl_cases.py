@@ -15,14 +15,16 @@ from google.protobuf import field_mask_pb2
 
 from core import pb
 from experiments.acl import Role
+from metrics import services as metric_services
 from tests import factories
 from workunits import services as wu_services
 from workunits.models import Operation
-from xmc.api.registry import ESS, OPERATIONS, Caller, invoke
+from xmc.api.registry import DASHBOARDS, ESS, OPERATIONS, Caller, invoke
 from xmc.auth.identity import Identity
 
 api = pb.api
 lro = pb.longrunning
+dash = pb.dashboard_api
 
 PERSONAS = {
     "owner": (Identity("alice@example.com", False, frozenset()), Role.OWNER),
@@ -41,6 +43,8 @@ class World:
     aid: int
     op_name: str
     done_op_name: str
+    chart: str = ""  # Alice's chart on work unit 1
+    dashboard: str = ""  # Alice's dashboard showing it
 
     @property
     def exp(self) -> str:
@@ -65,7 +69,12 @@ def build_world() -> World:
     op = Operation.objects.get(work_unit=wu, action_type="CREATE")
     done = wu_services.stop_work_units(exp.id, None, batch=True)  # nothing stoppable? it stops wu 1
     Operation.objects.filter(id=done.id).update(done=True)
-    return World(exp.id, wu.wid, int(artifact.name.split("/")[-1]), op.name, done.name)
+    chart = metric_services.create_chart(wu, pb.dashboard.Chart(title="loss", plots=[pb.dashboard.PlotSpec(
+        plot_id="p", type=pb.dashboard.SCATTER, data=pb.dashboard.DataSpec(metrics=["loss"]))]), "",
+        creator="alice@example.com")
+    dashboard, _ = metric_services.create_dashboard(pb.dashboard.Dashboard(title="d"), "", owner="alice@example.com",
+                                                    referenced=[chart], inline=[])
+    return World(exp.id, wu.wid, int(artifact.name.split("/")[-1]), op.name, done.name, chart.name, dashboard.name)
 
 
 def mask(*paths: str) -> field_mask_pb2.FieldMask:
@@ -107,4 +116,23 @@ CASES: dict[tuple[str, str], tuple[Callable[[World], Any], Role]] = {
     (OPERATIONS, "WaitOperation"): (lambda w: lro.WaitOperationRequest(name=w.done_op_name), Role.READER),
     (OPERATIONS, "CancelOperation"): (lambda w: lro.CancelOperationRequest(name=w.op_name), Role.WRITER),
     (OPERATIONS, "DeleteOperation"): (lambda w: lro.DeleteOperationRequest(name=w.done_op_name), Role.WRITER),
+    # DashboardService: a chart follows its experiment's ACLs (readers may add views, writers change
+    # another's); the dashboard is Alice's, readable by whoever reads every experiment it shows.
+    (DASHBOARDS, "CreateChart"): (lambda w: dash.CreateChartRequest(parent=w.wu, chart=pb.dashboard.Chart(
+        title="t", plots=[pb.dashboard.PlotSpec(plot_id="p", type=pb.dashboard.SCATTER,
+                                                data=pb.dashboard.DataSpec(metrics=["m"]))])), Role.READER),
+    # GetChart's only HTTP binding is charts/{chart_id}: the short name, so REST can call it too.
+    (DASHBOARDS, "GetChart"): (lambda w: dash.GetChartRequest(name="charts/" + w.chart.rsplit("/", 1)[1]),
+                               Role.READER),
+    (DASHBOARDS, "GetChartData"): (lambda w: dash.GetChartDataRequest(name=w.chart), Role.READER),
+    (DASHBOARDS, "ListCharts"): (lambda w: dash.ListChartsRequest(parent=w.wu), Role.READER),
+    (DASHBOARDS, "UpdateChart"): (lambda w: dash.UpdateChartRequest(
+        chart=pb.dashboard.Chart(name=w.chart, title="n"), update_mask=mask("title")), Role.WRITER),
+    (DASHBOARDS, "DeleteChart"): (lambda w: dash.DeleteChartRequest(name=w.chart), Role.WRITER),
+    (DASHBOARDS, "CreateDashboard"): (lambda w: dash.CreateDashboardRequest(
+        dashboard=pb.dashboard.Dashboard(title="mine")), Role.NONE),
+    (DASHBOARDS, "GetDashboard"): (lambda w: dash.GetDashboardRequest(name=w.dashboard), Role.READER),
+    (DASHBOARDS, "UpdateDashboard"): (lambda w: dash.UpdateDashboardRequest(
+        dashboard=pb.dashboard.Dashboard(name=w.dashboard, title="n"), update_mask=mask("title")), Role.OWNER),
+    (DASHBOARDS, "DeleteDashboard"): (lambda w: dash.DeleteDashboardRequest(name=w.dashboard), Role.OWNER),
 }

@@ -14,7 +14,7 @@ from core.errors import PermissionDenied
 from experiments.acl import Role
 from tests import factories
 from tests.api.acl_cases import CASES, PERSONAS, World, build_world, mask
-from xmc.api.registry import ESS, RPCS, Caller, invoke
+from xmc.api.registry import DASHBOARDS, ESS, RPCS, Caller, invoke
 from xmc.auth.identity import Identity
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,8 @@ def world() -> World:
 
 
 # Lists scoped to what the caller may read (no error, fewer rows) are checked separately.
-SCOPED = {(ESS, "ListExperiments"), (ESS, "SearchExperiments"), (ESS, "ListArtifacts"), (ESS, "SearchArtifacts")}
+SCOPED = {(ESS, "ListExperiments"), (ESS, "SearchExperiments"), (ESS, "ListArtifacts"), (ESS, "SearchArtifacts"),
+          (DASHBOARDS, "ListDashboards")}
 
 
 def test_it_covers_every_rpc() -> None:

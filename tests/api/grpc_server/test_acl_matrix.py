@@ -11,21 +11,23 @@ from typing import Any
 import grpc
 import pytest
 
+from core import pb
 from tests.api.acl_cases import CASES, PERSONAS, build_world
 from tests.api.acl_personas import persona_tokens
-from xmc.api.registry import ESS
+from xmc.api.registry import DASHBOARDS, ESS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.parametrize("persona", sorted(PERSONAS) + ["anonymous"])
-def test_it_enforces_the_acl_over_grpc(persona: str, ess: Any, operations: Any) -> None:
+def test_it_enforces_the_acl_over_grpc(persona: str, ess: Any, operations: Any, channel: grpc.Channel) -> None:
+    dashboards = pb.dashboard_grpc.DashboardServiceStub(channel)
     tokens = persona_tokens()
     metadata = [("authorization", f"Bearer {tokens[persona]}")] if persona in tokens else []
     outcomes = {}
     for (service, method), (build, needed) in sorted(CASES.items()):
         request = build(build_world())
-        stub = ess if service == ESS else operations
+        stub = ess if service == ESS else dashboards if service == DASHBOARDS else operations
         try:
             getattr(stub, method)(request, metadata=metadata, timeout=30)
             code = grpc.StatusCode.OK
