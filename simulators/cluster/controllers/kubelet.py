@@ -20,8 +20,11 @@ Container logs are kept in memory and served by `Kubelet.log_lines`
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, cast
 
@@ -43,6 +46,7 @@ from simulators.cluster.controllers.script import (
     ScriptError,
     Timeline,
     View,
+    metric_points,
     parse_script,
 )
 
@@ -180,9 +184,64 @@ class Kubelet(Controller):
         nxt = view.next_change
         if disruption is not None and not view.segment.final:
             nxt = disruption if nxt is None else min(nxt, disruption)
+        due = self._report_metrics(pod, rt, view, now)
+        if due is not None:
+            nxt = due if nxt is None else min(nxt, due)
         if nxt is None:
             return None
         return max(0.0, nxt - self.clock.now()) + 1e-6
+
+    # --- metrics (script key `metrics=`) ----------------------------------------------------
+
+    def _report_metrics(self, pod: Obj, rt: PodRuntime, view: View, now: float) -> float | None:
+        """While the container runs, POST the points its script makes to ``XMC_METRICS_URL`` (as a job's
+        writer would, with its ``XMC_METRICS_TOKEN``); the simulated time of the next point, or None.
+
+        Sent from a background thread, one batch in flight per pod; a point counts as sent once the
+        server answered (it is idempotent on the step, so a batch sent twice doubles nothing)."""
+        script = rt.timeline.script
+        seg = view.segment
+        if script.metrics_every is None or "running" not in seg.state or seg.attempt_start is None:
+            return None
+        env = {var.get("name"): var.get("value") for var in
+               ((pod.get("spec") or {}).get("containers") or [{}])[0].get("env") or []}
+        if not env.get("XMC_METRICS_URL") or not env.get("XMC_METRICS_TOKEN"):
+            return None
+        key = f"metrics_sent_{seg.restart_count}"  # points of this attempt answered by the server
+        with self._lock:
+            sent = int(rt.extra.get(key, 0))
+            busy = rt.extra.get("metrics_in_flight", False)
+            points = [] if busy else metric_points(script, seg.attempt_start, sent, now)
+            if points:
+                rt.extra["metrics_in_flight"] = True
+        if busy:
+            return now + script.metrics_every  # look again once the batch in flight is answered
+        if points:
+            threading.Thread(target=self._post_metrics, args=(rt, key, env, points), daemon=True,
+                             name="sim-metrics").start()
+        return seg.attempt_start + (max(sent, points[-1][0] if points else 0) + 1) * script.metrics_every
+
+    def _post_metrics(self, rt: PodRuntime, key: str, env: dict[str, Any],
+                      points: list[tuple[int, float, dict[str, float]]]) -> None:
+        body = {"points": [{"metric": name, "step": n, "value": value, "time": format_time(t)}
+                           for n, t, values in points for name, value in values.items()]}
+        url = (f"{str(env['XMC_METRICS_URL']).rstrip('/')}/v1/experiments/{env.get('XMC_XID')}"
+               f"/workUnits/{env.get('XMC_WID')}/metrics:write")
+        request = urllib.request.Request(url, json.dumps(body).encode(), method="POST", headers={
+            "Authorization": f"Bearer {env['XMC_METRICS_TOKEN']}", "Content-Type": "application/json"})
+        ok = False
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                ok = 200 <= response.status < 300
+        except urllib.error.HTTPError as exc:
+            log.info("sim.metrics.refused status=%s url=%s", exc.code, url)
+            ok = exc.code in (400, 401, 403, 404)  # refused for good: do not send these again
+        except (OSError, ValueError) as exc:
+            log.info("sim.metrics.unreachable url=%s error=%s", url, exc)
+        with self._lock:
+            if ok:
+                rt.extra[key] = max(int(rt.extra.get(key, 0)), points[-1][0])
+            rt.extra["metrics_in_flight"] = False
 
     def _evict(self, pod: Obj, rt: PodRuntime, view: View, now: float) -> float | None:
         """Kubelet node-pressure eviction (kubernetes pkg/kubelet/eviction): phase Failed, reason

@@ -31,6 +31,9 @@ Grammar (documented in docs/architecture/simulator_controllers.md)::
     start    = "fail"                                  ; RunContainerError: every start fails (exit 128, StartError)
     evict    = "after:" duration                       ; kubelet node-pressure eviction (phase Failed, reason Evicted)
     node     = "lost:" duration                        ; the node is lost: DisruptionTarget, deleted, stuck Terminating
+    metrics  = "every:" duration ":" name "=" expr *( "," name "=" expr )
+                                                       ; while running, POST points to XMC_METRICS_URL with the
+                                                       ; container's XMC_METRICS_TOKEN (see metric_points)
 
 A log template may name ``{n}`` (1-based line number of the attempt), ``{x}``
 (a deterministic, decreasing "loss"), ``{t}`` (seconds since the attempt
@@ -38,16 +41,23 @@ started), ``{attempt}`` and ``{container}``; other text (braces included) is
 kept as it is.  Every log line carries its stream (``stdout`` / ``stderr``):
 the exit line of a non-zero exit and the ``stderr`` lines go to stderr.
 
+A metrics expression is arithmetic (``+ - * / ** %``, parentheses) over ``t``
+(seconds since the attempt started), ``n`` (the point number, 1-based: also
+its step), the constants ``e`` and ``pi`` and the functions ``exp``, ``log``,
+``sqrt``, ``sin``, ``cos``, ``abs``, ``min`` and ``max``, e.g.
+``metrics=every:1s:loss=exp(-t/30),acc=1-exp(-t/20)``.
+
 Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from simulators.cluster.clock import format_time
 
@@ -93,6 +103,8 @@ class Script:
     start_fail: bool = False
     evict_after: float | None = None
     node_lost_after: float | None = None
+    metrics_every: float | None = None
+    metrics: tuple[tuple[str, str], ...] = ()  # (metric name, expression)
 
     def healed(self) -> Script:
         """The behaviour once the JobSet restart attempt reached `heal_restarts`."""
@@ -195,6 +207,12 @@ def parse_script(text: str | None) -> Script:
             values["log_every"] = max(0.001, parse_duration(every))
             if template.strip():
                 values["log_template"] = template.strip()
+        elif key == "metrics":
+            if not value.startswith("every:"):
+                raise ScriptError("metrics must be every:<duration>:<name>=<expr>[,<name>=<expr>...]")
+            every, _, spec = value[len("every:"):].partition(":")
+            values["metrics_every"] = max(0.001, parse_duration(every))
+            values["metrics"] = parse_metrics(spec)
         elif key == "print":
             values["prints"] = (*values.get("prints", ()), value)
         elif key == "stderr":
@@ -202,6 +220,105 @@ def parse_script(text: str | None) -> Script:
         else:
             raise ScriptError(f"unknown key {key!r}")
     return replace(script, **values)
+
+
+_FUNCTIONS: dict[str, Any] = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin,
+                              "cos": math.cos, "abs": abs, "min": min, "max": max}
+_CONSTANTS = {"e": math.e, "pi": math.pi}
+_OPERATORS: dict[type, Any] = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+                               ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+                               ast.Pow: lambda a, b: a ** b, ast.Mod: lambda a, b: a % b}
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_./-]{1,256}")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses (``a=max(t,1),b=2``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _check_expression(node: ast.AST) -> None:
+    if isinstance(node, ast.Expression):
+        _check_expression(node.body)
+    elif isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        _check_expression(node.left)
+        _check_expression(node.right)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+        _check_expression(node.operand)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        pass
+    elif isinstance(node, ast.Name) and node.id in ("t", "n", *_CONSTANTS):
+        pass
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
+          and not node.keywords):
+        for arg in node.args:
+            _check_expression(arg)
+    else:
+        raise ScriptError(f"metrics expression: {ast.unparse(node)!r} is not allowed")
+
+
+def _evaluate(node: ast.AST, t: float, n: int) -> float:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, t, n)
+    if isinstance(node, ast.BinOp):
+        return float(_OPERATORS[type(node.op)](_evaluate(node.left, t, n), _evaluate(node.right, t, n)))
+    if isinstance(node, ast.UnaryOp):
+        value = _evaluate(node.operand, t, n)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Constant):
+        return float(cast(float, node.value))  # checked: an int or a float
+    if isinstance(node, ast.Name):
+        return float(t if node.id == "t" else n if node.id == "n" else _CONSTANTS[node.id])
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    return float(_FUNCTIONS[node.func.id](*(_evaluate(a, t, n) for a in node.args)))
+
+
+def parse_metrics(spec: str) -> tuple[tuple[str, str], ...]:
+    """``loss=exp(-t/30),acc=1-exp(-t/20)`` -> ((name, expression), ...), each expression checked."""
+    out: list[tuple[str, str]] = []
+    for part in _split_top(spec):
+        name, eq, expr = part.partition("=")
+        if not eq or not _METRIC_NAME.fullmatch(name.strip()):
+            raise ScriptError(f"metrics: {part!r} is not <name>=<expression>")
+        try:
+            tree = ast.parse(expr.strip(), mode="eval")
+        except SyntaxError:
+            raise ScriptError(f"metrics: {expr.strip()!r} is not an expression") from None
+        _check_expression(tree)
+        out.append((name.strip(), expr.strip()))
+    if not out:
+        raise ScriptError("metrics needs at least one <name>=<expression>")
+    return tuple(out)
+
+
+def metric_value(expression: str, t: float, n: int) -> float | None:
+    """The value of a (checked) metrics expression at ``t`` and ``n``; None when it is undefined there."""
+    try:
+        value = _evaluate(ast.parse(expression, mode="eval"), t, n)
+    except (ArithmeticError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def metric_points(script: Script, attempt_start: float, after_n: int, now: float) -> list[tuple[int, float, dict[str, float]]]:
+    """(n, simulated time, {metric: value}) of the points due after point ``after_n`` up to ``now``."""
+    every = script.metrics_every
+    if every is None or not script.metrics:
+        return []
+    out: list[tuple[int, float, dict[str, float]]] = []
+    n = after_n + 1
+    while attempt_start + n * every <= now and len(out) < 10_000:
+        elapsed = n * every
+        values = {name: v for name, expr in script.metrics if (v := metric_value(expr, elapsed, n)) is not None}
+        out.append((n, attempt_start + elapsed, values))
+        n += 1
+    return out
 
 
 def render_template(template: str, *, n: int, elapsed: float, attempt: int, container: str) -> str:

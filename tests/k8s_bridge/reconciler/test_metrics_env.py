@@ -9,6 +9,7 @@ live server, reached at ``XMC_METRICS_URL`` as a pod would.
 from __future__ import annotations
 
 import json
+import math
 import urllib.error
 import urllib.request
 from typing import Any
@@ -79,3 +80,20 @@ def test_a_container_gets_its_metrics_env_and_its_token_writes_until_the_executi
     # The job completes: the execution ends, and once the grace is over the token no longer writes.
     eventually(lambda: state_of(wu) == WorkUnitState.COMPLETED, timeout=90, what="COMPLETED")
     eventually(lambda: _write(env, 100) == 403, timeout=60, what="the token refused after the grace")
+
+
+def test_a_scripted_pod_reports_its_curve_through_the_write_path(
+        cluster: Cluster, reconciler: Any, live_server: Any, settings: Any) -> None:
+    """``metrics=every:1s:loss=exp(-t/30)``: the simulated container writes with its own token."""
+    settings.XMC_METRICS_URL = live_server.url
+    exp = factories.experiment()
+    wu = factories.work_unit(exp, annotations={
+        "sim.xmc.dev/script": "pull=1s;run=20s;exit=0;metrics=every:1s:loss=exp(-t/30),acc=1-exp(-t/20)"})
+    _create_jobset(Operation.objects.get(work_unit=wu, action_type="CREATE"))
+    eventually(lambda: state_of(wu) == WorkUnitState.COMPLETED, timeout=90, what="COMPLETED")
+    eventually(lambda: MetricPoint.objects.filter(metric="loss").count() >= 19, timeout=30, what="the curve")
+    loss = dict(MetricPoint.objects.filter(metric="loss").values_list("step", "value"))
+    assert set(loss) <= set(range(1, 21)) and 1 in loss
+    for step, value in loss.items():
+        assert value == pytest.approx(math.exp(-step / 30))
+    assert MetricPoint.objects.filter(metric="acc").count() == len(loss)
