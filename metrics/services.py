@@ -301,3 +301,24 @@ def require_chart(chart_id: str) -> Chart:
     if chart is None:
         raise NotFound(f"charts/{chart_id} not found")
     return chart
+
+
+#: Points deleted per statement by `purge_points` (short transactions, no long lock on the table).
+PURGE_BATCH = 50_000
+
+
+def purge_points(*, older_than: datetime, batch: int = PURGE_BATCH) -> int:
+    """Delete points with ``time`` before ``older_than``, in batches; returns how many went.
+
+    The BRIN index on ``time`` finds the old block ranges; each batch is its own transaction.
+    """
+    total = 0
+    table = MetricPoint._meta.db_table
+    while True:
+        with transaction.atomic(durable=True), connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE time < %s LIMIT %s)",
+                           [older_than, batch])
+            deleted = int(cursor.rowcount)
+        total += deleted
+        if deleted < batch:
+            return total

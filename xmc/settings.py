@@ -315,6 +315,8 @@ XMC_METRICS_URL = env.str("XMC_METRICS_URL", default="") or XMC_PUBLIC_URL
 XMC_METRICS_TOKEN_GRACE_S = env.float("XMC_METRICS_TOKEN_GRACE_S", default=300.0)
 #: Most points one metrics:write call may carry.
 XMC_METRICS_MAX_POINTS = env.int("XMC_METRICS_MAX_POINTS", default=10_000)
+#: Points older than this are deleted by the hourly purge (0 keeps them for ever).
+XMC_METRICS_RETENTION_DAYS = env.int("XMC_METRICS_RETENTION_DAYS", default=90)
 
 CELERY_BEAT_SCHEDULE = {
     # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.
@@ -335,6 +337,9 @@ CELERY_BEAT_SCHEDULE = {
     # Done operations are deleted XMC_OPERATION_RETENTION_DAYS after they ended.
     "operation-purge": {"task": "xmc.actuator.purge_operations", "schedule": 3600.0,
                         "options": {"queue": "actuator", "expires": 300}},
+    # Metric points are deleted XMC_METRICS_RETENTION_DAYS after their time (metrics.tasks).
+    "metrics-purge": {"task": "xmc.metrics.purge_points", "schedule": 3600.0,
+                      "options": {"queue": "actuator", "expires": 300}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
     "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,
                             "options": {"queue": "resumption", "expires": 300}},
