@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery"]
+BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery",
+           "metrics"]
 
 
 def main(argv: list[str]) -> int:
