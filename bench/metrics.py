@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--work-units", type=int, default=100)
     parser.add_argument("--chart-calls", type=int, default=30)
     args = parser.parse_args()
+    args.work_units = max(args.work_units, args.clients + 1)  # one per client, one for the COPY floor
 
     with bench_database():
         import requests
