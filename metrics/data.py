@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connection
 
 from core import pb
-from metrics import evaluate
+from metrics import evaluate, specs
 from metrics.evaluate import Bucket
 from metrics.models import MetricPoint
 from workunits.models import WorkUnit, WorkUnitExecution
@@ -182,8 +182,8 @@ def _series(scope: Scope, plot: Any, width: int) -> dict[tuple[int, str], list[B
     return out
 
 
-def _series_message(metric: str, wid: int | None, xid: int, buckets: Sequence[Bucket]) -> Any:
-    message = M.ChartData.SeriesData(metric_name=metric, work_unit_id="" if wid is None else str(wid), xid=xid)
+def _series_message(metric: str, label: str, xid: int, buckets: Sequence[Bucket]) -> Any:
+    message = M.ChartData.SeriesData(metric_name=metric, work_unit_id=label, xid=xid)
     for b in buckets:
         point = message.points.add(step=b.step, avg_value=b.avg, min_value=b.min, max_value=b.max)
         seconds = math.floor(b.time_s)
@@ -192,13 +192,39 @@ def _series_message(metric: str, wid: int | None, xid: int, buckets: Sequence[Bu
     return message
 
 
-def _stat_series(plot: Any, series: dict[tuple[int, str], list[Bucket]]) -> list[tuple[int | None, str, list[Bucket]]]:
+def _arg_values(scope: Scope, name: str) -> dict[int, str]:
+    """wid -> the value of arg ``name`` of each work unit in scope (its first job's ``args``; "" without)."""
+    units = WorkUnit.objects.filter(experiment_id=scope.xid)
+    if scope.wid is not None:
+        units = units.filter(wid=scope.wid)
+    out = {}
+    for wid, executable in units.values_list("wid", "executable"):
+        jobs = ((executable or {}).get("jobset") or {}).get("jobs") or [{}]
+        out[int(wid)] = str(((jobs[0].get("spec") or {}).get("args") or {}).get(name, ""))
+    return out
+
+
+#: One evaluated series: its label (the work unit id, ``name=value`` of a group by arg, or "" for
+#: an aggregate over all), its metric and its points.
+Series = tuple[str, str, list[Bucket]]
+
+
+def _stat_series(scope: Scope, plot: Any, series: dict[tuple[int, str], list[Bucket]]) -> list[Series]:
     stats = plot.stats
     S = M.StatSpec
-    out: list[tuple[int | None, str, list[Bucket]]] = [(wid, metric, b) for (wid, metric), b in sorted(series.items())]
-    if stats.aggregation != S.AGG_UNSPECIFIED:
-        how = S.Aggregation.Name(stats.aggregation)
-        out = [(None, metric, evaluate.aggregate([b for (_, m), b in sorted(series.items()) if m == metric], how))
+    out: list[Series] = [(str(wid), metric, b) for (wid, metric), b in sorted(series.items())]
+    how = S.Aggregation.Name(stats.aggregation) if stats.aggregation != S.AGG_UNSPECIFIED else ""
+    arg = specs.ARG_MAPPING.fullmatch(plot.mapping.group)
+    if arg is not None:
+        # One series per value of the arg: the work units sharing it, aggregated (MEAN by default).
+        values = _arg_values(scope, arg.group(1))
+        groups: dict[tuple[str, str], list[list[Bucket]]] = {}
+        for (wid, metric), buckets in sorted(series.items()):
+            groups.setdefault((f"{arg.group(1)}={values.get(wid, '')}", metric), []).append(buckets)
+        out = [(label, metric, evaluate.aggregate(members, how or "MEAN"))
+               for (label, metric), members in sorted(groups.items())]
+    elif how:
+        out = [("", metric, evaluate.aggregate([b for (_, m), b in sorted(series.items()) if m == metric], how))
                for metric in dict.fromkeys(m for _, m in sorted(series))]
     if stats.type == S.SMOOTH:
         if stats.smooth.algorithm == S.SmoothConfig.MOVING_AVERAGE:
@@ -246,19 +272,20 @@ def plot_data(scope: Scope, plot: Any, width: int) -> list[Any]:
                 message.buckets.add(category_or_bin=label, value_or_count=count)
             out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, bar_data=message))
         return out
-    series = _stat_series(plot, _series(scope, plot, width))
+    series = _stat_series(scope, plot, _series(scope, plot, width))
     if plot_type == M.BAR:
         # One bar per work unit (or per aggregate): the latest value of each metric.
         by_metric: dict[str, Any] = {}
-        for wid, metric, buckets in series:
+        for label, metric, buckets in series:
             if not buckets:
                 continue
             bar = by_metric.setdefault(metric, M.ChartData.BarData(metric_name=metric))
-            bar.buckets.add(category_or_bin=f"wid {wid}" if wid is not None else "all", value_or_count=buckets[-1].avg)
+            category = f"wid {label}" if label.isdigit() else label or "all"
+            bar.buckets.add(category_or_bin=category, value_or_count=buckets[-1].avg)
         return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, bar_data=b) for b in by_metric.values()]
     return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type or M.SCATTER,
-                                 scatter_series=_series_message(metric, wid, scope.xid, buckets))
-            for wid, metric, buckets in series]
+                                 scatter_series=_series_message(metric, label, scope.xid, buckets))
+            for label, metric, buckets in series]
 
 
 def chart_data(name: str, scope: Scope, plots: Sequence[Any], width: int) -> Any:

@@ -15,6 +15,7 @@ from metrics import services
 from metrics.models import Dashboard
 from tests import factories
 from tests.metrics.conftest import chart_message, experiment_for, scatter, write
+from workunits import services as wu_services
 from workunits.models import WorkUnit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -282,3 +283,24 @@ def test_get_chart_data_evaluates_each_stat_and_plot_type(dash: Any, persona: Pe
     assert sum(b.value_or_count for b in got["hist"].bar_data.buckets) == 4
     assert got["hist"].bar_data.buckets[0].category_or_bin.startswith("[1, ")
     assert [(b.category_or_bin, b.value_or_count) for b in got["bar"].bar_data.buckets] == [("wid 1", 3.0)]
+
+
+def test_get_chart_data_groups_work_units_by_an_arg(dash: Any, persona: Persona) -> None:
+    alice, as_alice = persona("alice")
+    exp = experiment_for(alice)
+    for wid, lr, values in ((1, "0.1", [1.0, 2.0]), (2, "0.1", [3.0, 4.0]), (3, "0.5", [10.0, 20.0])):
+        message = factories.work_unit_message()
+        message.executable.jobset.jobs[0].spec.args["lr"] = lr
+        wu_services.create_work_unit(exp.id, message, work_unit_id=wid)
+        write(WorkUnit.objects.get(experiment=exp, wid=wid), "loss", values)
+    chart = dash.CreateChart(D.CreateChartRequest(parent=f"experiments/{exp.id}/workUnits/1", chart=chart_message(
+        scatter("by_lr", "loss", mapping=M.MappingSpec(group="arg.lr")),
+        M.PlotSpec(plot_id="bars", type=M.BAR, data=M.DataSpec(metrics=["loss"]),
+                   mapping=M.MappingSpec(group="arg.lr")))), metadata=as_alice)
+    data = dash.GetChartData(D.GetChartDataRequest(name=chart.name, parent_experiment=f"experiments/{exp.id}"),
+                             metadata=as_alice)
+    lines = {p.scatter_series.work_unit_id: [q.avg_value for q in p.scatter_series.points]
+             for p in data.plots_data if p.plot_id == "by_lr"}
+    assert lines == {"lr=0.1": [2.0, 3.0], "lr=0.5": [10.0, 20.0]}
+    (bars,) = [p.bar_data for p in data.plots_data if p.plot_id == "bars"]
+    assert [(b.category_or_bin, b.value_or_count) for b in bars.buckets] == [("lr=0.1", 3.0), ("lr=0.5", 20.0)]
