@@ -29,14 +29,12 @@ import importlib.util
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
 import time
 import urllib.parse
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from _django import ROOT, bench_database  # noqa: E402
 
