@@ -23,8 +23,10 @@ COPY . .
 # into STATIC_ROOT for WhiteNoise. Neither step reads real settings.
 RUN python -c "import core.protos" \
  && XMC_DEBUG=true python manage.py collectstatic --noinput --verbosity 0 \
- && python -m compileall -q core jobsets xmc experiments workunits artifacts metrics lifecycle k8s_bridge
+ && python -m compileall -q core jobsets xmc experiments workunits artifacts metrics lifecycle k8s_bridge notifications ui
 
 USER 10001:10001
 EXPOSE 8000 50051 9100
-CMD ["gunicorn", "xmc.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2", "--threads", "4"]
+# ASGI (xmc/asgi.py): the event streams on the event loop, everything else on the
+# WSGI app in a thread pool of XMC_WEB_THREADS per worker.
+CMD ["gunicorn", "xmc.asgi:application", "--worker-class", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "2"]

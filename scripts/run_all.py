@@ -2,7 +2,7 @@
 
 Migrates, makes sure an admin user exists, collects static files, then starts
 every process the project has — the cluster simulator, the MachineLearningRun
-emulator, web (gunicorn + WhiteNoise), gRPC, one Celery worker on every
+emulator, web (gunicorn with uvicorn workers, xmc/asgi.py; WhiteNoise), gRPC, one Celery worker on every
 queue, Celery beat and the reconciler (each only once its command exists) —
 and prints the URLs, a bearer token for the admin user and the ``export``
 lines a launch script needs.
@@ -161,8 +161,8 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     env.setdefault("XMC_METRICS_URL", os.environ.get("XMC_METRICS_URL") or env["XMC_API_URL"])
     procs.append(Process(
         "web",
-        [sys.executable, "-m", "gunicorn", "xmc.wsgi", "--bind", f"127.0.0.1:{web_port}",
-         "--workers", "2", "--threads", "4", "--graceful-timeout", "10", "--access-logfile", "-"],
+        [sys.executable, "-m", "gunicorn", "xmc.asgi:application", "--worker-class", "uvicorn_worker.UvicornWorker",
+         "--bind", f"127.0.0.1:{web_port}", "--workers", "2", "--graceful-timeout", "10", "--access-logfile", "-"],
         url=f"http://127.0.0.1:{web_port}/admin/", ready_url=f"http://127.0.0.1:{web_port}/healthz",
     ))
     if "grpcserver" in commands:
@@ -231,6 +231,7 @@ def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None
     api = env["XMC_API_URL"]
     print(f"\nrun: admin           {api}/admin/  (user 'admin')", flush=True)
     print(f"run: REST API docs   {api}/v1/docs", flush=True)
+    print(f"run: experiments     {api}/experiments  (the researcher's pages)", flush=True)
     print(f"run: bearer token for {ADMIN_EMAIL} (staff):\n{token}\n", flush=True)
     print("run: paste these into the shell that runs your launch script:", flush=True)
     exports = {
@@ -239,6 +240,7 @@ def print_welcome(procs: list[Process], env: dict[str, str], token: str) -> None
         "XMC_DASHBOARD_ENDPOINT": env.get("XMC_DASHBOARD_ENDPOINT", ""),
         "XMC_AUTH_TOKEN": token,
         "XMC_API_URL": api,
+        "XMANAGER_UI_URL": api,  # the researcher's pages: the client prints $XMANAGER_UI_URL/experiments/<xid>
         "KUBECONFIG": env.get("KUBECONFIG", ""),
     }
     for key, value in exports.items():

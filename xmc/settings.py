@@ -201,6 +201,7 @@ INSTALLED_APPS = [
     "lifecycle",
     "k8s_bridge",
     "notifications",
+    "ui",
 ]
 
 MIDDLEWARE = [
@@ -219,6 +220,11 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "xmc.urls"
+# The researcher's pages (ui/) sign in at /login; the admin keeps its own login page.
+LOGIN_URL = "ui-login"
+LOGIN_REDIRECT_URL = "ui-experiments"
+# Threads per web worker for everything but the event streams (xmc/asgi.py: the WSGI app in a pool).
+XMC_WEB_THREADS = env.int("XMC_WEB_THREADS", default=8)
 WSGI_APPLICATION = "xmc.wsgi.application"
 
 TEMPLATES = [

@@ -1,10 +1,11 @@
-"""URL root: admin, ops endpoints, the login flow and the REST API (/v1/...)."""
+"""URL root: admin, ops endpoints, the login flow, the REST API (/v1/...) and the pages apps above register."""
 from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
 
 from xmc import ops
+from xmc.api import extensions
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -13,4 +14,6 @@ urlpatterns = [
     path("metrics", ops.metrics, name="metrics"),
     path("api/cli/", include("xmc.auth.urls")),
     path("", include("xmc.api.rest_urls")),
+    # The researcher's pages (ui), registered from its AppConfig.ready(): /experiments, /login.
+    path("", include(extensions.site_urlpatterns)),
 ]

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "simulators")
+PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
 
 #: (file, function, imported module) -> why it cannot be at the top.
 ALLOWED: dict[tuple[str, str, str], str] = {

@@ -1,0 +1,56 @@
+"""Builders shared by the pages' tests (tests/ui, tests/system/browser): people and experiments.
+
+People are real Django users (the site's session login); experiments and
+work units come from the real services (``tests.factories``).
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from core import pb
+from tests import factories
+from workunits import hooks, services
+from workunits.models import WorkUnit
+from workunits.state import ExecutionUpdate
+
+PASSWORD = "correct horse battery staple 42"
+HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+
+
+def person(name: str) -> User:
+    return User.objects.create_user(name, f"{name}@example.com", PASSWORD)
+
+
+def shared_with(reader: str) -> Any:
+    return pb.xid.XidAcls(readers=[pb.xid.XidAcls.Role(user=reader)])
+
+
+def sweep(creator: str, title: str = "lr sweep", lrs: tuple[str, ...] = ("0.1", "0.01", "0.001"),
+          **experiment_kw: Any) -> tuple[Any, list[Any]]:
+    """An experiment with one work unit per learning rate; ``batch`` is the same everywhere."""
+    exp = factories.experiment(creator=creator, title=title, **experiment_kw)
+    units = []
+    for lr in lrs:
+        message = factories.work_unit_message()
+        message.executable.jobset.jobs[0].spec.args["lr"] = lr
+        message.executable.jobset.jobs[0].spec.args["batch"] = "64"
+        op = services.create_work_unit(exp.id, message, work_unit_id=0)
+        units.append(WorkUnit.objects.get(id=op.work_unit_id))
+    return exp, units
+
+
+def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> None:
+    """Commit state changes as the reconciler does, then hand the transitions to the committed hooks."""
+    base = timezone.now()
+    for i, state in enumerate(states):
+        transitions = services.update_work_unit_executions(
+            [ExecutionUpdate(xid=xid, wid=wid, eid=eid, mask=("status.state",), state=state,
+                             state_update_time_ns=int((base + timedelta(seconds=i + 1)).timestamp() * 1e9))],
+            now=base + timedelta(seconds=i + 1),
+        )
+        if publish:
+            hooks.on_transitions_committed(transitions)

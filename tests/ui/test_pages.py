@@ -1,0 +1,175 @@
+"""The researcher's pages through Django's test client: who sees what, sweeps, actions, hostile values.
+
+Real Postgres, real services; the sign-in is the site's session login.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from core import pb
+from tests import factories
+from tests.ui import pages
+from workunits.models import WorkUnitExecution
+
+pytestmark = pytest.mark.django_db
+
+ALICE, BOB, CAROL = "alice@example.com", "bob@example.com", "carol@example.com"
+
+
+@pytest.fixture
+def alice(client: Client) -> Client:
+    pages.person("alice")
+    assert client.login(username="alice", password=pages.PASSWORD)
+    return client
+
+
+def _as(name: str) -> Client:
+    pages.person(name)
+    other = Client()
+    assert other.login(username=name, password=pages.PASSWORD)
+    return other
+
+
+def test_it_sends_a_stranger_to_the_sign_in_page(client: Client) -> None:
+    response = client.get("/experiments/1")
+    assert response.status_code == 302 and response["Location"] == "/login?next=%2Fexperiments%2F1"
+    page = client.get("/login")
+    assert page.status_code == 200 and b'name="password"' in page.content
+    assert "script-src 'self'" in page["Content-Security-Policy"]
+
+
+def test_it_signs_in_with_the_site_login_and_lists_only_readable_experiments(client: Client) -> None:
+    pages.person("alice")
+    response = client.post("/login", {"username": "alice", "password": pages.PASSWORD})
+    assert response.status_code == 302 and response["Location"] == "/experiments"
+    mine = factories.experiment(creator=ALICE, title="mine")
+    shared = factories.experiment(creator=BOB, title="shared one", acls=pages.shared_with(ALICE))
+    hidden = factories.experiment(creator=BOB, title="bobs secret")
+    body = client.get("/experiments").content.decode()
+    assert f'href="/experiments/{mine.id}"' in body and "shared one" in body
+    assert "bobs secret" not in body and f'/experiments/{hidden.id}"' not in body
+    mine_only = client.get("/experiments?mine=1").content.decode()
+    assert "shared one" not in mine_only and "mine" in mine_only
+
+
+def test_it_filters_by_title_state_and_the_apis_filter_syntax(alice: Client) -> None:
+    factories.experiment(creator=ALICE, title="resnet baseline", tags=["vision"])
+    factories.experiment(creator=ALICE, title="bert large", tags=["nlp"])
+    assert "bert large" not in alice.get("/experiments?q=resnet").content.decode()
+    body = alice.get('/experiments?filter=tags:"nlp"').content.decode()
+    assert "bert large" in body and "resnet baseline" not in body
+    bad = alice.get("/experiments?filter=title %3D%3D").content.decode()
+    assert 'id="filter-error"' in bad
+
+
+def test_it_pages_the_list_with_the_apis_page_tokens(alice: Client) -> None:
+    for i in range(55):
+        factories.experiment(creator=ALICE, title=f"run {i:02d}")
+    first = alice.get("/experiments?order=title").content.decode()
+    assert "run 00" in first and "run 54" not in first and 'rel="next"' in first
+    next_url = first.split('rel="next"')[0].rsplit('href="', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+    second = alice.get(f"/experiments{next_url}").content.decode()
+    assert "run 54" in second and "run 00" not in second
+
+
+def test_it_shows_a_sweep_as_columns_and_shared_args_in_a_header_line(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert '<th data-sort class="arg">lr</th>' in body
+    assert '<th data-sort class="arg">batch</th>' not in body and "<code>batch=64</code>" in body
+    for lr in ("0.1", "0.01", "0.001"):
+        assert f'<td class="arg">{lr}</td>' in body
+
+
+def test_it_answers_404_for_someone_elses_experiment_and_a_missing_work_unit(alice: Client) -> None:
+    exp = factories.experiment(creator=BOB, title="private")
+    factories.work_unit(exp)
+    for path in (f"/experiments/{exp.id}", f"/experiments/{exp.id}/workUnits/1", "/experiments/999999",
+                 f"/experiments/{exp.id}/workUnits/1/logs"):
+        response = alice.get(path)
+        assert response.status_code == 404, path
+        assert b"private" not in response.content
+    mine = factories.experiment(creator=ALICE)
+    assert alice.get(f"/experiments/{mine.id}/workUnits/7").status_code == 404
+    assert alice.get(f"/experiments/{mine.id}/workUnits/99999999999999999999").status_code == 404
+    assert alice.post(f"/experiments/{exp.id}/actions", {"action": "stop", "wid": "1", "confirm": "yes"}
+                      ).status_code == 404
+    assert WorkUnitExecution.objects.get(work_unit__experiment=exp).state == "INITIALIZING"
+
+
+def test_it_offers_no_actions_on_a_read_only_experiment_and_refuses_them(alice: Client) -> None:
+    exp, _ = pages.sweep(BOB, acls=pages.shared_with(ALICE))
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert 'id="bulk"' not in body and 'name="wid"' not in body
+    unit = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert 'id="unit-actions"' not in unit and "Stop…" not in unit
+    refused = alice.post(f"/experiments/{exp.id}/actions", {"action": "stop", "wid": "1", "confirm": "yes"})
+    assert refused.status_code == 403
+    assert WorkUnitExecution.objects.get(work_unit__experiment=exp, work_unit__wid=1).state == "INITIALIZING"
+
+
+def test_it_stops_and_restarts_selected_units_after_a_confirmation(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    pages.move(exp.id, 3, 1, "SCHEDULING", "STARTING", "RUNNING", "COMPLETED")
+    confirm = alice.post(f"/experiments/{exp.id}/actions", {"action": "stop", "wid": ["1", "3"]})
+    assert confirm.status_code == 200 and b'name="confirm" value="yes"' in confirm.content
+    assert WorkUnitExecution.objects.get(work_unit__experiment=exp, work_unit__wid=1).state == "INITIALIZING"
+    done = alice.post(f"/experiments/{exp.id}/actions", {"action": "stop", "wid": ["1", "3"], "confirm": "yes"})
+    body = done.content.decode()
+    assert 'data-wid="1"><td class="num"><a href="/experiments/' in body
+    assert body.count("result-ok") == 1 and body.count("result-bad") == 1 and "already COMPLETED" in body
+    assert WorkUnitExecution.objects.get(work_unit__experiment=exp, work_unit__wid=1).state == "STOPPING"
+    alice.post(f"/experiments/{exp.id}/actions", {"action": "restart", "wid": ["3"], "confirm": "yes"})
+    assert WorkUnitExecution.objects.get(work_unit__experiment=exp, work_unit__wid=3, eid=2).state == "RESTARTING"
+
+
+def test_it_refuses_an_action_without_the_csrf_token() -> None:
+    pages.person("alice")
+    client = Client(enforce_csrf_checks=True)
+    client.login(username="alice", password=pages.PASSWORD)
+    exp, _ = pages.sweep(ALICE)
+    response = client.post(f"/experiments/{exp.id}/actions", {"action": "stop", "wid": "1", "confirm": "yes"})
+    assert response.status_code == 403
+    assert WorkUnitExecution.objects.get(work_unit__experiment=exp, work_unit__wid=1).state == "INITIALIZING"
+
+
+def test_it_prints_hostile_values_as_text_and_links_only_http(alice: Client) -> None:
+    exp = factories.experiment(
+        creator=ALICE, title=pages.HOSTILE, notes=pages.HOSTILE,
+        urls=[pb.url.Url(url="javascript:alert(3)", display_name="evil"),
+              pb.url.Url(url="https://example.com/board", display_name="board")],
+    )
+    message = factories.work_unit_message()
+    message.executable.jobset.jobs[0].spec.args["flag"] = pages.HOSTILE
+    message.notes = pages.HOSTILE
+    from workunits import services
+
+    services.create_work_unit(exp.id, message, work_unit_id=0)
+    for path in ("/experiments", f"/experiments/{exp.id}", f"/experiments/{exp.id}/workUnits/1"):
+        body = alice.get(path).content.decode()
+        assert "<script>alert(1)" not in body and "<img src=x" not in body, path
+        assert "javascript:" not in body, path
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert 'href="https://example.com/board"' in body and '<span class="linkless">evil</span>' in body
+
+
+def test_it_shows_the_work_unit_page_with_timeline_history_and_args(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    pages.move(exp.id, 2, 1, "SCHEDULING", "STARTING", "RUNNING", "FAILED")
+    body = alice.get(f"/experiments/{exp.id}/workUnits/2").content.decode()
+    assert 'class="xmc-timeline"' in body and body.count('class="band"') >= 4
+    assert 'id="failure"' in body and "<td>lr</td>" in body and "0.01" in body
+    assert 'hx-get="/experiments/%d/workUnits/2/logs"' % exp.id in body
+    assert alice.get(f"/experiments/{exp.id}/workUnits/2?fragment=main").content.decode().startswith('<div id="main"')
+
+
+def test_it_ships_the_pinned_htmx_files_it_documents() -> None:
+    folder = Path(__file__).resolve().parents[2] / "ui" / "static" / "ui" / "vendor"
+    readme = (folder / "README.md").read_text()
+    for script in folder.glob("*.js"):
+        assert hashlib.sha256(script.read_bytes()).hexdigest() in readme, script.name

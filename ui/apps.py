@@ -1,0 +1,26 @@
+"""The researcher's pages register their URLs and their publisher of committed transitions in ready().
+
+The top floor: it imports every app below and nothing imports it. The URLs
+are mounted at the site root through ``xmc.api.extensions.site_urlpatterns``
+(``xmc.urls`` includes them), and ``ui.live.publish`` hears of committed
+state changes through ``workunits.hooks.committed_hooks``, as notifications do.
+"""
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class UiConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "ui"
+
+    def ready(self) -> None:
+        # Imported here: the URLconf's views import models, only once the registry is ready.
+        from ui import live, urls
+        from workunits import hooks
+        from xmc.api import extensions
+
+        extensions.register_site(urls.urlpatterns)
+        extensions.register_async_paths(urls.EVENT_PATHS)
+        if live.publish not in hooks.committed_hooks:
+            hooks.committed_hooks.append(live.publish)

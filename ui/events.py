@@ -1,0 +1,157 @@
+"""The pages' Server-Sent Events streams (async views: an open stream holds no thread).
+
+``GET /experiments/<xid>/events`` (optionally ``?wid=``) and
+``GET /experiments/events?x=1,2,3`` (the list page). Served by Django's ASGI
+handler on the event loop (``xmc.asgi`` routes only these paths there). The
+caller is the session's user or, for ``xmc watch``, an ``Authorization:
+Bearer`` token of the API (``xmc.auth.identity.authenticate_bearer``); the
+read check is the API's (``xmc.api.reads``), run once when the stream opens,
+and someone else's experiment is 404 as on the pages.
+
+Events (``ui.live`` supplies them from the process's one Redis subscription):
+
+* ``wu-<wid>`` for a state change of that work unit, data ``{"xid", "wid",
+  "eid", "old", "new"}``; ``experiment`` (data ``{"xid"}``) after each change
+  of the experiment (its roll-up moved); ``x-<xid>`` on the list stream;
+* ``reload``: the page missed events it cannot replay (``Last-Event-ID`` or
+  ``since`` older than the log, or its queue overflowed): read everything again;
+* ``hello`` once, at the start, with the newest id, and a comment every
+  :data:`HEARTBEAT_S` so proxies keep the connection open.
+
+Each event's ``id`` is its id in the replay log, so a browser's automatic
+reconnect (``Last-Event-ID``) resumes where it stopped.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+
+from core.errors import NotFound, PermissionDenied
+from experiments.acl import Role
+from ui import live, reads
+from xmc.api import reads as api_reads
+from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer, identity_for_email
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 15.0
+#: A stream closes after this long; the browser reconnects with Last-Event-ID (bounded memory per stream).
+MAX_STREAM_S = 3600.0
+
+
+def _identity(request: HttpRequest, user: Any) -> Identity:
+    header = request.headers.get("Authorization")
+    if header:
+        return authenticate_bearer(header)
+    if not user.is_authenticated or not str(getattr(user, "email", "") or "").strip():
+        raise Unauthenticated("sign in, or send Authorization: Bearer <token>")
+    return identity_for_email(user.email)
+
+
+def _check(identity: Identity, xid: int) -> None:
+    api_reads.require_experiment_role(xid, identity, Role.READER)
+
+
+def _text(status: int, body: str) -> HttpResponse:
+    return HttpResponse(body + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+def _frame(event: str, data: str, event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
+async def _stream(scope: live.Scope, since: str, list_page: bool) -> AsyncIterator[bytes]:
+    hub = live.hub()
+    subscriber = hub.subscribe(scope)  # before the replay: nothing falls between the two
+    try:
+        yield b"retry: 2000\n\n"
+        replay = await sync_to_async(live.replay, thread_sensitive=False)(since, scope)
+        if replay.reload:
+            yield _frame("reload", "{}", await sync_to_async(live.top_id, thread_sensitive=False)())
+            last = None
+        else:
+            last = since
+            for event in replay.events:
+                for frame in _frames(event, list_page):
+                    yield frame
+                last = event.id
+            if replay.events and not list_page:
+                yield _frame("experiment", f'{{"xid":{replay.events[-1].xid}}}', last)
+        yield _frame("hello", "{}", None)
+        loop = asyncio.get_running_loop()
+        closes = loop.time() + MAX_STREAM_S
+        while loop.time() < closes:
+            if subscriber.stale:
+                while not subscriber.queue.empty():
+                    subscriber.queue.get_nowait()
+                subscriber.stale = False
+                yield _frame("reload", "{}", None)
+                continue
+            try:
+                event = await asyncio.wait_for(subscriber.queue.get(), timeout=HEARTBEAT_S)
+            except asyncio.TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if last is not None and last != "0-0" and live.stream_key(event.id) <= live.stream_key(last):
+                continue  # already sent by the replay
+            batch = [event]
+            while not subscriber.queue.empty():  # coalesce what arrived together
+                batch.append(subscriber.queue.get_nowait())
+            for item in batch:
+                for frame in _frames(item, list_page):
+                    yield frame
+            if not list_page:  # one roll-up refresh per batch, not per change
+                yield _frame("experiment", f'{{"xid":{batch[-1].xid}}}', batch[-1].id)
+            last = batch[-1].id
+    finally:
+        hub.unsubscribe(subscriber)
+
+
+def _frames(event: live.Event, list_page: bool) -> list[bytes]:
+    if list_page:
+        return [_frame(f"x-{event.xid}", event.json(), event.id)]
+    return [_frame(f"wu-{event.wid}", event.json(), event.id)]
+
+
+def _response(stream: AsyncIterator[bytes]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"  # nginx and friends: do not buffer the stream
+    return response
+
+
+def _since(request: HttpRequest) -> str:
+    return (live.valid_id(request.headers.get("Last-Event-ID"))
+            or live.valid_id(request.GET.get("since")) or "0-0")
+
+
+async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
+    x = int(xid)
+    wid_text = request.GET.get("wid", "")
+    wid = int(wid_text) if wid_text.isdigit() else None
+    user = await request.auser()
+    try:
+        identity = await sync_to_async(_identity)(request, user)
+        await sync_to_async(_check)(identity, x)
+    except Unauthenticated as exc:
+        return _text(401, str(exc))
+    except (NotFound, PermissionDenied):
+        return _text(404, "not found")
+    return _response(_stream(live.scope_of([x], wid), _since(request), list_page=False))
+
+
+async def experiments_events(request: HttpRequest) -> HttpResponseBase:
+    wanted = [int(part) for part in request.GET.get("x", "").split(",") if part.isdigit()][:500]
+    user = await request.auser()
+    try:
+        identity = await sync_to_async(_identity)(request, user)
+    except Unauthenticated as exc:
+        return _text(401, str(exc))
+    xids = await sync_to_async(reads.readable_xids)(identity, wanted)
+    return _response(_stream(live.scope_of(xids), _since(request), list_page=True))

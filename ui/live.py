@@ -1,0 +1,257 @@
+"""Live updates of the researcher's pages: committed transitions over Redis, fanned out in memory.
+
+Two halves, in two kinds of process:
+
+* **Publisher** (any process that commits state changes; today the
+  reconciler, through ``workunits.hooks.committed_hooks``, registered in
+  ``ui.apps.UiConfig.ready``): :func:`publish` appends every committed
+  transition to a capped Redis stream (:data:`STREAM`, the replay log) and
+  publishes it, with the stream id the append got, on :data:`CHANNEL` -- both
+  in one Lua script, so the id order on the channel is the log's order. It
+  runs after the writer's commit and never raises (a page that misses an
+  event is corrected by the next one or by its own reload).
+* **Hub** (the web process, on its event loop): one pub/sub subscription per
+  process (:class:`Hub`), whatever the number of open pages. Each open stream
+  (``ui.events``) is a :class:`Subscriber` with a bounded queue and a
+  filter (its experiment and optional work unit, or a set of experiments);
+  the hub copies each message into the queues that want it. A queue that
+  overflows is marked stale and its stream tells the page to reload.
+
+Resuming: each SSE event carries the stream id as its ``id``; a reconnecting
+page sends ``Last-Event-ID`` (or the ``since`` the page was rendered with)
+and :func:`replay` reads what it missed from the log. When the log no
+longer reaches back that far (trimmed) the page is told to reload.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "xmc:ui:changes:v1"
+STREAM = "xmc:ui:changes-log:v1"
+#: Entries the replay log keeps (approximately; Redis trims in whole nodes).
+STREAM_MAX = 20_000
+#: Events one open stream may have waiting before it is told to reload instead.
+QUEUE_MAX = 1_000
+#: At most this many events are replayed; further back, the page reloads.
+REPLAY_MAX = 500
+
+# KEYS: stream, channel. ARGV: maxlen, then one JSON event per transition.
+# XADD then PUBLISH "<id> <json>" for each, atomically and in log order.
+_PUBLISH_LUA = """
+local ids = {}
+for i = 2, #ARGV do
+  local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'd', ARGV[i])
+  redis.call('PUBLISH', KEYS[2], id .. ' ' .. ARGV[i])
+  ids[#ids + 1] = id
+end
+return ids
+"""
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
+
+
+def _event(transition: Any) -> str:
+    return json.dumps({"xid": transition.xid, "wid": transition.wid, "eid": transition.eid,
+                       "old": str(transition.old_state), "new": str(transition.new_state)},
+                      separators=(",", ":"))
+
+
+def publish(transitions: Sequence[Any]) -> list[str]:
+    """Log and publish committed ``transitions`` (``workunits.hooks.Transition``); the stream ids.
+
+    Registered into ``workunits.hooks.committed_hooks``: called after the
+    writer's commit. A Redis failure is logged and swallowed.
+    """
+    if not transitions:
+        return []
+    try:
+        ids = _client().eval(_PUBLISH_LUA, 2, STREAM, CHANNEL, STREAM_MAX, *(_event(t) for t in transitions))
+    except redis.RedisError:
+        log.warning("ui.publish_failed", extra={"count": len(transitions)}, exc_info=True)
+        return []
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+
+
+def top_id() -> str:
+    """The newest id in the log ("0-0" when empty or Redis is down): a page renders with it as ``since``."""
+    try:
+        newest = _client().xrevrange(STREAM, count=1)
+    except redis.RedisError:
+        return "0-0"
+    return newest[0][0].decode() if newest else "0-0"
+
+
+def stream_key(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def valid_id(value: str | None) -> str | None:
+    """``value`` if it is a Redis stream id (``<ms>-<seq>``), else None."""
+    if not value:
+        return None
+    ms, sep, seq = value.strip().partition("-")
+    if ms.isdigit() and len(ms) <= 20 and (not sep or (seq.isdigit() and len(seq) <= 20)):
+        return value.strip()
+    return None
+
+
+@dataclass
+class Event:
+    id: str
+    xid: int
+    wid: int
+    eid: int
+    old: str
+    new: str
+
+    @classmethod
+    def parse(cls, stream_id: str, data: str | bytes) -> Event:
+        body = json.loads(data)
+        return cls(stream_id, int(body["xid"]), int(body["wid"]), int(body["eid"]), body["old"], body["new"])
+
+    def json(self) -> str:
+        return json.dumps({"xid": self.xid, "wid": self.wid, "eid": self.eid, "old": self.old, "new": self.new},
+                          separators=(",", ":"))
+
+
+@dataclass
+class Scope:
+    """What an open stream shows: these experiments, and within a single one maybe one work unit."""
+
+    xids: frozenset[int]
+    wid: int | None = None
+
+    def wants(self, event: Event) -> bool:
+        return event.xid in self.xids and (self.wid is None or event.wid == self.wid)
+
+
+@dataclass(frozen=True)
+class Replay:
+    events: list[Event]
+    reload: bool  # the log does not reach back to the page's id: it must reload
+
+
+def replay(since: str, scope: Scope) -> Replay:
+    """The events after ``since`` that ``scope`` wants, from the log (sync: one or two Redis reads)."""
+    client = _client()
+    try:
+        oldest = client.xrange(STREAM, count=1)
+        if since != "0-0" and oldest and stream_key(oldest[0][0].decode()) > stream_key(since):
+            # `since` itself was trimmed from the log: what followed it may be too.
+            return Replay([], reload=True)
+        rows = client.xrange(STREAM, min=f"({since}", max="+", count=REPLAY_MAX * 20 + 1)
+    except redis.RedisError:
+        return Replay([], reload=True)
+    if len(rows) > REPLAY_MAX * 20:
+        return Replay([], reload=True)
+    events = [Event.parse(row_id.decode(), fields[b"d"]) for row_id, fields in rows]
+    wanted = [e for e in events if scope.wants(e)]
+    if len(wanted) > REPLAY_MAX:
+        return Replay([], reload=True)
+    return Replay(wanted, reload=False)
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One open stream's inbox (hash by identity: the hub holds a set of them)."""
+
+    scope: Scope
+    queue: asyncio.Queue[Event] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
+    stale: bool = False  # its queue overflowed: the page must reload
+
+    def offer(self, event: Event) -> None:
+        if self.stale or not self.scope.wants(event):
+            return
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.stale = True  # nothing more is queued; the stream sends "reload"
+
+
+class Hub:
+    """The process's one subscription to :data:`CHANNEL`, copied into every open stream's queue."""
+
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+        self.connected = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.received = 0
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ui.hub")
+
+    def subscribe(self, scope: Scope) -> Subscriber:
+        self.start()
+        subscriber = Subscriber(scope)
+        self.subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.discard(subscriber)
+
+    def dispatch(self, message: bytes | str) -> None:
+        text = message.decode() if isinstance(message, bytes) else message
+        stream_id, _, data = text.partition(" ")
+        try:
+            event = Event.parse(stream_id, data)
+        except (ValueError, KeyError):
+            log.warning("ui.bad_message", extra={"message": text[:200]})
+            return
+        self.received += 1
+        for subscriber in list(self.subscribers):
+            subscriber.offer(event)
+
+    async def _run(self) -> None:
+        while True:
+            client = aioredis.Redis.from_url(settings.REDIS_URL)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    self.connected.set()
+                    while True:
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=30.0)
+                        if message is not None and message.get("type") == "message":
+                            self.dispatch(message["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Events published while we were away are in the log: each open stream's
+                # page reloads its fragment on the next event it receives.
+                self.connected.clear()
+                for subscriber in list(self.subscribers):
+                    subscriber.stale = True
+                log.warning("ui.hub_disconnected", exc_info=True)
+                await asyncio.sleep(1.0)
+            finally:
+                await client.aclose()
+
+
+_hubs: dict[int, Hub] = {}
+
+
+def hub() -> Hub:
+    """This event loop's hub (one per process under uvicorn: one loop per worker)."""
+    loop = asyncio.get_running_loop()
+    found = _hubs.get(id(loop))
+    if found is None:
+        found = _hubs[id(loop)] = Hub()
+    return found
+
+
+def scope_of(xids: Iterable[int], wid: int | None = None) -> Scope:
+    return Scope(frozenset(xids), wid)

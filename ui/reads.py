@@ -1,0 +1,191 @@
+"""What the researcher's pages read: every query of ``ui.views`` is a function here.
+
+Permission first, through the API's own code: the experiment's ACLs are
+checked with ``xmc.api.reads`` / ``xmc.api.access`` (a caller who may not
+read it gets ``PermissionDenied``, which the views answer as 404, as they do
+a missing experiment or work unit), lists use the API's filter fields and
+``xmc.listing`` (the same AIP-160 parser, orders and page tokens), and
+readable experiments are ``experiments.acl.readable_q``. Rows are returned as
+plain dicts and small dataclasses for the templates; nothing here writes.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import CharField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Cast, Concat, JSONObject
+from django.utils import timezone
+
+from artifacts.models import Artifact
+from core.errors import InvalidArgument
+from experiments import acl
+from experiments.acl import Role
+from experiments.models import Experiment
+from workunits.choices import ExecutionState
+from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
+from xmc import listing
+from xmc.api import handlers, reads
+from xmc.auth.identity import Identity
+
+#: Work units one experiment page shows at most (the table sorts and filters in the page).
+MAX_UNITS = 5_000
+
+
+def role(identity: Identity, xid: int) -> tuple[Role, dict[str, Any]]:
+    """The caller's role on experiment ``xid`` and its row, after the read check (``PermissionDenied``)."""
+    row = reads.experiment(xid, identity, Role.READER)
+    return acl.role_of(identity, row.acls or {}), _experiment_dict(row)
+
+
+def readable_xids(identity: Identity, xids: Sequence[int]) -> list[int]:
+    """Those of ``xids`` the caller may read (the list page's event stream)."""
+    return list(Experiment.objects.filter(acl.readable_q(identity), id__in=list(xids)[:500])
+                .values_list("id", flat=True))
+
+
+def _experiment_dict(row: Any) -> dict[str, Any]:
+    return {column: getattr(row, column) for column in reads.ExperimentRow.COLUMNS}
+
+
+# --- The experiments list ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExperimentQuery:
+    """The list page's query string: every filter is here, so a URL can be shared."""
+
+    q: str = ""  # title contains
+    state: str = ""  # "active" | "inactive" | "failed" (a unit failed) | "running"
+    mine: bool = False
+    filter: str = ""  # AIP-160, the API's syntax and fields
+    order: str = "create_time desc"
+    page: str = ""
+    size: int = 50
+
+
+ORDER_CHOICES = {"create_time desc": "Newest", "create_time": "Oldest", "update_time desc": "Recently updated",
+                 "title": "Title"}
+STATE_CHOICES = {"": "Any state", "active": "Active", "running": "Running", "failed": "With failures",
+                 "inactive": "Finished"}
+
+
+def experiments_page(identity: Identity, query: ExperimentQuery) -> listing.Page[Any]:
+    """One page of the experiments the caller may read, filtered (``InvalidArgument`` on a bad filter)."""
+    queryset = Experiment.objects.filter(acl.readable_q(identity)).annotate(
+        api_name=Concat(Value("experiments/"), Cast("id", CharField()))
+    )
+    if query.q:
+        queryset = queryset.filter(title__icontains=query.q)
+    if query.mine:
+        queryset = queryset.filter(creator=identity.email)
+    if query.state == "active":
+        queryset = queryset.filter(active_state="ACTIVE")
+    elif query.state == "inactive":
+        queryset = queryset.filter(active_state="INACTIVE")
+    elif query.state == "running":
+        queryset = queryset.filter(child_state_counts__RUNNING__gt=0)
+    elif query.state == "failed":
+        queryset = queryset.filter(Q(child_state_counts__FAILED__gt=0) | Q(launch_state="FAILED"))
+    try:
+        return listing.list_page(
+            queryset, fields=handlers.EXPERIMENT_FIELDS, orderable=handlers.EXPERIMENT_ORDER,
+            filter=query.filter, order_by=query.order if query.order in ORDER_CHOICES else "",
+            page_size=query.size, page_token=query.page,
+            fingerprint=f"ui-experiments|{identity.email}|{query.q}|{query.state}|{query.mine}",
+            default_order=["create_time desc"],
+        )
+    except listing.ListingError as exc:
+        raise InvalidArgument(str(exc), field="filter") from None
+
+
+# --- One experiment's work units ---------------------------------------------------------------
+
+_CURRENT = WorkUnitExecution.objects.filter(work_unit=OuterRef("pk"), execution_state=ExecutionState.ACTIVE)
+_CURRENT_JSON = Subquery(_CURRENT.values(row=JSONObject(
+    eid="eid", state="state", create_time="create_time", update_time="update_time", complete_time="complete_time",
+    system_message="system_message", user_message="user_message",
+    scheduling_information="scheduling_information"))[:1])
+
+
+def work_units(xid: int, filter_text: str = "", wids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """The experiment's work units with their current execution, by wid (caller checked the role).
+
+    ``filter_text`` is the API's AIP-160 work unit filter (``state = RUNNING``).
+    """
+    queryset = handlers.work_units_of(xid).annotate(current=_CURRENT_JSON)
+    if filter_text.strip():
+        try:
+            queryset = queryset.filter(listing.compile_filter(filter_text, handlers.WORK_UNIT_FIELDS))
+        except listing.ListingError as exc:
+            raise InvalidArgument(str(exc), field="filter") from None
+    if wids is not None:
+        queryset = queryset.filter(wid__in=list(wids))
+    rows = queryset.order_by("wid").values("id", "wid", "executable", "urls", "tags", "notes", "create_time",
+                                          "current", "current_eid")[:MAX_UNITS]
+    out = []
+    for row in rows:
+        current = reads._json(row["current"]) or {}
+        for key in ("create_time", "update_time", "complete_time"):
+            if isinstance(current.get(key), str):
+                current[key] = datetime.fromisoformat(current[key])
+        row["current"] = current
+        out.append(row)
+    return out
+
+
+def artifacts(xid: int, wid: int | None = None) -> list[dict[str, Any]]:
+    """The artifacts attached to the experiment (``wid`` None) or to one work unit."""
+    queryset = Artifact.objects.filter(experiment_id=xid)
+    queryset = queryset.filter(work_unit__wid=wid) if wid is not None else queryset.filter(work_unit__isnull=True)
+    return list(queryset.order_by("-priority", "id").values("id", "url", "notes", "tags", "mime_type",
+                                                            "lifecycle_phase", "data_type", "create_time"))
+
+
+# --- One work unit -----------------------------------------------------------------------------
+
+@dataclass
+class ExecutionView:
+    eid: int
+    state: str
+    execution_state: str
+    create_time: datetime
+    complete_time: datetime | None
+    system_message: Mapping[str, Any] | None
+    user_message: Mapping[str, Any] | None
+    scheduling_information: Mapping[str, Any] | None
+    detailed_status: Mapping[str, Any] | None
+    metadata: Mapping[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def work_unit(xid: int, wid: int, identity: Identity) -> tuple[dict[str, Any], list[ExecutionView]]:
+    """The work unit and every execution (newest first) with its history (``NotFound`` when missing).
+
+    The access check comes first, with the API's order: a caller who may not
+    read the experiment learns nothing about the work unit.
+    """
+    reads.executions(xid, wid, identity)  # permission first; NotFound for a missing work unit
+    unit = (WorkUnit.objects.filter(experiment_id=xid, wid=wid)
+            .values("id", "wid", "executable", "urls", "tags", "notes", "create_time", "current_eid",
+                    "work_unit_type", "priority").get())
+    executions = [ExecutionView(history=[], **row) for row in WorkUnitExecution.objects.filter(
+        work_unit_id=unit["id"]).order_by("-eid").values(
+        "eid", "state", "execution_state", "create_time", "complete_time", "system_message", "user_message",
+        "scheduling_information", "detailed_status", "metadata")]
+    by_eid = {ex.eid: ex for ex in executions}
+    for row in StatusHistory.objects.filter(execution__work_unit_id=unit["id"]).order_by("time", "id").values(
+            "execution__eid", "time", "from_state", "to_state", "writer", "extra"):
+        by_eid[row.pop("execution__eid")].history.append(row)
+    return unit, executions
+
+
+def messages(xid: int, wid: int, limit: int = 200) -> list[dict[str, Any]]:
+    """The work unit's status messages, newest first."""
+    return list(StatusMessage.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("-id").values(
+        "id", "execution_id", "content", "severity", "source", "kind", "create_time")[:limit])
+
+
+def now() -> datetime:
+    return timezone.now()

@@ -1,0 +1,36 @@
+"""The researcher's pages, at the site root: exactly the URLs the xmanager client prints.
+
+``$XMANAGER_UI_URL/experiments/<xid>`` and ``.../workUnits/<wid>`` (the
+client's launch output and its artifact links). Mounted through
+``xmc.api.extensions.register_site`` from ``ui.apps.UiConfig.ready``. The
+``.../events`` paths are async views that ``xmc.asgi`` sends to Django's
+ASGI handler (`EVENT_PATHS`); everything else runs on the WSGI app.
+"""
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth.views import LogoutView
+from django.urls import URLPattern, path, re_path
+from django.views.generic import RedirectView
+
+from ui import events, views
+
+_ID = r"[0-9]{1,19}"
+#: The paths served on the event loop (xmc.asgi routes them to Django's ASGI handler).
+EVENT_PATHS = re.compile(rf"^/experiments(?:/{_ID})?/events$")
+
+urlpatterns: list[URLPattern] = [
+    path("", RedirectView.as_view(pattern_name="ui-experiments", permanent=False), name="ui-home"),
+    path("login", views.SignInView.as_view(), name="ui-login"),
+    path("logout", LogoutView.as_view(next_page="ui-login"), name="ui-logout"),
+    path("experiments", views.experiments, name="ui-experiments"),
+    path("experiments/events", events.experiments_events, name="ui-experiments-events"),
+    re_path(rf"^experiments/(?P<xid>{_ID})$", views.experiment, name="ui-experiment"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/events$", events.experiment_events, name="ui-experiment-events"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/actions$", views.act, name="ui-act"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs\.txt$", views.logs_download,
+            name="ui-logs-download"),
+]

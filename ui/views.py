@@ -1,0 +1,394 @@
+"""The researcher's pages: thin views over ``ui.reads`` (what they show) and the services (what they do).
+
+Who calls them: ``ui.urls`` at the URLs the xmanager client prints
+(``/experiments``, ``/experiments/<xid>``, ``/experiments/<xid>/workUnits/<wid>``).
+Every view signs the person in with the site's session (``/login``, the same
+users and throttling as ``xmanager login``), builds their `Identity` and asks
+``ui.reads``, which checks the API's ACL rules first: a caller who may not
+read an experiment, or a missing one or work unit, gets the same 404.
+Actions are CSRF-protected POSTs through the same service functions as the
+API's StopWorkUnit / RestartWorkUnit, after the same WRITER check, and are
+only offered to a caller who holds it. Templates print every user-written
+value as text (Django's autoescape); links only for http/https
+(``ui.present.safe_url``).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.views import LoginView
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse, reverse_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
+from experiments.acl import Role
+from k8s_bridge.logs import service as logs
+from ui import live, present, reads
+from workunits import services as wu_services
+from workunits import timeline
+from xmc.auth.identity import Identity, Unauthenticated, identity_for_email
+from xmc.auth.throttle import ThrottledAuthenticationForm
+
+log = logging.getLogger(__name__)
+
+View = Callable[..., HttpResponse]
+
+
+class SignInView(LoginView):
+    """``/login``: Django's username/password form with the login flow's throttling (``xmc.auth.throttle``)."""
+
+    template_name = "ui/login.html"
+    authentication_form = ThrottledAuthenticationForm
+    redirect_authenticated_user = True
+    next_page = reverse_lazy("ui-experiments")  # type: ignore[assignment]  # lazy str, as Django documents
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        return with_csp(super().dispatch(request, *args, **kwargs))
+
+
+def signed_in(view: View) -> View:
+    """Session required (else the sign-in page); passes the caller's `Identity`; API errors -> 404/400."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect(f"{reverse('ui-login')}?{urlencode({'next': request.get_full_path()})}")
+        email = str(getattr(request.user, "email", "") or "").strip()
+        if not email:
+            return render(request, "ui/error.html", {"message": "Your account has no email address; ask an "
+                                                                 "operator to set one."}, status=403)
+        try:
+            identity = identity_for_email(email)
+        except Unauthenticated as exc:
+            return render(request, "ui/error.html", {"message": str(exc)}, status=403)
+        try:
+            response = view(request, identity, *args, **kwargs)
+        except (NotFound, PermissionDenied, Http404):
+            # Permission first: someone else's experiment reads exactly as a missing one.
+            response = render(request, "ui/404.html", status=404)
+        return with_csp(response)
+
+    return wrapper
+
+
+#: No inline script or style, nothing from elsewhere: the vendored htmx and ui.js, ui.css, same-origin requests.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+def with_csp(response: HttpResponse) -> HttpResponse:
+    response["Content-Security-Policy"] = CSP
+    response["Referrer-Policy"] = "same-origin"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _ids(*values: str) -> list[int]:
+    out = [int(v) for v in values]
+    if any(v <= 0 or v > 2**63 - 1 for v in out):
+        raise Http404("not found")
+    return out
+
+
+# --- /experiments ---------------------------------------------------------------------------------
+
+@require_GET
+@signed_in
+def experiments(request: HttpRequest, identity: Identity) -> HttpResponse:
+    get = request.GET
+    query = reads.ExperimentQuery(q=get.get("q", "")[:200], state=get.get("state", ""), mine=get.get("mine") == "1",
+                                  filter=get.get("filter", "")[:2000], order=get.get("order", "create_time desc"),
+                                  page=get.get("page", "")[:2000])
+    error = ""
+    rows: list[dict[str, Any]] = []
+    next_page = ""
+    try:
+        page = reads.experiments_page(identity, query)
+        next_page = page.next_page_token
+        now = reads.now()
+        for e in page.items:
+            counts = e.child_state_counts or {}
+            severities = e.message_severity_counts or {}
+            rows.append({
+                "xid": e.id, "title": e.title, "creator": e.creator, "create_time": e.create_time,
+                "active": e.active_state, "launch": e.launch_state, "rollup": present.rollup(counts),
+                "units": sum(int(v) for v in counts.values()),
+                "errors": int(severities.get("ERROR", 0) or 0) + int(severities.get("CRITICAL", 0) or 0),
+                "warnings": int(severities.get("WARNING", 0) or 0),
+                "duration": present.duration(e.create_time, e.complete_time or now),
+            })
+    except InvalidArgument as exc:
+        error = str(exc)
+    params = {k: v for k, v in get.items() if k != "page"}
+    context = {
+        "query": query, "rows": rows, "error": error, "orders": reads.ORDER_CHOICES, "states": reads.STATE_CHOICES,
+        "next_url": f"?{urlencode({**params, 'page': next_page})}" if next_page else "",
+        "first_url": f"?{urlencode(params)}" if query.page else "",
+        "events_url": f"{reverse('ui-experiments-events')}?"
+                      + urlencode({"since": live.top_id(), "x": ",".join(str(r["xid"]) for r in rows)}),
+        "me": identity.email,
+    }
+    return render(request, "ui/experiments.html", context)
+
+
+# --- /experiments/<xid> -------------------------------------------------------------------------
+
+def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dict[str, str]) -> dict[str, Any]:
+    current = unit["current"] or {}
+    state = str(current.get("state") or "")
+    started = current.get("create_time")
+    ended = current.get("complete_time") or (now if state not in present.TERMINAL else current.get("update_time"))
+    last = present.text_of(current.get("user_message")) or present.text_of(current.get("system_message"))
+    return {
+        "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
+        "why": present.why_not_running(state, current, present.queue_name(unit["executable"])),
+        "last": last, "started": started, "duration": present.duration(started, ended),
+        "cells": [args.get(name, "") for name in varying], "stoppable": state not in present.TERMINAL
+        and state != "STOPPING", "links": present.links(unit["urls"]),
+    }
+
+
+def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[str, Any]:
+    role, exp = reads.role(identity, xid)
+    error = ""
+    try:
+        units = reads.work_units(xid, filter_text)
+    except InvalidArgument as exc:
+        units, error = [], str(exc)
+    args = [present.job_args(u["executable"]) for u in units]
+    varying, shared = present.sweep(args)
+    now = reads.now()
+    rows = [_unit_row(u, now, varying, a) for u, a in zip(units, args)]
+    counts = exp["child_state_counts"] or {}
+    return {
+        "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
+        "filter": filter_text, "rollup": present.rollup(counts), "units": sum(int(v) for v in counts.values()),
+        "can_write": role >= Role.WRITER, "links": present.links(exp["urls"]),
+        "artifacts": [{**a, "href": present.safe_url((a["url"] or {}).get("url")),
+                       "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"}
+                      for a in reads.artifacts(xid)],
+        "duration": present.duration(exp["create_time"], exp["complete_time"] or now),
+        "events_url": f"{reverse('ui-experiment-events', args=[xid])}?{urlencode({'since': live.top_id()})}",
+    }
+
+
+@require_GET
+@signed_in
+def experiment(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
+    (x,) = _ids(xid)
+    context = _experiment_context(identity, x, request.GET.get("filter", "")[:2000])
+    fragment = request.GET.get("fragment")
+    if fragment == "summary":
+        return render(request, "ui/_experiment_summary.html", context)
+    if fragment == "row":
+        wid = int(request.GET.get("wid", "0") or 0)
+        row = next((r for r in context["rows"] if r["wid"] == wid), None)
+        if row is None:
+            raise Http404("not found")
+        return render(request, "ui/_unit_row.html", {**context, "row": row})
+    return render(request, "ui/experiment.html", context)
+
+
+_ACTIONS: dict[str, tuple[str, Callable[..., Any]]] = {
+    "stop": ("Stop", wu_services.stop_work_units),
+    "restart": ("Restart", wu_services.restart_work_units),
+}
+
+
+@require_POST
+@signed_in
+def act(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
+    """Bulk stop / restart of the selected work units: a confirmation page, then one result per unit."""
+    (x,) = _ids(xid)
+    role, exp = reads.role(identity, x)
+    action = request.POST.get("action", "")
+    if action not in _ACTIONS:
+        return render(request, "ui/error.html", {"message": "Unknown action."}, status=400)
+    if role < Role.WRITER:
+        return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
+    wids = sorted({int(w) for w in request.POST.getlist("wid") if w.isdigit()})[:reads.MAX_UNITS]
+    label, service = _ACTIONS[action]
+    context: dict[str, Any] = {"xid": x, "exp": exp, "action": action, "label": label, "wids": wids}
+    if not wids:
+        context["message"] = "Select at least one work unit."
+        return render(request, "ui/confirm.html", context, status=400)
+    if request.POST.get("confirm") != "yes":
+        return render(request, "ui/confirm.html", context)
+    requester = wu_services.Requester(email=identity.email)
+    results = []
+    for wid in wids:
+        try:
+            op = service(x, [wid], batch=False, requester=requester)
+            results.append({"wid": wid, "ok": True, "text": f"{label.lower()} requested (operation {op.id})"})
+        except ServiceError as exc:
+            results.append({"wid": wid, "ok": False, "text": str(exc)})
+    log.info("ui.action", extra={"xid": x, "action": action, "count": len(wids), "by": identity.email})
+    return render(request, "ui/result.html", {**context, "results": results})
+
+
+# --- /experiments/<xid>/workUnits/<wid> ------------------------------------------------------------
+
+def _timeline(history: list[dict[str, Any]], end: datetime, title: str) -> str:
+    return timeline.svg(timeline.segments([(h["time"], h["to_state"]) for h in history], end), title=title)
+
+
+def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]:
+    role, exp = reads.role(identity, xid)
+    unit, executions = reads.work_unit(xid, wid, identity)
+    now = reads.now()
+    views = []
+    for ex in executions:
+        end = ex.complete_time or (ex.history[-1]["time"] if ex.state in present.TERMINAL and ex.history else now)
+        failed = ex.state in ("FAILED", "PARTIALLY_FAILED")
+        failure = (ex.system_message or {}) if failed else None
+        views.append({
+            "ex": ex, "words": present.words(ex.state), "duration": present.duration(ex.create_time, end),
+            "timeline": _timeline(ex.history, end, f"execution {ex.eid}") if ex.history else "",
+            "why": present.why_not_running(ex.state, {"scheduling_information": ex.scheduling_information,
+                                                      "system_message": ex.system_message},
+                                           present.queue_name(unit["executable"])),
+            "failed": failed, "failure": failure, "failure_trace": ((failure or {}).get("auxiliaryInfo") or {}).get("stackTrace", ""),
+            "failure_link": present.safe_url((failure or {}).get("userFacingUrl")),
+            "system": present.text_of(ex.system_message), "user": present.text_of(ex.user_message),
+            "scheduling": present.text_of(ex.scheduling_information),
+            "details": present.pretty_json(ex.detailed_status), "metadata": present.pretty_json(ex.metadata),
+        })
+    current = views[0] if views else None
+    messages = [{**m, "text": present.text_of(m["content"]),
+                 "link": present.safe_url(m["content"].get("userFacingUrl")),
+                 "trace": str((m["content"].get("auxiliaryInfo") or {}).get("stackTrace") or "")}
+                for m in reads.messages(xid, wid)]
+    state = current["ex"].state if current else ""
+    return {
+        "xid": xid, "wid": wid, "exp": exp, "unit": unit, "executions": views, "current": current,
+        "state": state, "words": present.words(state), "messages": messages,
+        "args": present.job_args(unit["executable"]), "env": present.job_env(unit["executable"]),
+        "queue": present.queue_name(unit["executable"]), "links": present.links(unit["urls"]),
+        "artifacts": [{**a, "href": present.safe_url((a["url"] or {}).get("url")),
+                       "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"}
+                      for a in reads.artifacts(xid, wid)],
+        "can_write": role >= Role.WRITER, "stoppable": state not in present.TERMINAL and state != "STOPPING",
+        "executable": present.pretty_json(unit["executable"]),
+        "events_url": f"{reverse('ui-experiment-events', args=[xid])}?{urlencode({'since': live.top_id(), 'wid': wid})}",
+    }
+
+
+@require_GET
+@signed_in
+def work_unit(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
+    x, w = _ids(xid, wid)
+    context = _work_unit_context(identity, x, w)
+    if request.GET.get("fragment") == "main":
+        return render(request, "ui/_work_unit_main.html", context)
+    return render(request, "ui/work_unit.html", context)
+
+
+# --- The logs panel -----------------------------------------------------------------------------
+
+#: Lines one panel page shows; "older" asks for the next page (never the whole 10 MiB).
+LOG_PAGE = 500
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?$")
+
+
+def _log_query(request: HttpRequest) -> tuple[int, str | None, str | None, int]:
+    get = request.GET
+    eid = int(get.get("eid", "0") or 0) if (get.get("eid", "0") or "0").isdigit() else 0
+    replica = get.get("replica") or None
+    container = get.get("container") or None
+    for value in (replica, container):
+        if value is not None and value != logs.ALL_REPLICAS and not _NAME.match(value):
+            raise Http404("not found")
+    pages = get.get("pages", "1")
+    return eid, replica, container, max(1, min(int(pages) if pages.isdigit() else 1, 400))
+
+
+def _highlight(text: str, needle: str) -> list[tuple[str, bool]]:
+    """``text`` cut into (piece, is_match) for the template to print as text, matches in <mark>."""
+    if not needle:
+        return [(text, False)]
+    out, pattern = [], re.compile(re.escape(needle), re.IGNORECASE)
+    last = 0
+    for match in pattern.finditer(text):
+        out.append((text[last:match.start()], False))
+        out.append((match.group(0), True))
+        last = match.end()
+    out.append((text[last:], False))
+    return [piece for piece in out if piece[0]]
+
+
+@require_GET
+@signed_in
+def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
+    """The panel (``hx-get`` from the work unit page): the last pages of one replica's container log."""
+    x, w = _ids(xid, wid)
+    unit, executions = reads.work_unit(x, w, identity)
+    eid, replica, container, pages = _log_query(request)
+    eid = eid or unit["current_eid"]
+    execution = next((ex for ex in executions if ex.eid == eid), None)
+    if execution is None:
+        raise Http404("not found")
+    needle = request.GET.get("q", "")[:200]
+    timestamps = request.GET.get("ts") == "1"
+    follow = request.GET.get("follow") == "1"
+    namespace = str((execution.metadata or {}).get("namespace") or settings.XMC_K8S_NAMESPACE)
+    error, stream = "", None
+    lines: list[dict[str, Any]] = []
+    more = False
+    try:
+        stream = logs.open_logs(x, w, eid, namespace, logs.LogQuery(replica=replica, container=container,
+                                                                    tail_lines=LOG_PAGE * pages + 1))
+        got = list(stream.lines)
+        more = len(got) > LOG_PAGE * pages
+        lines = [{"ts": line.timestamp, "replica": line.replica, "pieces": _highlight(line.text, needle),
+                  "match": bool(needle) and needle.lower() in line.text.lower()}
+                 for line in got[-LOG_PAGE * pages:]]
+    except ServiceError as exc:
+        error = str(exc)
+    params = {k: v for k, v in request.GET.items()}
+    context = {
+        "xid": x, "wid": w, "eid": eid, "eids": [ex.eid for ex in executions], "stream": stream, "lines": lines,
+        "error": error, "q": needle, "ts": timestamps, "follow": follow, "more": more, "pages": pages,
+        "older_url": "?" + urlencode({**params, "pages": pages + 1}),
+        "download_url": reverse("ui-logs-download", args=[x, w]) + "?" + urlencode(
+            {k: v for k, v in {"eid": eid, "replica": stream.replica if stream else "",
+                               "container": stream.container if stream else ""}.items() if v}),
+        "matches": sum(1 for line in lines if line["match"]),
+    }
+    return render(request, "ui/_logs.html", context)
+
+
+@require_GET
+@signed_in
+def logs_download(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
+    """The whole log of one replica's container as a text file (streamed, up to the service's cap)."""
+    x, w = _ids(xid, wid)
+    unit, executions = reads.work_unit(x, w, identity)
+    eid, replica, container, _ = _log_query(request)
+    eid = eid or unit["current_eid"]
+    execution = next((ex for ex in executions if ex.eid == eid), None)
+    if execution is None:
+        raise Http404("not found")
+    namespace = str((execution.metadata or {}).get("namespace") or settings.XMC_K8S_NAMESPACE)
+    try:
+        stream = logs.open_logs(x, w, eid, namespace, logs.LogQuery(replica=replica, container=container))
+    except ServiceError as exc:
+        return render(request, "ui/error.html", {"message": str(exc)}, status=503)
+
+    def body() -> Iterator[bytes]:
+        for line in stream.lines:
+            yield f"{line.timestamp} {line.text}\n".encode() if request.GET.get("ts") == "1" else \
+                f"{line.text}\n".encode()
+
+    response = StreamingHttpResponse(body(), content_type="text/plain; charset=utf-8")
+    name = f"xmc-{x}-{w}-{eid}-{stream.replica}-{stream.container}.log".replace('"', "")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
