@@ -69,26 +69,27 @@ def _event(transition: Any) -> str:
                       separators=(",", ":"))
 
 
-def publish(transitions: Sequence[Any]) -> list[str]:
-    """Log and publish committed ``transitions`` (``workunits.hooks.Transition``); the stream ids.
+def publish(transitions: Sequence[Any]) -> None:
+    """Log and publish committed ``transitions`` (``workunits.hooks.Transition``).
 
     Registered into ``workunits.hooks.committed_hooks``: called after the
     writer's commit. A Redis failure is logged and swallowed.
     """
     if not transitions:
-        return []
+        return
     try:
-        ids = _client().eval(_PUBLISH_LUA, 2, STREAM, CHANNEL, STREAM_MAX, *(_event(t) for t in transitions))
+        ids: Any = _client().eval(_PUBLISH_LUA, 2, STREAM, CHANNEL, str(STREAM_MAX),
+                                  *(_event(t) for t in transitions))
     except redis.RedisError:
         log.warning("ui.publish_failed", extra={"count": len(transitions)}, exc_info=True)
-        return []
-    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+        return
+    log.debug("ui.published", extra={"ids": ids})
 
 
 def top_id() -> str:
     """The newest id in the log ("0-0" when empty or Redis is down): a page renders with it as ``since``."""
     try:
-        newest = _client().xrevrange(STREAM, count=1)
+        newest: Any = _client().xrevrange(STREAM, count=1)
     except redis.RedisError:
         return "0-0"
     return newest[0][0].decode() if newest else "0-0"
@@ -148,8 +149,9 @@ class Replay:
 def replay(since: str, scope: Scope) -> Replay:
     """The events after ``since`` that ``scope`` wants, from the log (sync: one or two Redis reads)."""
     client = _client()
+    rows: Any
     try:
-        oldest = client.xrange(STREAM, count=1)
+        oldest: Any = client.xrange(STREAM, count=1)
         if since != "0-0" and oldest and stream_key(oldest[0][0].decode()) > stream_key(since):
             # `since` itself was trimmed from the log: what followed it may be too.
             return Replay([], reload=True)

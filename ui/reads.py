@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import CharField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast, Concat, JSONObject
@@ -37,7 +37,8 @@ MAX_UNITS = 5_000
 def role(identity: Identity, xid: int) -> tuple[Role, dict[str, Any]]:
     """The caller's role on experiment ``xid`` and its row, after the read check (``PermissionDenied``)."""
     row = reads.experiment(xid, identity, Role.READER)
-    return acl.role_of(identity, row.acls or {}), _experiment_dict(row)
+    acls: dict[str, Any] = getattr(row, "acls", None) or {}
+    return acl.role_of(identity, acls), _experiment_dict(row)
 
 
 def readable_xids(identity: Identity, xids: Sequence[int]) -> list[int]:
@@ -139,8 +140,9 @@ def artifacts(xid: int, wid: int | None = None) -> list[dict[str, Any]]:
     """The artifacts attached to the experiment (``wid`` None) or to one work unit."""
     queryset = Artifact.objects.filter(experiment_id=xid)
     queryset = queryset.filter(work_unit__wid=wid) if wid is not None else queryset.filter(work_unit__isnull=True)
-    return list(queryset.order_by("-priority", "id").values("id", "url", "notes", "tags", "mime_type",
-                                                            "lifecycle_phase", "data_type", "create_time"))
+    rows = queryset.order_by("-priority", "id").values("id", "url", "notes", "tags", "mime_type", "lifecycle_phase",
+                                                       "data_type", "create_time")
+    return cast(list[dict[str, Any]], list(rows))
 
 
 # --- One work unit -----------------------------------------------------------------------------
@@ -167,9 +169,9 @@ def work_unit(xid: int, wid: int, identity: Identity) -> tuple[dict[str, Any], l
     read the experiment learns nothing about the work unit.
     """
     reads.executions(xid, wid, identity)  # permission first; NotFound for a missing work unit
-    unit = (WorkUnit.objects.filter(experiment_id=xid, wid=wid)
-            .values("id", "wid", "executable", "urls", "tags", "notes", "create_time", "current_eid",
-                    "work_unit_type", "priority").get())
+    unit = cast(dict[str, Any], WorkUnit.objects.filter(experiment_id=xid, wid=wid).values(
+        "id", "wid", "executable", "urls", "tags", "notes", "create_time", "current_eid", "work_unit_type",
+        "priority").get())
     executions = [ExecutionView(history=[], **row) for row in WorkUnitExecution.objects.filter(
         work_unit_id=unit["id"]).order_by("-eid").values(
         "eid", "state", "execution_state", "create_time", "complete_time", "system_message", "user_message",
@@ -177,14 +179,16 @@ def work_unit(xid: int, wid: int, identity: Identity) -> tuple[dict[str, Any], l
     by_eid = {ex.eid: ex for ex in executions}
     for row in StatusHistory.objects.filter(execution__work_unit_id=unit["id"]).order_by("time", "id").values(
             "execution__eid", "time", "from_state", "to_state", "writer", "extra"):
-        by_eid[row.pop("execution__eid")].history.append(row)
+        item: dict[str, Any] = dict(row)
+        by_eid[int(item.pop("execution__eid"))].history.append(item)
     return unit, executions
 
 
 def messages(xid: int, wid: int, limit: int = 200) -> list[dict[str, Any]]:
     """The work unit's status messages, newest first."""
-    return list(StatusMessage.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("-id").values(
-        "id", "execution_id", "content", "severity", "source", "kind", "create_time")[:limit])
+    rows = StatusMessage.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("-id").values(
+        "id", "execution_id", "content", "severity", "source", "kind", "create_time")[:limit]
+    return cast(list[dict[str, Any]], list(rows))
 
 
 def now() -> datetime:

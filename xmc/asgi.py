@@ -60,6 +60,6 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
     elif scope["type"] == "http" and is_async_path(scope.get("path", "")):
-        await django_asgi(scope, receive, send)
+        await django_asgi(scope, receive, send)  # type: ignore[arg-type]
     else:
         await threaded(scope, receive, send)  # type: ignore[arg-type]

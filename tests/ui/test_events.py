@@ -1,0 +1,125 @@
+"""The pages' event streams through a real ASGI server: a committed transition reaches an open stream.
+
+uvicorn serves ``xmc.asgi:application``; the transition is committed by the
+services and handed to the committed hooks as the reconciler does, so it
+goes through Redis (``ui.live.publish``) and the web process's one
+subscription to the open stream.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests import factories
+from tests.ui import pages
+from tests.ui.asgi_server import asgi_server  # noqa: F401 - fixture
+from ui import live
+from xmc.auth.tokens import issue_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ALICE, BOB = "alice@example.com", "bob@example.com"
+
+
+class Reader(threading.Thread):
+    """Reads an SSE response line by line into ``events`` as (id, event, data, arrival time)."""
+
+    def __init__(self, response: requests.Response) -> None:
+        super().__init__(daemon=True)
+        self.response = response
+        self.events: list[tuple[str, str, str, float]] = []
+        self.opened = threading.Event()
+
+    def run(self) -> None:
+        current: dict[str, str] = {}
+        try:
+            for raw in self.response.iter_lines(chunk_size=1, decode_unicode=True):
+                self.opened.set()
+                if raw == "":
+                    if "event" in current:
+                        self.events.append((current.get("id", ""), current["event"], current.get("data", ""),
+                                            time.monotonic()))
+                    current = {}
+                elif not raw.startswith(":"):
+                    key, _, value = raw.partition(":")
+                    current[key] = value.strip()
+        except Exception:  # the test closed the response
+            return
+
+    def wait_for(self, name: str, timeout: float = 5.0) -> tuple[str, str, str, float]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events:
+                if event[1] == name:
+                    return event
+            time.sleep(0.01)
+        raise AssertionError(f"no {name!r} event in {timeout} s; got {[e[1] for e in self.events]}")
+
+
+def _open(url: str, **headers: str) -> Iterator[Reader]:
+    response = requests.get(url, headers={"Accept": "text/event-stream", **headers}, stream=True, timeout=10)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    reader = Reader(response)
+    reader.start()
+    try:
+        reader.wait_for("hello")
+        yield reader
+    finally:
+        response.close()
+
+
+def test_it_delivers_a_committed_transition_to_an_open_stream_within_a_second(asgi_server: str) -> None:
+    exp = factories.experiment(creator=ALICE)
+    factories.work_unit(exp)
+    token = issue_token(ALICE)
+    for reader in _open(f"{asgi_server}/experiments/{exp.id}/events", Authorization=f"Bearer {token}"):
+        started = time.monotonic()
+        pages.move(exp.id, 1, 1, "SCHEDULING")
+        event_id, name, data, arrived = reader.wait_for("wu-1")
+        assert arrived - started < 1.0
+        assert '"new":"SCHEDULING"' in data and event_id
+        assert reader.wait_for("experiment")[2] == f'{{"xid":{exp.id}}}'
+
+
+def test_it_replays_what_a_reconnecting_stream_missed_from_last_event_id(asgi_server: str) -> None:
+    exp = factories.experiment(creator=ALICE)
+    factories.work_unit(exp)
+    token = issue_token(ALICE)
+    since = live.top_id()
+    pages.move(exp.id, 1, 1, "SCHEDULING", "STARTING")
+    for reader in _open(f"{asgi_server}/experiments/{exp.id}/events", Authorization=f"Bearer {token}",
+                        **{"Last-Event-ID": since}):
+        states = [e[2] for e in reader.events if e[1] == "wu-1"]
+        assert len(states) == 2 and '"new":"SCHEDULING"' in states[0] and '"new":"STARTING"' in states[1]
+
+
+def test_it_tells_a_page_to_reload_when_the_log_no_longer_reaches_back(asgi_server: str) -> None:
+    exp = factories.experiment(creator=ALICE)
+    token = issue_token(ALICE)
+    factories.work_unit(exp)
+    pages.move(exp.id, 1, 1, "SCHEDULING")
+    for reader in _open(f"{asgi_server}/experiments/{exp.id}/events", Authorization=f"Bearer {token}",
+                        **{"Last-Event-ID": "1-0"}):
+        assert reader.wait_for("reload")
+
+
+def test_it_answers_404_to_a_stranger_and_401_without_credentials(asgi_server: str) -> None:
+    exp = factories.experiment(creator=BOB)
+    stranger = requests.get(f"{asgi_server}/experiments/{exp.id}/events",
+                            headers={"Authorization": f"Bearer {issue_token(ALICE)}"}, timeout=10)
+    assert stranger.status_code == 404
+    assert requests.get(f"{asgi_server}/experiments/{exp.id}/events", timeout=10).status_code == 401
+
+
+def test_it_keeps_serving_the_rest_api_and_pages_on_the_threaded_wsgi_side(asgi_server: str) -> None:
+    exp = factories.experiment(creator=ALICE, title="over asgi")
+    token = issue_token(ALICE)
+    api = requests.get(f"{asgi_server}/v1/experiments/{exp.id}", headers={"Authorization": f"Bearer {token}"},
+                       timeout=10)
+    assert api.status_code == 200 and api.json()["title"] == "over asgi"
+    assert requests.get(f"{asgi_server}/healthz", timeout=10).status_code == 200
+    assert requests.get(f"{asgi_server}/experiments", allow_redirects=False, timeout=10).status_code == 302
