@@ -62,12 +62,17 @@ def _duration(delta: timedelta) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def svg(bands: Sequence[Segment], *, title: str) -> str:
-    """One lane of bands as a standalone ``<svg>`` element (text escaped)."""
+def svg(bands: Sequence[Segment], *, title: str, inline_style: bool = True) -> str:
+    """One lane of bands as a standalone ``<svg>`` element (text escaped).
+
+    ``inline_style=False`` leaves out the ``style`` attribute (max-width 100%) for
+    pages whose Content-Security-Policy forbids inline styles; their stylesheet sizes
+    ``.xmc-timeline`` instead (the researcher's pages, ``ui/static/ui/ui.css``).
+    """
     height = LANE + 2 * PAD + 16
+    style = ' style="max-width: 100%; height: auto"' if inline_style else ""
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="xmc-timeline" role="img" '
-             f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
-             f'style="max-width: 100%; height: auto">',
+             f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}"{style}>',
              f"<title>{escape(title)}</title>"]
     if not bands:
         parts.append(f'<text x="{PAD}" y="{PAD + 20}" font-size="12">no status history</text></svg>')

@@ -30,8 +30,17 @@ def asgi_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     # The test settings run on the public development secret, which the servers' deploy
     # check refuses (rightly); the check itself is tested in tests/system/test_deploy_checks.py.
     monkeypatch.setattr(checks, "require_deploy_checks", lambda: None)
-    from xmc.asgi import application
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
+    from xmc.asgi import application as xmc_application
+
+    # Static files from the apps' folders (collectstatic has not run for the tests).
+    application = ASGIStaticFilesHandler(xmc_application)
+
+    # The server's worker threads (a2wsgi's pool) would keep persistent connections
+    # (CONN_MAX_AGE) for as long as they live, which holds the test database open:
+    # every request closes its connection at its end instead.
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))
@@ -44,11 +53,4 @@ def asgi_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
-    connections.close_all()
-    # The server's worker threads (a2wsgi's pool, asgiref's thread for sync code) keep their
-    # persistent connections (CONN_MAX_AGE) until they exit, which a daemon pool never does:
-    # end those sessions, or the test database cannot be dropped.
-    with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
     connections.close_all()
