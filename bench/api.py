@@ -6,7 +6,10 @@ Starts, each in its own process and on a throw-away database: the real gRPC
 server (``manage.py grpcserver``), two more of them sharing one port
 (``--reuse-port``: the kernel spreads connections over the processes), the
 web app under gunicorn, and a bare grpcio echo server with the same thread
-pool (the baseline: what gRPC itself costs on this machine). Then drives each
+pool (the baseline: what gRPC itself costs on this machine). The web app runs
+twice: under ``gunicorn xmc.wsgi --threads`` (the server it had) and under the
+production ASGI entry (``xmc.asgi``: uvicorn workers, the WSGI app in a thread
+pool), so the REST rows compare the two in the same run. Then drives each
 with the same number of client threads, each thread on its own channel (its
 own TCP connection, so the two-process port sees several connections), and
 prints throughput, p50 and p99 latency, and the ratio of each to the echo
@@ -114,6 +117,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=16, help="server thread pool size")
+    parser.add_argument("--rows", default="", help="only the rows whose name contains this (e.g. rest)")
     parser.add_argument("--echo-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
@@ -135,7 +139,8 @@ def main() -> None:
                # Metered, never refused: the limiter's cost is part of every call.
                "XMC_RATE_LIMIT_PER_S": "1000000", "XMC_RATE_LIMIT_BURST": "1000000",
                "XMC_GRPC_MAX_WORKERS": str(args.workers), "XMC_LOG_LEVEL": "WARNING"}
-        ports = {"grpc": free_port(), "grpc2": free_port(), "web": free_port(), "echo": free_port()}
+        ports = {"grpc": free_port(), "grpc2": free_port(), "web": free_port(), "echo": free_port(),
+                 "asgi": free_port()}
 
         def grpcserver(port: int, *extra: str) -> subprocess.Popen[bytes]:
             return subprocess.Popen([sys.executable, "manage.py", "grpcserver", "--host", "127.0.0.1",
@@ -149,6 +154,12 @@ def main() -> None:
                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL),
             subprocess.Popen([sys.executable, str(Path(__file__)), "--echo-server", str(ports["echo"]),
                               "--workers", str(args.workers)], cwd=ROOT / "bench", env=env),
+            # The production web process: the same two workers, each with the same threads for the WSGI side.
+            subprocess.Popen([sys.executable, "-m", "gunicorn", "xmc.asgi:application", "-k",
+                              "uvicorn_worker.UvicornWorker", "-b", f"127.0.0.1:{ports['asgi']}", "-w", "2",
+                              "--log-level", "warning"],
+                             cwd=ROOT, env={**env, "XMC_WEB_THREADS": str(args.workers // 2)},
+                             stdout=subprocess.DEVNULL),
         ]
         try:
             for proc, port in zip(procs, ports.values()):
@@ -182,6 +193,7 @@ def main() -> None:
                 return channel_to(ports["echo"]).unary_unary(ECHO)(payload)
 
             base = f"http://127.0.0.1:{ports['web']}/v1"
+            asgi_base = f"http://127.0.0.1:{ports['asgi']}/v1"
             session_local = threading.local()
 
             def session() -> http.Session:
@@ -219,7 +231,21 @@ def main() -> None:
                     session().get(f"{base}/{exp.name}/workUnits/1")), n, c),
                 "rest CreateWorkUnit": lambda: drive("rest CreateWorkUnit", lambda i: check(session().post(
                     f"{base}/{exp.name}/workUnits", json=body)), n // 2, c),
+                "rest asgi GetWorkUnit": lambda: drive("rest asgi GetWorkUnit", lambda i: check(
+                    session().get(f"{asgi_base}/{exp.name}/workUnits/1")), n, c),
+                "rest asgi CreateWorkUnit": lambda: drive("rest asgi CreateWorkUnit", lambda i: check(session().post(
+                    f"{asgi_base}/{exp.name}/workUnits", json=body)), n // 2, c),
             }
+            # The two web servers in A B B A order per method: this machine's speed drifts
+            # within a run, and the mean of each server's two runs cancels a steady drift.
+            for method in ("GetWorkUnit", "CreateWorkUnit"):
+                rows[f"rest asgi {method} #2"] = rows[f"rest asgi {method}"]
+                rows[f"rest {method} #2"] = rows[f"rest {method}"]
+            order = ["grpc GetWorkUnit", "grpc CreateWorkUnit", "grpc x2 GetWorkUnit", "grpc x2 CreateWorkUnit",
+                     "rest GetWorkUnit", "rest asgi GetWorkUnit", "rest asgi GetWorkUnit #2", "rest GetWorkUnit #2",
+                     "rest CreateWorkUnit", "rest asgi CreateWorkUnit", "rest asgi CreateWorkUnit #2",
+                     "rest CreateWorkUnit #2"]
+            rows = {name: rows[name] for name in order if args.rows in name}
             # The echo baseline runs before and after every row, and each row is compared with
             # the mean of the two echo runs around it: this machine's speed drifts by tens of
             # percent within a minute, and a single echo run at the start made the ratios drift too.
@@ -246,11 +272,25 @@ def main() -> None:
                 b = baselines[name]
                 print(f"  {name:<28} throughput {r['rps'] / b['rps']:6.3f}x   "
                       f"p50 {r['p50'] / b['p50']:7.1f}x   p99 {r['p99'] / b['p99']:7.1f}x")
+            for method in ("GetWorkUnit", "CreateWorkUnit"):
+                names = [f"rest {method}", f"rest asgi {method}", f"rest asgi {method} #2", f"rest {method} #2"]
+                if all(name in results for name in names):
+                    def mean(a: str, b: str, key: str) -> float:
+                        return (results[a][key] + results[b][key]) / 2
+                    wsgi = {k: mean(names[0], names[3], k) for k in ("rps", "p50", "p99")}
+                    asgi = {k: mean(names[1], names[2], k) for k in ("rps", "p50", "p99")}
+                    print(f"  REST under ASGI (xmc.asgi) vs gunicorn --threads, A B B A: {method} throughput "
+                          f"{asgi['rps'] / wsgi['rps']:.2f}x, p50 {asgi['p50'] / wsgi['p50']:.2f}x, "
+                          f"p99 {asgi['p99'] / wsgi['p99']:.2f}x")
             for target in ("grpc GetWorkUnit", "grpc CreateWorkUnit"):
+                if target not in results:
+                    continue
                 goal = 0.25 if "Get" in target else 0.1
                 ratio = results[target]["rps"] / baselines[target]["rps"]
                 print(f"  target {target}: >= {goal}x echo -> {ratio:.3f}x {'met' if ratio >= goal else 'NOT met'}")
             for method in ("GetWorkUnit", "CreateWorkUnit"):
+                if f"grpc x2 {method}" not in results or f"grpc {method}" not in results:
+                    continue
                 scale = results[f"grpc x2 {method}"]["rps"] / results[f"grpc {method}"]["rps"]
                 print(f"  2 processes on one port (--reuse-port) vs 1: {method} {scale:.2f}x")
             for ch in channels:

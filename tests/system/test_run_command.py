@@ -76,7 +76,8 @@ def test_it_starts_every_process_and_stops_them_with_the_services_it_started(tmp
     for name in ("web", "simulator", "grpc", "mlrun", "worker", "beat", "reconciler"):
         assert f"run: {name}" in result.stdout
     for line in ("export XMANAGER_ENDPOINT=", "export XMC_AUTH_TOKEN=", "export XMC_API_URL=", "export KUBECONFIG=",
-                 "export XMANAGER_DASHBOARD_ENDPOINT=127.0.0.1:", "export XMC_DASHBOARD_ENDPOINT=127.0.0.1:"):
+                 "export XMANAGER_DASHBOARD_ENDPOINT=127.0.0.1:", "export XMC_DASHBOARD_ENDPOINT=127.0.0.1:",
+                 "export XMANAGER_UI_URL="):
         assert line in result.stdout
     # It stopped the Postgres and Redis it started for itself ...
     assert not (tmp_path / "pg" / "postmaster.pid").exists()
@@ -161,6 +162,12 @@ def test_it_runs_on_embedded_services_and_goes_away_on_sigterm(tmp_path: Path) -
         # The admin is styled: its CSS is served outside debug.
         status, body, ctype = _get(f"{api}/static/admin/css/base.css")
         assert status == 200 and "text/css" in ctype and b"body" in body
+        # The researcher's pages and their pinned htmx, served by the ASGI web process.
+        ui = next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("export XMANAGER_UI_URL="))
+        status, body, ctype = _get(f"{ui}/login")
+        assert status == 200 and b'name="password"' in body
+        status, body, ctype = _get(f"{ui}/static/ui/vendor/htmx-2.0.11.min.js")
+        assert status == 200 and "javascript" in ctype
         # A management command reaches the same database as the running system.
         manage = subprocess.run(
             ["./dev", "manage", "shell", "-c",
