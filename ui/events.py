@@ -26,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
 from core.errors import NotFound, PermissionDenied
@@ -44,17 +44,33 @@ HEARTBEAT_S = 15.0
 MAX_STREAM_S = 3600.0
 
 
-def _identity(request: HttpRequest, user: Any) -> Identity:
+def _identity(request: HttpRequest) -> Identity:
     header = request.headers.get("Authorization")
     if header:
         return authenticate_bearer(header)
+    user = request.user  # the session's user (AuthenticationMiddleware): one query, here, in this thread
     if not user.is_authenticated or not str(getattr(user, "email", "") or "").strip():
         raise Unauthenticated("sign in, or send Authorization: Bearer <token>")
-    return identity_for_email(user.email)
+    return identity_for_email(str(getattr(user, "email", "")))
 
 
-def _check(identity: Identity, xid: int) -> None:
-    api_reads.require_experiment_role(xid, identity, Role.READER)
+def _authorize(request: HttpRequest, xid: int | None, wanted: list[int]) -> list[int]:
+    """The experiments the stream may show, after the checks; the thread's connections closed after.
+
+    Runs in the request's thread for sync code (``sync_to_async``). A stream
+    lasts up to an hour and Django returns a request's database connection
+    only when the request finishes: without the close every open stream would
+    hold a connection of its own.
+    """
+    try:
+        identity = _identity(request)
+        if xid is not None:
+            api_reads.require_experiment_role(xid, identity, Role.READER)
+            return [xid]
+        return reads.readable_xids(identity, wanted)
+    finally:
+        for connection in connections.all(initialized_only=True):
+            connection.close()
 
 
 def _text(status: int, body: str) -> HttpResponse:
@@ -135,10 +151,8 @@ async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
     x = int(xid)
     wid_text = request.GET.get("wid", "")
     wid = int(wid_text) if wid_text.isdigit() else None
-    user = await request.auser()
     try:
-        identity = await sync_to_async(_identity)(request, user)
-        await sync_to_async(_check)(identity, x)
+        await sync_to_async(_authorize)(request, x, [])
     except Unauthenticated as exc:
         return _text(401, str(exc))
     except (NotFound, PermissionDenied):
@@ -148,10 +162,8 @@ async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
 
 async def experiments_events(request: HttpRequest) -> HttpResponseBase:
     wanted = [int(part) for part in request.GET.get("x", "").split(",") if part.isdigit()][:500]
-    user = await request.auser()
     try:
-        identity = await sync_to_async(_identity)(request, user)
+        xids = await sync_to_async(_authorize)(request, None, wanted)
     except Unauthenticated as exc:
         return _text(401, str(exc))
-    xids = await sync_to_async(reads.readable_xids)(identity, wanted)
     return _response(_stream(live.scope_of(xids), _since(request), list_page=True))

@@ -123,3 +123,29 @@ def test_it_keeps_serving_the_rest_api_and_pages_on_the_threaded_wsgi_side(asgi_
     assert api.status_code == 200 and api.json()["title"] == "over asgi"
     assert requests.get(f"{asgi_server}/healthz", timeout=10).status_code == 200
     assert requests.get(f"{asgi_server}/experiments", allow_redirects=False, timeout=10).status_code == 302
+
+
+def test_it_holds_no_database_connection_while_streams_are_open(asgi_server: str) -> None:
+    from django.db import connection
+
+    exp = factories.experiment(creator=ALICE)
+    token = issue_token(ALICE)
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+            return int(cursor.fetchone()[0])
+
+    before = sessions()
+    responses = []
+    try:
+        for _ in range(5):
+            response = requests.get(f"{asgi_server}/experiments/{exp.id}/events", stream=True, timeout=10,
+                                    headers={"Authorization": f"Bearer {token}"})
+            assert response.status_code == 200
+            next(response.iter_lines())  # the stream has started: the checks are done
+            responses.append(response)
+        assert sessions() <= before + 1  # at most the server's pool thread of the last check, closing
+    finally:
+        for response in responses:
+            response.close()

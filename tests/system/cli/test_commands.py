@@ -231,6 +231,7 @@ def test_watch_exits_1_when_a_unit_fails_and_0_when_all_complete(xmc: Xmc, syste
     events = [__import__("json").loads(line) for line in out.splitlines()]
     assert events[-1]["event"] == "finished" and events[-1]["exitCode"] == 1
     assert events[-1]["stateCounts"] == {"COMPLETED": 1, "FAILED": 1}
+    assert events[-1]["events"] is True  # it followed the pages' event stream (ui.events), not only polling
     seen = {(e["wid"], e["state"]) for e in events if e["event"] == "state"}
     assert (2, "FAILED") in seen and (1, "COMPLETED") in seen
     assert any(state in ("INITIALIZING", "SCHEDULING", "STARTING", "RUNNING") for _, state in seen)
