@@ -42,6 +42,18 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 15.0
 #: A stream closes after this long; the browser reconnects with Last-Event-ID (bounded memory per stream).
 MAX_STREAM_S = 3600.0
+#: Streams whose checks run at once. Each check runs in its request's own thread with its own
+#: database connection, so a burst of reconnecting pages (a deploy, a network blip) would
+#: otherwise open one connection per page at the same moment.
+CONCURRENT_CHECKS = 8
+_checks: dict[int, asyncio.Semaphore] = {}
+
+
+def _checks_slot() -> asyncio.Semaphore:
+    loop_id = id(asyncio.get_running_loop())
+    if loop_id not in _checks:
+        _checks[loop_id] = asyncio.Semaphore(CONCURRENT_CHECKS)
+    return _checks[loop_id]
 
 
 def _identity(request: HttpRequest) -> Identity:
@@ -152,7 +164,8 @@ async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
     wid_text = request.GET.get("wid", "")
     wid = int(wid_text) if wid_text.isdigit() else None
     try:
-        await sync_to_async(_authorize)(request, x, [])
+        async with _checks_slot():
+            await sync_to_async(_authorize)(request, x, [])
     except Unauthenticated as exc:
         return _text(401, str(exc))
     except (NotFound, PermissionDenied):
@@ -163,7 +176,8 @@ async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
 async def experiments_events(request: HttpRequest) -> HttpResponseBase:
     wanted = [int(part) for part in request.GET.get("x", "").split(",") if part.isdigit()][:500]
     try:
-        xids = await sync_to_async(_authorize)(request, None, wanted)
+        async with _checks_slot():
+            xids = await sync_to_async(_authorize)(request, None, wanted)
     except Unauthenticated as exc:
         return _text(401, str(exc))
     return _response(_stream(live.scope_of(xids), _since(request), list_page=True))

@@ -1,0 +1,71 @@
+"""The work unit table's rows as HTML, built in Python: the one part of a page drawn outside a template.
+
+Why: an experiment page of 1,000 work units spent ~90 % of its time in the
+template engine (a dozen variable lookups and filters per row, times 1,000);
+this builds the same markup with ``html.escape`` on every value in a tenth
+of the time. Every value is escaped here exactly as the templates' autoescape
+would; a link gets an ``href`` only from ``ui.present.links`` (http/https).
+Called by ``ui.views`` for the page and for the one-row fragment an event
+re-fetches; the markup is the ``#units`` table's (``ui/templates/ui/experiment.html``).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from html import escape
+from typing import Any
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _when(moment: datetime | None) -> tuple[str, str]:
+    if moment is None:
+        return "", ""
+    return str(int(moment.timestamp())), moment.strftime("%b %-d, %H:%M")
+
+
+def _links(links: Sequence[Mapping[str, str]]) -> str:
+    parts = []
+    for link in links:
+        if link["href"]:
+            parts.append(f'<a href="{_e(link["href"])}" rel="noopener noreferrer" target="_blank">'
+                         f'{_e(link["name"])}</a>')
+        else:
+            parts.append(f'<span class="linkless">{_e(link["name"])}</span>')
+    return "".join(parts)
+
+
+def _truncate(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def unit_row(row: Mapping[str, Any], xid: int, can_write: bool) -> str:
+    """One ``<tr>`` of the work unit table (htmx re-fetches it on the work unit's event)."""
+    wid = int(row["wid"])
+    state = _e(row["state"])
+    stamp, started = _when(row["started"])
+    select = (f'<td><input type="checkbox" name="wid" value="{wid}" form="bulk" '
+              f'aria-label="Select work unit {wid}"></td>') if can_write else ""
+    cells = "".join(f'<td class="arg">{_e(cell)}</td>' for cell in row["cells"])
+    return (
+        f'<tr id="wu-{wid}" data-wid="{wid}" data-state="{state}" '
+        f'hx-get="/experiments/{xid}?fragment=row&amp;wid={wid}" hx-trigger="sse:wu-{wid}" '
+        f'hx-swap="outerHTML" hx-sync="this:queue last">'
+        f'{select}'
+        f'<td class="num"><a href="/experiments/{xid}/workUnits/{wid}">{wid}</a></td>'
+        f'<td data-value="{state}"><span class="badge s-{state}">{_e(row["words"])}</span></td>'
+        f'<td class="num hide-sm">{_e(row["eid"])}</td>'
+        f'{cells}'
+        f'<td class="why">{_e(row["why"])}</td>'
+        f'<td class="last hide-sm">{_e(_truncate(row["last"]))}</td>'
+        f'<td class="hide-sm" data-value="{stamp}">{_e(started)}</td>'
+        f'<td class="num">{_e(row["duration"])}</td>'
+        f'<td class="hide-sm"><div class="links">{_links(row["links"])}</div></td>'
+        f'</tr>'
+    )
+
+
+def unit_rows(rows: Sequence[Mapping[str, Any]], xid: int, can_write: bool) -> str:
+    return "\n".join(unit_row(row, xid, can_write) for row in rows)
