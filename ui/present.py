@@ -155,24 +155,5 @@ def links(urls: Iterable[Mapping[str, Any]] | None) -> list[dict[str, str]]:
     return out
 
 
-def since_now(moment: datetime | None, now: datetime) -> str:
-    return duration(moment, now) if moment else ""
-
-
-def sort_key(value: str) -> tuple[int, float | str]:
-    """Numbers before text, numbers by value: a sweep column sorts as numbers (1e-3 < 1e-2)."""
-    try:
-        return (0, float(value))
-    except (TypeError, ValueError):
-        return (1, value or "")
-
-
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str) if value else ""
-
-
-def ago(moment: datetime | None, now: datetime) -> str:
-    if moment is None:
-        return ""
-    return duration(moment, now) + " ago"
-

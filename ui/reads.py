@@ -10,6 +10,7 @@ plain dicts and small dataclasses for the templates; nothing here writes.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -127,7 +128,9 @@ def work_units(xid: int, filter_text: str = "", wids: Sequence[int] | None = Non
                                           "current", "current_eid")[:MAX_UNITS]
     out = []
     for row in rows:
-        current = reads._json(row["current"]) or {}
+        current = row["current"] or {}
+        if isinstance(current, str):  # a jsonb annotation may come back undecoded (no JSONField to decode it)
+            current = json.loads(current)
         for key in ("create_time", "update_time", "complete_time"):
             if isinstance(current.get(key), str):
                 current[key] = datetime.fromisoformat(current[key])

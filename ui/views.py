@@ -304,15 +304,17 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?$")
 
 
 def _log_query(request: HttpRequest) -> tuple[int, str | None, str | None, int]:
+    """(eid or 0 for the current one, replica, container, pages) from the panel's query string."""
     get = request.GET
-    eid = int(get.get("eid", "0") or 0) if (get.get("eid", "0") or "0").isdigit() else 0
+    eid_text, pages_text = get.get("eid", ""), get.get("pages", "1")
+    eid = int(eid_text) if eid_text.isdigit() and len(eid_text) <= 18 else 0
     replica = get.get("replica") or None
     container = get.get("container") or None
     for value in (replica, container):
         if value is not None and value != logs.ALL_REPLICAS and not _NAME.match(value):
             raise Http404("not found")
-    pages = get.get("pages", "1")
-    return eid, replica, container, max(1, min(int(pages) if pages.isdigit() else 1, 400))
+    pages = int(pages_text) if pages_text.isdigit() and len(pages_text) <= 3 else 1
+    return eid, replica, container, max(1, min(pages, 400))
 
 
 def _highlight(text: str, needle: str) -> list[tuple[str, bool]]:

@@ -173,3 +173,21 @@ def test_it_ships_the_pinned_htmx_files_it_documents() -> None:
     readme = (folder / "README.md").read_text()
     for script in folder.glob("*.js"):
         assert hashlib.sha256(script.read_bytes()).hexdigest() in readme, script.name
+
+
+def test_it_shows_the_logs_panel_with_the_reason_when_the_cluster_cannot_be_read(alice: Client) -> None:
+    # The test settings point at no cluster: the panel says so, as text, and never answers 500.
+    exp, _ = pages.sweep(ALICE)
+    panel = alice.get(f"/experiments/{exp.id}/workUnits/1/logs?q=loss&ts=1&pages=2")
+    assert panel.status_code == 200
+    body = panel.content.decode()
+    assert 'class="error"' in body and "cluster" in body and 'name="q" value="loss"' in body
+    assert alice.get(f"/experiments/{exp.id}/workUnits/1/logs?replica=<x>").status_code == 404
+    assert alice.get(f"/experiments/{exp.id}/workUnits/1/logs?eid=9").status_code == 404
+
+
+def test_it_highlights_search_matches_inside_escaped_text() -> None:
+    from ui.views import _highlight
+
+    assert _highlight("step 3 <b>loss</b> LOSS", "loss") == [
+        ("step 3 <b>", False), ("loss", True), ("</b> ", False), ("LOSS", True)]

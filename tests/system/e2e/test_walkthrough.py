@@ -12,6 +12,8 @@ and stops one through the REST API.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import threading
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from django.db import close_old_connections, connection
 
 from artifacts.models import Artifact
@@ -109,6 +112,17 @@ def _execution(xid: int, wid: int, eid: int = 1) -> WorkUnitExecution:
     return WorkUnitExecution.objects.get(work_unit__experiment_id=xid, work_unit__wid=wid, eid=eid)
 
 
+def _signed_in(ui: str) -> requests.Session:
+    """A browser-like session signed in on the pages' login (``/login``) as run_all's admin user."""
+    session = requests.Session()
+    session.get(f"{ui}/login", timeout=30).raise_for_status()
+    answer = session.post(f"{ui}/login", timeout=30, allow_redirects=False, headers={"Referer": f"{ui}/login"},
+                          data={"username": "admin", "password": os.environ.get("XMC_ADMIN_PASSWORD", "admin"),
+                                "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+    assert answer.status_code == 302, answer.text[:500]
+    return session
+
+
 @pytest.mark.timeout(480)
 def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: Path) -> None:
     client = _client(system, tmp_path)
@@ -121,6 +135,15 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
         wids = result["wids"]
         assert watcher.xid == xid or watcher.xid is None
         watcher.xid = xid
+        # The URL the real client prints opens the experiment page for a signed-in person.
+        printed = re.search(r"XManager UI: (\S+)", launch.stdout + launch.stderr)
+        assert printed and printed.group(1) == f"{system.exports['XMANAGER_UI_URL']}/experiments/{xid}", \
+            launch.stdout
+        pages = _signed_in(system.exports["XMANAGER_UI_URL"])
+        page = pages.get(printed.group(1), timeout=30)
+        assert page.status_code == 200 and 'id="units"' in page.text
+        assert all(f'id="wu-{wid}"' in page.text for wid in wids.values())
+        assert pages.get(f"{printed.group(1)}/workUnits/999", timeout=30).status_code == 404
         # Step 3 of the README: `xmc watch <xid>` waits for the end and tells how (1: `fails` failed).
         xmc = Xmc(ensure_cli_venv(), tmp_path, system.api)
         watching = xmc.popen("watch", str(xid), "--json", token=system.exports["XMC_AUTH_TOKEN"])
@@ -164,6 +187,11 @@ def test_it_runs_the_walkthrough_on_the_whole_system(system: System, tmp_path: P
     with urllib.request.urlopen(logs, timeout=30) as response:
         assert response.read().decode() == "[sim] fails: exiting with code 1\n"
         assert response.headers["X-XMC-Log-Replica"] == "fails-0"
+    # ... and on its page: the failure card says why, and the logs panel shows the archived log as text.
+    unit_page = pages.get(f"{printed.group(1)}/workUnits/{wids['fails']}", timeout=30).text
+    assert 'id="failure"' in unit_page and "exited with code 1" in unit_page
+    panel = pages.get(f"{printed.group(1)}/workUnits/{wids['fails']}/logs", timeout=60).text
+    assert "[sim] fails: exiting with code 1" in panel
     rest = _rest(system, "GET", f"/v1/experiments/{xid}/workUnits/{wids['fails']}")
     rest_status = rest["currentWorkUnitExecution"]["status"]
     assert rest_status["state"] == "FAILED"
