@@ -1,0 +1,54 @@
+"""The pages' pure helpers: safe links, sweep columns, the roll-up bar, the words for states."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from ui import present
+
+
+def test_it_links_only_absolute_http_urls() -> None:
+    assert present.safe_url("https://tb.example.com/run/1?x=1") == "https://tb.example.com/run/1?x=1"
+    assert present.safe_url("http://host:6006") == "http://host:6006"
+    for bad in ("javascript:alert(1)", " JavaScript:alert(1)", "data:text/html,<b>", "//evil.example.com",
+                "/relative", "https:///no-host", "http://ex\\ample.com", "http://a\nb.com", None, 42):
+        assert present.safe_url(bad) == "", bad
+
+
+def test_it_splits_a_sweep_into_varying_columns_and_shared_args() -> None:
+    varying, shared = present.sweep([{"lr": "0.1", "batch": "64"}, {"lr": "0.01", "batch": "64"},
+                                     {"lr": "0.01", "batch": "64", "seed": "3"}])
+    assert varying == ["lr", "seed"] and shared == {"batch": "64"}
+    assert present.sweep([]) == ([], {})
+    assert present.sweep([{"a": "1"}]) == ([], {"a": "1"})
+
+
+def test_it_reads_args_and_env_from_every_job() -> None:
+    executable = {"jobset": {"jobs": [
+        {"name": "trainer", "spec": {"args": {"lr": 0.1}, "argsList": ["--fast"], "envVars": {"A": "1"}}},
+        {"name": "eval", "spec": {"args": {"lr": "x"}, "env": [{"name": "B", "value": "2"}]}}]}}
+    assert present.job_args(executable) == {"trainer.lr": "0.1", "trainer.argv[0]": "--fast", "eval.lr": "x"}
+    assert present.job_env(executable) == [("trainer", "A", "1"), ("eval", "B", "2")]
+
+
+def test_it_draws_the_rollup_in_a_fixed_order_with_offsets() -> None:
+    bar = present.rollup({"FAILED": 1, "RUNNING": 3, "COMPLETED": 0})
+    assert [(s["state"], s["count"], s["x"], s["pct"]) for s in bar] == [("RUNNING", 3, 0.0, 75.0),
+                                                                          ("FAILED", 1, 75.0, 25.0)]
+    assert present.rollup({}) == []
+
+
+def test_it_says_why_a_unit_is_not_running() -> None:
+    queued = {"scheduling_information": {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 3,
+                                                                          "totalWorkloadsInQueue": 9}}}}
+    assert present.why_not_running("SCHEDULING", queued, "gpu") == "Waiting in queue gpu: position 3 of 9"
+    assert "paused" in present.why_not_running("SCHEDULING_PAUSED", {}, "")
+    evicted = {"system_message": {"userFacingText": "Evicted (Preempted)"}}
+    assert present.why_not_running("DESCHEDULING", evicted, "") == "Evicted, waiting to be queued again: Evicted (Preempted)"
+    assert present.why_not_running("RUNNING", {}, "q") == ""
+
+
+def test_it_prints_durations_compactly() -> None:
+    t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert [present.duration(t, t + timedelta(seconds=s)) for s in (5, 65, 3720, 90000)] == \
+        ["5s", "1m05s", "1h02m", "1d01h"]
+    assert present.duration(None, t) == ""
