@@ -191,3 +191,15 @@ def test_it_highlights_search_matches_inside_escaped_text() -> None:
 
     assert _highlight("step 3 <b>loss</b> LOSS", "loss") == [
         ("step 3 <b>", False), ("loss", True), ("</b> ", False), ("LOSS", True)]
+
+
+def test_it_filters_the_list_by_the_state_of_its_work_units(alice: Client) -> None:
+    running, _ = pages.sweep(ALICE, title="has a running unit", lrs=("0.1",))
+    failed, _ = pages.sweep(ALICE, title="has a failed unit", lrs=("0.1",))
+    pages.sweep(ALICE, title="only waiting", lrs=("0.1",))
+    pages.move(running.id, 1, 1, "SCHEDULING", "STARTING", "RUNNING")
+    pages.move(failed.id, 1, 1, "SCHEDULING", "STARTING", "RUNNING", "FAILED")
+    only_running = alice.get("/experiments?state=running").content.decode()
+    assert "has a running unit" in only_running and "has a failed unit" not in only_running
+    with_failures = alice.get("/experiments?state=failed").content.decode()
+    assert "has a failed unit" in with_failures and "only waiting" not in with_failures
