@@ -43,14 +43,18 @@ def sweep(creator: str, title: str = "lr sweep", lrs: tuple[str, ...] = ("0.1", 
     return exp, units
 
 
+#: The newest state time ``move`` wrote: each change is stamped after the one before (the guards drop older ones).
+_last = [timezone.now()]
+
+
 def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> None:
     """Commit state changes as the reconciler does, then hand the transitions to the committed hooks."""
-    base = timezone.now()
-    for i, state in enumerate(states):
+    for state in states:
+        at = _last[0] = max(timezone.now(), _last[0] + timedelta(seconds=1))
         transitions = services.update_work_unit_executions(
             [ExecutionUpdate(xid=xid, wid=wid, eid=eid, mask=("status.state",), state=state,
-                             state_update_time_ns=int((base + timedelta(seconds=i + 1)).timestamp() * 1e9))],
-            now=base + timedelta(seconds=i + 1),
+                             state_update_time_ns=int(at.timestamp() * 1e9))],
+            now=at,
         )
         if publish:
             hooks.on_transitions_committed(transitions)

@@ -96,9 +96,12 @@ def test_it_shows_the_sweep_and_a_reconciler_change_without_reload(browser: Any,
     assert "batch=64" in page.locator(".shared").inner_text()
     _live(page)
     page.evaluate("window.__marker = 'same page'")
+    pages.move(exp.id, 2, 1, "SCHEDULING", "STARTING")
+    page.wait_for_selector("#wu-2[data-state=STARTING]", timeout=5000)
+    # One committed change, timed from just before its commit to the row showing it.
     started = time.monotonic()
-    pages.move(exp.id, 2, 1, "SCHEDULING", "STARTING", "RUNNING")
-    page.wait_for_selector("#wu-2[data-state=RUNNING]", timeout=3000)
+    pages.move(exp.id, 2, 1, "RUNNING")
+    page.wait_for_selector("#wu-2[data-state=RUNNING]", timeout=5000)
     elapsed = time.monotonic() - started
     assert elapsed < 1.0, f"the change took {elapsed:.2f} s to appear"
     assert page.evaluate("window.__marker") == "same page"  # no reload
