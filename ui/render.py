@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from html import escape
 from typing import Any
+from urllib.parse import urlencode
 
 
 def _e(value: Any) -> str:
@@ -41,9 +42,14 @@ def _truncate(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def unit_row(row: Mapping[str, Any], xid: int, can_write: bool) -> str:
-    """One ``<tr>`` of the work unit table (htmx re-fetches it on the work unit's event)."""
+def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequence[str]) -> str:
+    """One ``<tr>`` of the work unit table (htmx re-fetches it on the work unit's event).
+
+    ``columns`` are the sweep's argument names: the re-fetch names them, so
+    the server reads only this one work unit to draw its row again.
+    """
     wid = int(row["wid"])
+    query = _e(urlencode([("fragment", "row"), ("wid", wid), *(("col", c) for c in columns)]))
     state = _e(row["state"])
     stamp, started = _when(row["started"])
     select = (f'<td><input type="checkbox" name="wid" value="{wid}" form="bulk" '
@@ -51,7 +57,7 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool) -> str:
     cells = "".join(f'<td class="arg">{_e(cell)}</td>' for cell in row["cells"])
     return (
         f'<tr id="wu-{wid}" data-wid="{wid}" data-state="{state}" '
-        f'hx-get="/experiments/{xid}?fragment=row&amp;wid={wid}" hx-trigger="sse:wu-{wid}" '
+        f'hx-get="/experiments/{xid}?{query}" hx-trigger="sse:wu-{wid}" '
         f'hx-swap="outerHTML" hx-sync="this:queue last">'
         f'{select}'
         f'<td class="num"><a href="/experiments/{xid}/workUnits/{wid}">{wid}</a></td>'
@@ -67,5 +73,5 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool) -> str:
     )
 
 
-def unit_rows(rows: Sequence[Mapping[str, Any]], xid: int, can_write: bool) -> str:
-    return "\n".join(unit_row(row, xid, can_write) for row in rows)
+def unit_rows(rows: Sequence[Mapping[str, Any]], xid: int, can_write: bool, columns: Sequence[str]) -> str:
+    return "\n".join(unit_row(row, xid, can_write, columns) for row in rows)

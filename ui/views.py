@@ -187,19 +187,28 @@ def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[
 @signed_in
 def experiment(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
     (x,) = _ids(xid)
-    context = _experiment_context(identity, x, request.GET.get("filter", "")[:2000])
     fragment = request.GET.get("fragment")
+    if fragment == "row":
+        return _unit_row_fragment(request, identity, x)
+    context = _experiment_context(identity, x, request.GET.get("filter", "")[:2000])
     if fragment == "summary":
         return render(request, "ui/_experiment_summary.html", context)
-    if fragment == "row":
-        wid = int(request.GET.get("wid", "0") or 0)
-        row = next((r for r in context["rows"] if r["wid"] == wid), None)
-        if row is None:
-            raise Http404("not found")
-        return HttpResponse(render_rows.unit_row(row, x, context["can_write"]))
     # Escaped value by value in ui.render (a template loop over 1,000 rows was most of the page's time).
-    context["rows_html"] = mark_safe(render_rows.unit_rows(context["rows"], x, context["can_write"]))  # noqa: S308
+    context["rows_html"] = mark_safe(render_rows.unit_rows(  # noqa: S308
+        context["rows"], x, context["can_write"], context["varying"]))
     return render(request, "ui/experiment.html", context)
+
+
+def _unit_row_fragment(request: HttpRequest, identity: Identity, xid: int) -> HttpResponse:
+    """One work unit's row again (an event re-fetches it), reading only that unit; ``col`` names the sweep columns."""
+    role, _ = reads.role(identity, xid)
+    wid_text = request.GET.get("wid", "")
+    units = reads.work_units(xid, wids=[int(wid_text)]) if wid_text.isdigit() and len(wid_text) <= 18 else []
+    if not units:
+        raise Http404("not found")
+    columns = [c[:200] for c in request.GET.getlist("col")[:200]]
+    row = _unit_row(units[0], reads.now(), columns, present.job_args(units[0]["executable"]))
+    return HttpResponse(render_rows.unit_row(row, xid, role >= Role.WRITER, columns))
 
 
 _ACTIONS: dict[str, tuple[str, Callable[..., Any]]] = {

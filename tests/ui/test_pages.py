@@ -203,3 +203,14 @@ def test_it_filters_the_list_by_the_state_of_its_work_units(alice: Client) -> No
     assert "has a running unit" in only_running and "has a failed unit" not in only_running
     with_failures = alice.get("/experiments?state=failed").content.decode()
     assert "has a failed unit" in with_failures and "only waiting" not in with_failures
+
+
+def test_it_redraws_one_row_with_its_sweep_columns_for_an_event(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    page = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert f'hx-get="/experiments/{exp.id}?fragment=row&amp;wid=2&amp;col=lr"' in page
+    pages.move(exp.id, 2, 1, "SCHEDULING")
+    row = alice.get(f"/experiments/{exp.id}?fragment=row&wid=2&col=lr").content.decode()
+    assert row.startswith('<tr id="wu-2"') and 'data-state="SCHEDULING"' in row and '<td class="arg">0.01</td>' in row
+    assert 'name="wid"' in row  # the owner may act: the check box stays
+    assert alice.get(f"/experiments/{exp.id}?fragment=row&wid=9").status_code == 404
