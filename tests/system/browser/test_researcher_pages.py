@@ -105,9 +105,20 @@ def test_it_shows_the_sweep_and_a_reconciler_change_without_reload(browser: Any,
     elapsed = time.monotonic() - started
     assert elapsed < 1.0, f"the change took {elapsed:.2f} s to appear"
     assert page.evaluate("window.__marker") == "same page"  # no reload
-    page.wait_for_function("document.querySelector('#summary .counts').textContent.includes('1 running')",
-                           timeout=3000)
+    page.locator("#summary .counts", has_text="1 running").wait_for(timeout=3000)
     assert page.csp_errors == []
+
+
+def test_it_updates_the_list_rows_roll_up_without_reload(browser: Any, site: str) -> None:
+    pages.person("alice")
+    exp, _ = pages.sweep(ALICE, lrs=("0.1", "0.2"))
+    page = _signed_in(browser, site, "alice")
+    _live(page)
+    page.evaluate("window.__marker = 'same page'")
+    pages.move(exp.id, 1, 1, "SCHEDULING", "STARTING", "RUNNING")
+    # A locator, not wait_for_function: the pages' CSP refuses the eval that would need.
+    page.locator(f"tr[data-xid='{exp.id}'] .counts", has_text="1 running").wait_for(timeout=5000)
+    assert page.evaluate("window.__marker") == "same page"
 
 
 def test_it_stops_and_restarts_from_the_page(browser: Any, site: str) -> None:
