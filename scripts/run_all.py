@@ -162,7 +162,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     procs.append(Process(
         "web",
         [sys.executable, "-m", "gunicorn", "xmc.asgi:application", "--worker-class", "uvicorn_worker.UvicornWorker",
-         "--bind", f"127.0.0.1:{web_port}", "--workers", "2", "--graceful-timeout", "10", "--access-logfile", "-"],
+         "--bind", f"127.0.0.1:{web_port}", "--workers", "2", "--graceful-timeout", "10", "--keep-alive", "75", "--access-logfile", "-"],
         url=f"http://127.0.0.1:{web_port}/admin/", ready_url=f"http://127.0.0.1:{web_port}/healthz",
     ))
     if "grpcserver" in commands:

@@ -21,6 +21,10 @@ from xmc_cli.errors import CliError, NotFound, Unauthenticated
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 MAX_THROTTLE_RETRIES = 3
+#: A read whose connection broke before any answer (a kept-alive connection the server had just
+#: closed, a web process restarting) is sent again this many times; writes are never re-sent.
+MAX_READ_RETRIES = 2
+READ_RETRY_ERRORS = (httpx.RemoteProtocolError, httpx.ConnectError, httpx.ReadError, httpx.WriteError)
 
 
 def _error_of(response: httpx.Response) -> tuple[str, str]:
@@ -68,7 +72,14 @@ class Api:
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return self.http.request(method, path, **kwargs)
+            for attempt in range(MAX_READ_RETRIES + 1):
+                try:
+                    return self.http.request(method, path, **kwargs)
+                except READ_RETRY_ERRORS:
+                    if method not in ("GET", "HEAD") or attempt == MAX_READ_RETRIES:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
+            raise AssertionError("unreachable")
         except httpx.TimeoutException:
             raise CliError(f"XMC at {self.ident.origin} did not answer in time") from None
         except httpx.TransportError as exc:
