@@ -144,8 +144,7 @@ class DeliveriesView(_View):
     http_method_names = ["get"]
 
     def get(self, request: Request, sid: str) -> Response:
-        sub = services.get(_identity(request), _sid(sid))
-        rows = sub.deliveries.prefetch_related("attempt_log").order_by("-id")[:100]
+        rows = services.deliveries(_identity(request), _sid(sid))
         return Response({"deliveries": [delivery_json(d) for d in rows]})
 
 

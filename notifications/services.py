@@ -110,6 +110,24 @@ def list_for(identity: Identity) -> list[Subscription]:
     return list(Subscription.objects.filter(owner=identity.email).order_by("id"))
 
 
+#: The delivery log shows (and GET /v1/subscriptions/{id}/deliveries answers) the newest this many messages.
+DELIVERY_LOG = 100
+
+
+def deliveries(identity: Identity, sid: int, limit: int = DELIVERY_LOG) -> list[Delivery]:
+    """The delivery log of one of the caller's subscriptions, newest first, with every try prefetched."""
+    sub = _owned(identity, sid)
+    return list(sub.deliveries.prefetch_related("attempt_log").order_by("-id")[:limit])
+
+
+def last_deliveries(subs: Sequence[Subscription]) -> dict[int, Delivery]:
+    """The newest delivery of each subscription in ``subs`` (one query), by subscription id."""
+    newest = Delivery.objects.filter(subscription=OuterRef("pk")).order_by("-id").values("id")[:1]
+    ids = Subscription.objects.filter(id__in=[s.id for s in subs]).annotate(last=Subquery(newest)) \
+        .values_list("last", flat=True)
+    return {d.subscription_id: d for d in Delivery.objects.filter(id__in=[i for i in ids if i is not None])}
+
+
 def _parse_experiment(value: Any, identity: Identity) -> Experiment:
     if not isinstance(value, str) or not value.startswith("experiments/"):
         raise InvalidArgument("experiment must be a name like experiments/12", field="experiment")

@@ -14,7 +14,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import events, views
+from ui import events, subscriptions, views
 
 _ID = r"[0-9]{1,19}"
 #: The paths served on the event loop (xmc.asgi routes them to Django's ASGI handler).
@@ -33,4 +33,8 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs\.txt$", views.logs_download,
             name="ui-logs-download"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/notify$", subscriptions.notify_me, name="ui-notify-me"),
+    path("subscriptions", subscriptions.subscriptions, name="ui-subscriptions"),
+    re_path(rf"^subscriptions/(?P<sid>{_ID})$", subscriptions.subscription, name="ui-subscription"),
+    re_path(rf"^subscriptions/(?P<sid>{_ID})/actions$", subscriptions.subscription_act, name="ui-subscription-act"),
 ]
