@@ -72,7 +72,7 @@ def _settings_body(post: QueryDict, *, creating: bool, channel: str) -> dict[str
         body[channel] = {"url": url}
     for key, name in (("rateLimitPerHour", "rate"), ("queuedMinutes", "queued")):
         if post.get(name, "").strip():
-            body[key] = _int_or_raw(post[name])
+            body[key] = _int_or_raw(post.get(name, ""))
     start, end = post.get("quiet_start", "").strip(), post.get("quiet_end", "").strip()
     if start or end:
         body["quietHours"] = {"start": start, "end": end}
