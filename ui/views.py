@@ -33,6 +33,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
+from notifications import services as notify
 from ui import live, present, reads
 from ui import render as render_rows
 from workunits import services as wu_services
@@ -180,6 +181,8 @@ def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[
                       for a in reads.artifacts(xid)],
         "duration": present.duration(exp["create_time"], exp["complete_time"] or now),
         "events_url": f"{reverse('ui-experiment-events', args=[xid])}?{urlencode({'since': live.top_id()})}",
+        # "Notify me", or a link to the caller's subscription to this experiment when there is one.
+        "subscription": next((s.id for s in notify.list_for(identity) if s.experiment_id == xid), None),
     }
 
 

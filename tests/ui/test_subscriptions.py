@@ -225,6 +225,10 @@ def test_notify_me_on_the_experiment_page_subscribes_by_email_to_that_experiment
     assert response["Location"] == f"/subscriptions/{sub.id}"
     assert (sub.owner, sub.scope, sub.experiment_id, sub.channel, sub.email, sorted(sub.events)) == (
         ALICE, Scope.EXPERIMENT, exp.id, Channel.EMAIL, ALICE, ["EXPERIMENT_FINISHED", "WORK_UNIT_FAILED"])
+    # Subscribed: the page links to it instead of offering a second one (the live header too).
+    for url in (f"/experiments/{exp.id}", f"/experiments/{exp.id}?fragment=summary"):
+        again = alice.get(url).content.decode()
+        assert f'href="/subscriptions/{sub.id}"' in again and "/notify" not in again
 
 
 def test_notify_me_on_an_experiment_i_may_not_read_is_404_and_writes_nothing(alice: Client) -> None:
