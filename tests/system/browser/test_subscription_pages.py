@@ -40,7 +40,7 @@ def _fits(page: Any, width: int) -> None:
 @pytest.mark.parametrize("width", [390, 1440])
 def test_a_webhook_made_on_the_page_gets_the_test_event_and_the_log_shows_it(
         browser: Any, site: str, receiver: Receiver, broker: Any, start_worker: Any, settings: Any,
-        width: int) -> None:
+        width: int, tmp_path: Any) -> None:
     settings.XMC_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]  # the receiver is on loopback (the web side checks too)
     start_worker()
     pages.person("alice")
@@ -59,9 +59,17 @@ def test_a_webhook_made_on_the_page_gets_the_test_event_and_the_log_shows_it(
     page.check("input[name=what][value=mine]")
     page.check("input[name=channel][value=webhook]")
     page.check("input[name=events][value=WORK_UNIT_QUEUED_TOO_LONG]")
-    page.fill("input[name=url]", receiver.url)
     page.fill("input[name=quiet_start]", "23:00")
     page.fill("input[name=quiet_end]", "06:00")
+    # A private address is refused next to the URL field; the rest of the form stays as typed.
+    page.fill("input[name=url]", "http://10.0.0.7/hook")
+    page.click("#create button[type=submit]")
+    assert "private" in page.inner_text("#f-url .field-error")
+    assert page.is_checked("input[name=channel][value=webhook]") and page.is_checked("input[name=what][value=mine]")
+    assert page.input_value("input[name=quiet_start]") == "23:00"
+    _fits(page, width)
+    page.screenshot(path=str(tmp_path / f"refused-{suffix}.png"), full_page=True)
+    page.fill("input[name=url]", receiver.url)
     page.click("#create button[type=submit]")
     secret = page.inner_text("#secret [data-secret]").strip()
     assert secret.startswith("whsec_")
