@@ -16,6 +16,7 @@ comes back with the message next to that field and nothing is written.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, QueryDict
@@ -25,7 +26,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.errors import NotFound, ServiceError
 from notifications import services
-from notifications.models import Channel, EventType, Scope, Subscription
+from notifications.models import Channel, DeliveryStatus, EventType, Scope, Subscription
 from ui import reads
 from ui.views import _ids, signed_in
 from xmc.auth.identity import Identity
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 
 #: The events of the experiment page's "Notify me" (by email to the caller).
 NOTIFY_ME_EVENTS = [EventType.WORK_UNIT_FAILED.value, EventType.EXPERIMENT_FINISHED.value]
+
+#: The log re-reads itself every second while a message is due within this long (not for one held back
+#: for hours by quiet hours, the rate limit or an open circuit).
+LOG_REFRESH_HORIZON = timedelta(seconds=30)
+_OPEN = (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING)
 
 #: The service's field names (``ServiceError.field``) -> the form field whose message it is.
 _FIELD = {
@@ -158,8 +164,12 @@ def _detail_context(identity: Identity, sub: Subscription, post: QueryDict | Non
              "quiet_start": f"{sub.quiet_start:%H:%M}" if sub.quiet_start is not None else "",
              "quiet_end": f"{sub.quiet_end:%H:%M}" if sub.quiet_end is not None else ""}
     values = {k: post.get(k, "") for k in saved} if post is not None else saved
-    deliveries = [{"d": d, "tries": list(d.attempt_log.all())} for d in services.deliveries(identity, sub.id)]
-    return {"row": _row(sub, None), "sub": sub, "deliveries": deliveries, "event_choices": _event_choices(identity),
+    log_rows = services.deliveries(identity, sub.id)
+    deliveries = [{"d": d, "tries": list(d.attempt_log.all())} for d in log_rows]
+    soon = reads.now() + LOG_REFRESH_HORIZON
+    in_flight = any(d.status in _OPEN and d.next_attempt_time <= soon for d in log_rows)
+    return {"row": _row(sub, None), "sub": sub, "deliveries": deliveries, "in_flight": in_flight,
+            "event_choices": _event_choices(identity),
             "chosen_events": post.getlist("events") if post is not None else list(sub.events), "values": values,
             "errors": errors or {}, **extra}
 
@@ -167,10 +177,11 @@ def _detail_context(identity: Identity, sub: Subscription, post: QueryDict | Non
 @require_GET
 @signed_in
 def subscription(request: HttpRequest, identity: Identity, sid: str) -> HttpResponse:
-    """One of the caller's subscriptions: settings and the delivery log (someone else's: 404)."""
+    """One of the caller's subscriptions: settings and the delivery log (``?fragment=log``: the log alone)."""
     (s,) = _ids(sid)
     sub = services.get(identity, s)
-    return render(request, "ui/subscription.html", _detail_context(identity, sub))
+    template = "ui/_deliveries.html" if request.GET.get("fragment") == "log" else "ui/subscription.html"
+    return render(request, template, _detail_context(identity, sub))
 
 
 @require_POST

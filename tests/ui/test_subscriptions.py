@@ -177,7 +177,12 @@ def test_send_a_test_event_reaches_the_receiver_and_shows_in_the_delivery_log(
     sub = Subscription.objects.get()
     sent = alice.post(f"/subscriptions/{sub.id}/actions", {"action": "test"})
     assert sent["Location"] == f"/subscriptions/{sub.id}?sent=1"
+    # On its way: the log re-reads itself (htmx, every second) until the message is out.
+    assert 'hx-trigger="every 1s"' in alice.get(f"/subscriptions/{sub.id}?sent=1").content.decode()
     outbox.pump()
+    fragment = alice.get(f"/subscriptions/{sub.id}?fragment=log").content.decode()
+    assert "<html" not in fragment and 'id="log"' in fragment
+    assert "hx-trigger" not in fragment and "d-DELIVERED" in fragment
     assert len(receiver.requests) == 1 and receiver.requests[0].verified
     delivery = Delivery.objects.get()
     body = alice.get(f"/subscriptions/{sub.id}?sent=1").content.decode()
