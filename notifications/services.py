@@ -57,7 +57,7 @@ from xmc import listing
 from xmc.api.handlers import EXPERIMENT_FIELDS
 from xmc.auth.identity import IDENTITY_CACHE, Identity, identity_for_email, validated_email
 from xmc.listing.errors import ListingError
-from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
+from core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -358,6 +358,17 @@ def send_again(delivery_id: int, *, now: datetime | None = None) -> Delivery:
         d.save(update_fields=["status", "attempts", "next_attempt_time", "lease_until"])
         _after_commit(lambda: enqueue([d.id]))
     return d
+
+
+def resend(identity: Identity, sid: int, message_id: str, *, now: datetime | None = None) -> Delivery:
+    """The subscriber's "Send again" of one message of their delivery log (the same webhook-id)."""
+    sub = _owned(identity, sid)
+    d = Delivery.objects.filter(subscription=sub, message_id=message_id).first()
+    if d is None:
+        raise NotFound(f"subscriptions/{sid} has no message {message_id}", field="delivery")
+    if d.status in (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING):
+        raise FailedPrecondition(f"{message_id} is still on its way", field="delivery")
+    return send_again(d.id, now=now)
 
 
 # --- Events and fan-out ---------------------------------------------------------------------------------

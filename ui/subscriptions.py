@@ -3,7 +3,8 @@
 ``/subscriptions`` lists the signed-in person's subscriptions and creates one
 from a form; ``/subscriptions/<id>`` is one subscription's settings and its
 delivery log; ``/subscriptions/<id>/actions`` enables, disables, deletes (after
-a confirmation), sends a test event and rotates a webhook's secret;
+a confirmation), sends a test event, sends a logged message again and rotates
+a webhook's secret;
 ``/experiments/<xid>/notify`` is the experiment page's "Notify me". Every call
 goes through the same service functions as ``/v1/subscriptions`` with the
 caller's `Identity`, so the rules are the REST API's: a person sees and
@@ -47,6 +48,7 @@ _FIELD = {
     "webhook": "url", "slack": "url", "webhook.url": "url", "slack.url": "url",
     "email": "channel", "email.address": "channel", "rateLimitPerHour": "rate", "queuedMinutes": "queued",
     "quietHours": "quiet", "quietHours.start": "quiet", "quietHours.end": "quiet", "enabled": "enabled",
+    "delivery": "form",
 }
 
 _EVENT_WORDS = {
@@ -187,7 +189,7 @@ def subscription(request: HttpRequest, identity: Identity, sid: str) -> HttpResp
 @require_POST
 @signed_in
 def subscription_act(request: HttpRequest, identity: Identity, sid: str) -> HttpResponse:
-    """enable / disable / update / test / rotate / delete (delete and rotate ask first)."""
+    """enable / disable / update / test / resend / rotate / delete (delete and rotate ask first)."""
     (s,) = _ids(sid)
     sub = services.get(identity, s)
     action = request.POST.get("action", "")
@@ -200,6 +202,8 @@ def subscription_act(request: HttpRequest, identity: Identity, sid: str) -> Http
         elif action == "update":
             body = _settings_body(request.POST, creating=False, channel=sub.channel.lower())
             services.update(identity, s, body)
+        elif action == "resend":
+            services.resend(identity, s, request.POST.get("message", "")[:64])
         elif action == "test":
             delivery = services.send_test(identity, s)
             log.info("ui.subscription.test", extra={"subscription": s, "delivery": delivery.message_id})
@@ -213,8 +217,11 @@ def subscription_act(request: HttpRequest, identity: Identity, sid: str) -> Http
             return redirect("ui-subscriptions")
         else:
             return render(request, "ui/error.html", {"message": "Unknown action."}, status=400)
-    except NotFound:
-        raise  # deleted meanwhile: the 404 page
+    except NotFound as exc:
+        if exc.field != "delivery":
+            raise  # the subscription is missing or someone else's: the 404 page
+        context = _detail_context(identity, sub, None, _errors(exc))
+        return render(request, "ui/subscription.html", context, status=404)
     except ServiceError as exc:
         post = request.POST if action == "update" else None
         context = _detail_context(identity, services.get(identity, s), post, _errors(exc))

@@ -46,6 +46,13 @@ def _create(client: Client, **fields: Any) -> Any:
     return client.post("/subscriptions", form)
 
 
+def _webhook_to(client: Client, receiver: Receiver) -> Subscription:
+    """A webhook subscription made on the form; the receiver verifies with the secret the answer showed."""
+    created = _create(client, what="mine", channel="webhook", url=receiver.url)
+    (receiver.secret,) = SECRET.findall(created.content.decode())
+    return Subscription.objects.get(url=receiver.url)
+
+
 def _state() -> list[tuple[Any, ...]]:
     return list(Subscription.objects.order_by("id").values_list(
         "id", "owner", "scope", "experiment_id", "filter", "events", "channel", "url", "email", "enabled",
@@ -172,9 +179,7 @@ def test_it_disables_enables_changes_and_deletes_after_a_confirmation(alice: Cli
 def test_send_a_test_event_reaches_the_receiver_and_shows_in_the_delivery_log(
         alice: Client, receiver: Receiver, outbox: Outbox, settings: Any) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
-    created = _create(alice, what="mine", channel="webhook", url=receiver.url)
-    (receiver.secret,) = SECRET.findall(created.content.decode())
-    sub = Subscription.objects.get()
+    sub = _webhook_to(alice, receiver)
     sent = alice.post(f"/subscriptions/{sub.id}/actions", {"action": "test"})
     assert sent["Location"] == f"/subscriptions/{sub.id}?sent=1"
     # On its way: the log re-reads itself (htmx, every second) until the message is out.
@@ -248,3 +253,31 @@ def test_what_people_type_is_printed_as_text(alice: Client) -> None:
             url="http://127.0.0.1:9/x?q=<script>")
     body = alice.get("/subscriptions").content.decode()
     assert "<script>alert" not in body and "&lt;script&gt;alert(1)" in body
+
+
+def test_send_again_puts_a_logged_message_back_with_the_same_webhook_id_for_its_owner_only(
+        alice: Client, receiver: Receiver, outbox: Outbox, settings: Any) -> None:
+    settings.XMC_NOTIFY_COALESCE_S = 0.0
+    sub = _webhook_to(alice, receiver)
+    receiver.statuses = [500] * 50  # every try fails: the message ends as a dead letter
+    alice.post(f"/subscriptions/{sub.id}/actions", {"action": "test"})
+    settings.XMC_NOTIFY_MAX_ATTEMPTS = 1
+    outbox.pump()
+    dead = Delivery.objects.get()
+    assert dead.status == DeliveryStatus.DEAD
+    page = alice.get(f"/subscriptions/{sub.id}").content.decode()
+    assert f'name="message" value="{dead.message_id}"' in page and "Send again" in page
+    bob = _as("bob")
+    again = {"action": "resend", "message": dead.message_id}
+    assert bob.post(f"/subscriptions/{sub.id}/actions", again).status_code == 404
+    missing = alice.post(f"/subscriptions/{sub.id}/actions", {"action": "resend", "message": "msg_nope"})
+    assert missing.status_code == 404 and "has no message msg_nope" in missing.content.decode()
+    assert Delivery.objects.get().status == DeliveryStatus.DEAD
+    receiver.statuses = []
+    assert alice.post(f"/subscriptions/{sub.id}/actions", again).status_code == 302
+    on_its_way = alice.post(f"/subscriptions/{sub.id}/actions", again)
+    assert on_its_way.status_code == 400 and "still on its way" in on_its_way.content.decode()
+    outbox.pump()
+    assert Delivery.objects.get().status == DeliveryStatus.DELIVERED
+    ids = {r.headers["webhook-id"] for r in receiver.requests}
+    assert ids == {dead.message_id} and receiver.requests[-1].verified
