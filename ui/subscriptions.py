@@ -122,9 +122,11 @@ def _row(sub: Subscription, last: Any) -> dict[str, Any]:
     else:
         what = "scheduling"
     target = sub.email if sub.channel == Channel.EMAIL else sub.url
-    return {"sub": sub, "what": what, "channel": sub.channel.lower(), "target": target,
-            "events": [_EVENT_WORDS.get(EventType(e), e) for e in sub.events], "last": last,
-            "quiet": f"{sub.quiet_start:%H:%M}–{sub.quiet_end:%H:%M} UTC" if sub.quiet_start is not None and sub.quiet_end is not None else ""}
+    quiet = ""
+    if sub.quiet_start is not None and sub.quiet_end is not None:
+        quiet = f"{sub.quiet_start:%H:%M}–{sub.quiet_end:%H:%M} UTC"
+    return {"sub": sub, "what": what, "channel": sub.channel.lower(), "target": target, "quiet": quiet,
+            "events": [_EVENT_WORDS.get(EventType(e), e) for e in sub.events], "last": last}
 
 
 def _list_context(identity: Identity, post: QueryDict | None = None, errors: dict[str, str] | None = None,
