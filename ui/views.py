@@ -343,21 +343,28 @@ def _highlight(text: str, needle: str) -> list[tuple[str, bool]]:
     return [piece for piece in out if piece[0]]
 
 
-@require_GET
-@signed_in
-def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
-    """The panel (``hx-get`` from the work unit page): the last pages of one replica's container log."""
-    x, w = _ids(xid, wid)
+def _log_target(request: HttpRequest, identity: Identity, x: int, w: int
+                ) -> tuple[Any, int, str, str | None, str | None, int]:
+    """The executions, the asked (or current) execution id, its namespace, replica, container and pages."""
     unit, executions = reads.work_unit(x, w, identity)
     eid, replica, container, pages = _log_query(request)
     eid = eid or unit["current_eid"]
     execution = next((ex for ex in executions if ex.eid == eid), None)
     if execution is None:
         raise Http404("not found")
+    namespace = str((execution.metadata or {}).get("namespace") or settings.XMC_K8S_NAMESPACE)
+    return executions, eid, namespace, replica, container, pages
+
+
+@require_GET
+@signed_in
+def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
+    """The panel (``hx-get`` from the work unit page): the last pages of one replica's container log."""
+    x, w = _ids(xid, wid)
+    executions, eid, namespace, replica, container, pages = _log_target(request, identity, x, w)
     needle = request.GET.get("q", "")[:200]
     timestamps = request.GET.get("ts") == "1"
     follow = request.GET.get("follow") == "1"
-    namespace = str((execution.metadata or {}).get("namespace") or settings.XMC_K8S_NAMESPACE)
     error, stream = "", None
     lines: list[dict[str, Any]] = []
     more = False
@@ -389,13 +396,7 @@ def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> 
 def logs_download(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
     """The whole log of one replica's container as a text file (streamed, up to the service's cap)."""
     x, w = _ids(xid, wid)
-    unit, executions = reads.work_unit(x, w, identity)
-    eid, replica, container, _ = _log_query(request)
-    eid = eid or unit["current_eid"]
-    execution = next((ex for ex in executions if ex.eid == eid), None)
-    if execution is None:
-        raise Http404("not found")
-    namespace = str((execution.metadata or {}).get("namespace") or settings.XMC_K8S_NAMESPACE)
+    _, eid, namespace, replica, container, _ = _log_target(request, identity, x, w)
     try:
         stream = logs.open_logs(x, w, eid, namespace, logs.LogQuery(replica=replica, container=container))
     except ServiceError as exc:
