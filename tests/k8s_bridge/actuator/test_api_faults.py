@@ -54,6 +54,10 @@ def test_creates_stops_and_restarts_ride_through_api_faults(workers: Workers, cl
         ops += [services.restart_work_units(exp.id, [wid], batch=False).id for wid in range(6, 11)]
         eventually(lambda: _done(ops) == 10, timeout=120, what="stops and restarts through the faults",
                    detail=workers.logs)
+        # A Stop is done once its delete was accepted; the JobSet itself goes when the
+        # finalizer path (above, in the background) lets it go: wait for that, not a race.
+        eventually(lambda: all(get_jobset(cluster, exp.id, wid) is None for wid in range(1, 6)),
+                   timeout=30, what="the stopped JobSets let go by the finalizer path")
     close_old_connections()
     assert all(op.error is None for op in Operation.objects.filter(id__in=creates + ops))
     assert not DeadLetter.objects.exists()
