@@ -6,7 +6,7 @@ Two halves, in two kinds of process:
   reconciler, through ``workunits.hooks.committed_hooks``, registered in
   ``ui.apps.UiConfig.ready``): :func:`publish` appends every committed
   transition to a capped Redis stream (:data:`STREAM`, the replay log) and
-  publishes it, with the stream id the append got, on :data:`CHANNEL` -- both
+  publishes it, with the stream id the append got, on :func:`channel` -- both
   in one Lua script, so the id order on the channel is the log's order. It
   runs after the writer's commit and never raises (a page that misses an
   event is corrected by the next one or by its own reload).
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,18 @@ return ids
 """
 
 
+def channel() -> str:
+    """:data:`CHANNEL` for this system's Redis database.
+
+    Pub/sub ignores the database number (a ``PUBLISH`` reaches subscribers of
+    every database on the server), unlike the replay log's key: the number is
+    in the channel's name, so two systems (or two test runs) sharing one Redis
+    server never see each other's changes.
+    """
+    db = urllib.parse.urlsplit(str(settings.REDIS_URL)).path.strip("/") or "0"
+    return f"{CHANNEL}:{db}"
+
+
 def _client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
 
@@ -78,7 +91,7 @@ def publish(transitions: Sequence[Any]) -> None:
     if not transitions:
         return
     try:
-        ids: Any = _client().eval(_PUBLISH_LUA, 2, STREAM, CHANNEL, str(STREAM_MAX),
+        ids: Any = _client().eval(_PUBLISH_LUA, 2, STREAM, channel(), str(STREAM_MAX),
                                   *(_event(t) for t in transitions))
     except redis.RedisError:
         log.warning("ui.publish_failed", extra={"count": len(transitions)}, exc_info=True)
@@ -223,7 +236,7 @@ class Hub:
             client = aioredis.Redis.from_url(settings.REDIS_URL)
             try:
                 async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(CHANNEL)
+                    await pubsub.subscribe(channel())
                     self.connected.set()
                     while True:
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=30.0)
