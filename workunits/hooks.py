@@ -13,8 +13,10 @@ Apps above (the artifact lifecycle) register into these in their
   returns for each committed state change (the reconciler hands them on to
   the lifecycle after commit);
 * :data:`committed_hooks`: called with the committed transitions after a
-  flush commits (the reconciler calls :func:`on_transitions_committed`),
-  registered by the notifications app;
+  flush commits (the reconciler calls :func:`on_transitions_committed`, and
+  so do ``workunits.services.stop_work_units`` / ``restart_work_units`` for
+  the STOPPING / RESTARTING they write), registered by the notifications
+  app and the pages' live updates (``ui.live.publish``);
 * :data:`scheduling_hooks`: called after a pause or resume of scheduling
   commits (:func:`on_scheduling_changed`, from ``workunits.scheduling``).
 

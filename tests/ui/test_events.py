@@ -149,3 +149,57 @@ def test_it_holds_no_database_connection_while_streams_are_open(asgi_server: str
     finally:
         for response in responses:
             response.close()
+
+
+def test_the_logs_follow_stream_answers_404_to_a_stranger_and_401_without_credentials(asgi_server: str) -> None:
+    exp = factories.experiment(creator=BOB)
+    factories.work_unit(exp)
+    url = f"{asgi_server}/experiments/{exp.id}/workUnits/1/logs/follow"
+    assert requests.get(url, headers={"Authorization": f"Bearer {issue_token(ALICE)}"}, timeout=10).status_code == 404
+    assert requests.get(url, timeout=10).status_code == 401
+    # The owner's request gets past the checks; no cluster answers in this test: 503, never 500.
+    owner = requests.get(url, headers={"Authorization": f"Bearer {issue_token(BOB)}"}, timeout=30)
+    assert owner.status_code == 503, owner.text
+
+
+def test_the_logs_follow_stream_sends_only_lines_after_the_page_as_escaped_html_then_ends() -> None:
+    import asyncio
+    import threading
+
+    from k8s_bridge.logs.service import LogLine
+    from ui import logfollow
+
+    def line(ts: str, text: str) -> LogLine:
+        return LogLine("main-0", "pod", "main", ts, text, "cluster")
+
+    async def frames() -> list[bytes]:
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        for item in (line("2026-12-02T10:00:01.000000Z", "shown already"),
+                     line("2026-12-02T10:00:02.000000Z", "step 2 <b>loss</b> 0.5"),
+                     logfollow._END):
+            queue.put_nowait(item)
+        stop = threading.Event()
+        out = [frame async for frame in logfollow._frames(queue, stop, "2026-12-02T10:00:01.000000Z", True, "loss")]
+        assert stop.is_set()  # the pump is told to let go of the cluster's stream
+        return out
+
+    out = b"".join(asyncio.run(frames())).decode()
+    assert "shown already" not in out
+    assert ("id: 2026-12-02T10:00:02.000000Z\nevent: line\ndata: <span class=\"hit\"><span class=\"ts\">"
+            "2026-12-02T10:00:02.000000Z </span>step 2 &lt;b&gt;<mark>loss</mark>&lt;/b&gt; 0.5</span>\n\n") in out
+    assert out.endswith("event: end\ndata: {}\n\n")
+
+
+def test_a_stop_and_a_restart_made_through_the_services_reach_an_open_stream(asgi_server: str) -> None:
+    from workunits import services
+
+    exp = factories.experiment(creator=ALICE)
+    factories.work_unit(exp)
+    factories.work_unit(exp)
+    token = issue_token(ALICE)
+    for reader in _open(f"{asgi_server}/experiments/{exp.id}/events", Authorization=f"Bearer {token}"):
+        services.stop_work_units(exp.id, [1], batch=False)
+        assert '"new":"STOPPING"' in reader.wait_for("wu-1")[2]
+        services.restart_work_units(exp.id, [2], batch=False)
+        data = reader.wait_for("wu-2")[2]
+        assert '"new":"RESTARTING"' in data and '"eid":2' in data

@@ -18,7 +18,7 @@ from experiments import services as experiment_services
 from experiments.models import Experiment
 from workunits import outbox, state
 from workunits.choices import ActionType, ExecutionState, TERMINAL, TaskType, WorkUnitState, Writer
-from workunits.hooks import on_execution_superseded
+from workunits.hooks import Transition, on_execution_superseded, on_transitions_committed
 from workunits.models import DeadLetter, Operation, WorkUnit, WorkUnitExecution
 from workunits.services._rows import (
     Requester,
@@ -121,7 +121,10 @@ def stop_work_units(
                 state_update_time_ns=max(_now_ns(now), ex.state_update_time_ns),
                 writer=Writer.STATE_SERVER, operation_id=op.id,
             ))
-        _apply_updates(updates, now)
+        transitions = _apply_updates(updates, now)
+        # The pages and notifications hear of STOPPING (STOPPED from a paused unit) as they hear
+        # of the reconciler's changes: after commit, through the committed hooks.
+        transaction.on_commit(partial(on_transitions_committed, transitions))
         if parent is not None and not ops:
             _finish(parent, now, response=_batch_response(exp, []))
         outbox.send_on_commit(ops)
@@ -175,6 +178,9 @@ def restart_work_units(
             severity_moves.append((state.best_severity(execution_record(old)), None))
             superseded.append((xid, wu.wid, old_eid))
         experiment_services.apply_rollups({xid: (state_moves, severity_moves)}, now=now)
+        transaction.on_commit(partial(on_transitions_committed, [
+            Transition(x, w, e + 1, old_state or "", S.RESTARTING)
+            for (x, w, e), (old_state, _) in zip(superseded, state_moves)]))
         for xid_, wid_, eid_ in superseded:
             transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
         outbox.send_on_commit(ops)
