@@ -11,7 +11,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery",
-           "metrics", "ui"]
+           "metrics", "ui", "logs_follow"]
 
 
 def main(argv: list[str]) -> int:

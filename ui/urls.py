@@ -3,7 +3,7 @@
 ``$XMANAGER_UI_URL/experiments/<xid>`` and ``.../workUnits/<wid>`` (the
 client's launch output and its artifact links). Mounted through
 ``xmc.api.extensions.register_site`` from ``ui.apps.UiConfig.ready``. The
-``.../events`` paths are async views that ``xmc.asgi`` sends to Django's
+``.../events`` and ``.../logs/follow`` paths are async views that ``xmc.asgi`` sends to Django's
 ASGI handler (`EVENT_PATHS`); everything else runs on the WSGI app.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import events, subscriptions, views
+from ui import events, logfollow, subscriptions, views
 
 _ID = r"[0-9]{1,19}"
 #: The paths served on the event loop (xmc.asgi routes them to Django's ASGI handler).
-EVENT_PATHS = re.compile(rf"^/experiments(?:/{_ID})?/events$")
+EVENT_PATHS = re.compile(rf"^/experiments(?:/{_ID})?/events$|^/experiments/{_ID}/workUnits/{_ID}/logs/follow$")
 
 urlpatterns: list[URLPattern] = [
     path("", RedirectView.as_view(pattern_name="ui-experiments", permanent=False), name="ui-home"),
@@ -31,6 +31,8 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})/actions$", views.act, name="ui-act"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs/follow$", logfollow.follow,
+            name="ui-logs-follow"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs\.txt$", views.logs_download,
             name="ui-logs-download"),
     re_path(rf"^experiments/(?P<xid>{_ID})/notify$", subscriptions.notify_me, name="ui-notify-me"),

@@ -329,7 +329,7 @@ def _log_query(request: HttpRequest) -> tuple[int, str | None, str | None, int]:
     return eid, replica, container, max(1, min(pages, 400))
 
 
-def _highlight(text: str, needle: str) -> list[tuple[str, bool]]:
+def highlight(text: str, needle: str) -> list[tuple[str, bool]]:
     """``text`` cut into (piece, is_match) for the template to print as text, matches in <mark>."""
     if not needle:
         return [(text, False)]
@@ -343,7 +343,7 @@ def _highlight(text: str, needle: str) -> list[tuple[str, bool]]:
     return [piece for piece in out if piece[0]]
 
 
-def _log_target(request: HttpRequest, identity: Identity, x: int, w: int
+def log_target(request: HttpRequest, identity: Identity, x: int, w: int
                 ) -> tuple[Any, int, str, str | None, str | None, int]:
     """The executions, the asked (or current) execution id, its namespace, replica, container and pages."""
     unit, executions = reads.work_unit(x, w, identity)
@@ -361,7 +361,7 @@ def _log_target(request: HttpRequest, identity: Identity, x: int, w: int
 def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
     """The panel (``hx-get`` from the work unit page): the last pages of one replica's container log."""
     x, w = _ids(xid, wid)
-    executions, eid, namespace, replica, container, pages = _log_target(request, identity, x, w)
+    executions, eid, namespace, replica, container, pages = log_target(request, identity, x, w)
     needle = request.GET.get("q", "")[:200]
     timestamps = request.GET.get("ts") == "1"
     follow = request.GET.get("follow") == "1"
@@ -373,7 +373,7 @@ def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> 
                                                                     tail_lines=LOG_PAGE * pages + 1))
         got = list(stream.lines)
         more = len(got) > LOG_PAGE * pages
-        lines = [{"ts": line.timestamp, "replica": line.replica, "pieces": _highlight(line.text, needle),
+        lines = [{"ts": line.timestamp, "replica": line.replica, "pieces": highlight(line.text, needle),
                   "match": bool(needle) and needle.lower() in line.text.lower()}
                  for line in got[-LOG_PAGE * pages:]]
     except ServiceError as exc:
@@ -387,6 +387,11 @@ def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> 
             {k: v for k, v in {"eid": eid, "replica": stream.replica if stream else "",
                                "container": stream.container if stream else ""}.items() if v}),
         "matches": sum(1 for line in lines if line["match"]),
+        # Follow: the lines after the last one shown, pushed by ui.logfollow (an event stream).
+        "follow_url": reverse("ui-logs-follow", args=[x, w]) + "?" + urlencode(
+            {k: v for k, v in {"eid": eid, "replica": stream.replica if stream else "",
+                               "container": stream.container if stream else "", "ts": "1" if timestamps else "",
+                               "q": needle, "after": lines[-1]["ts"] if lines else ""}.items() if v}),
     }
     return render(request, "ui/_logs.html", context)
 
@@ -396,7 +401,7 @@ def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> 
 def logs_download(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
     """The whole log of one replica's container as a text file (streamed, up to the service's cap)."""
     x, w = _ids(xid, wid)
-    _, eid, namespace, replica, container, _ = _log_target(request, identity, x, w)
+    _, eid, namespace, replica, container, _ = log_target(request, identity, x, w)
     try:
         stream = logs.open_logs(x, w, eid, namespace, logs.LogQuery(replica=replica, container=container))
     except ServiceError as exc:

@@ -186,10 +186,10 @@ def test_it_shows_the_logs_panel_with_the_reason_when_the_cluster_cannot_be_read
     assert alice.get(f"/experiments/{exp.id}/workUnits/1/logs?eid=9").status_code == 404
 
 
-def test_it_highlights_search_matches_inside_escaped_text() -> None:
-    from ui.views import _highlight
+def test_ithighlights_search_matches_inside_escaped_text() -> None:
+    from ui.views import highlight
 
-    assert _highlight("step 3 <b>loss</b> LOSS", "loss") == [
+    assert highlight("step 3 <b>loss</b> LOSS", "loss") == [
         ("step 3 <b>", False), ("loss", True), ("</b> ", False), ("LOSS", True)]
 
 

@@ -83,9 +83,26 @@
     });
   });
 
-  // Logs panel: keep a followed log scrolled to the end.
-  document.addEventListener("htmx:afterSettle", function (event) {
-    var pre = document.querySelector(".logtext[data-follow]");
+  // Logs panel: keep a followed log scrolled to the end as lines arrive (ui/logfollow.py pushes
+  // them), drop the "no lines yet" placeholder at the first, and say when the stream ended.
+  function followedLog() { return document.querySelector(".logtext[data-follow]"); }
+  document.addEventListener("htmx:afterSettle", function () {
+    var pre = followedLog();
     if (pre) pre.scrollTop = pre.scrollHeight;
+  });
+  document.addEventListener("htmx:sseMessage", function (event) {
+    var pre = followedLog();
+    if (!pre || event.target !== pre) return;
+    var empty = pre.querySelector(":scope > .muted");
+    if (empty) empty.remove();
+    pre.setAttribute("data-lines", String(pre.children.length));
+    pre.scrollTop = pre.scrollHeight;
+  });
+  document.addEventListener("htmx:sseClose", function (event) {
+    var pre = followedLog();
+    if (!pre || event.target !== pre || !event.detail || event.detail.type !== "message") return;
+    pre.setAttribute("data-follow-ended", "");  // the stream's "end": the container stopped
+    var note = document.getElementById("log-follow-state");
+    if (note) note.textContent = "The container stopped: nothing more to follow.";
   });
 })();

@@ -1,0 +1,158 @@
+"""The logs panel's Follow: a running container's new lines pushed to the page as Server-Sent Events.
+
+``GET /experiments/<xid>/workUnits/<wid>/logs/follow?eid=&replica=&container=&ts=&q=&after=``
+(an async view: ``xmc.asgi`` routes it to Django's ASGI handler, `ui.urls.EVENT_PATHS`).
+
+The caller and the read check are the panel's (``ui.views.log_target``: the
+session's user or a bearer token; someone else's experiment is 404). The
+stream is the cluster's own ``pods/log?follow=true`` (``k8s_bridge.logs.service``),
+read in a thread of its own, because the Kubernetes client blocks; each line
+it yields goes to the event loop at once (`_pump`), so a line reaches the page
+as soon as the kubelet sends it -- no polling. The thread and the cluster
+stream are held for as long as the page follows, so they count against the
+process's ``XMC_LOGS_MAX_FOLLOWS`` like the REST API's follow
+(``k8s_bridge.logs.views``): one more gets 429 and the panel says so.
+
+Events:
+
+* ``line``: one log line as the panel prints it (HTML: escaped text, the
+  timestamp span when ``ts=1``, ``<mark>`` around matches of ``q``); its
+  ``id`` is the line's timestamp, so a reconnecting browser (``Last-Event-ID``)
+  or a page that rendered up to ``after`` gets only what came later;
+* ``end``: the container stopped or the pod went (the page stops following;
+  a Follow toggled on again reads the archive or the next instance).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.utils.html import escape
+
+from core.errors import NotFound, PermissionDenied, ResourceExhausted, ServiceError
+from k8s_bridge.logs import service as logs
+from k8s_bridge.logs import views as log_views
+from ui import events, views
+from xmc.auth.identity import Unauthenticated
+
+log = logging.getLogger(__name__)
+
+#: Lines of the running log read again when the stream opens, to find where the page stopped.
+REREAD_LINES = 500
+HEARTBEAT_S = 15.0
+_END = object()
+
+
+def _line_html(line: logs.LogLine, timestamps: bool, needle: str) -> str:
+    pieces = views.highlight(line.text, needle)
+    body = "".join(f"<mark>{escape(piece)}</mark>" if hit else str(escape(piece)) for piece, hit in pieces)
+    stamp = f'<span class="ts">{escape(line.timestamp)} </span>' if timestamps else ""
+    hit = bool(needle) and needle.lower() in line.text.lower()
+    return f'<span class="{"hit" if hit else ""}">{stamp}{body}\n</span>'
+
+
+def _open(request: HttpRequest, xid: int, wid: int) -> logs.LogStream:
+    """Check the caller, take a follow slot and open the cluster's stream (in the request's thread)."""
+    try:
+        identity = events._identity(request)
+        _, eid, namespace, replica, container, _ = views.log_target(request, identity, xid, wid)
+        if not log_views._follows().acquire(blocking=False):
+            raise ResourceExhausted("this server already follows as many logs as it may; "
+                                              "turn Follow on again shortly")
+        try:
+            stream = logs.open_logs(xid, wid, eid, namespace,
+                                    logs.LogQuery(replica=replica, container=container, follow=True,
+                                                  tail_lines=REREAD_LINES))
+        except BaseException:
+            log_views._follows().release()
+            raise
+        return stream
+    finally:
+        for connection in connections.all(initialized_only=True):
+            connection.close()  # a followed log may stay open for an hour: hold no connection
+
+
+def _pump(lines: Iterator[logs.LogLine], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any],
+          stop: threading.Event) -> None:
+    """Thread body: hand each line to the loop as it arrives; give the follow slot back at the end."""
+    try:
+        for line in lines:
+            if stop.is_set():
+                break
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, line)
+            except RuntimeError:  # the event loop is gone (the process is stopping)
+                break
+    except Exception as exc:  # noqa: BLE001 - a broken stream ends the follow, never the process
+        log.info("logs.follow_ended", extra={"error": repr(exc)[:200]})
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()
+        log_views._follows().release()
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, _END)
+        except RuntimeError:
+            pass
+
+
+async def _frames(queue: asyncio.Queue[Any], stop: threading.Event, after: str, timestamps: bool,
+                  needle: str) -> AsyncIterator[bytes]:
+    try:
+        yield b"retry: 3000\n\n"
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=HEARTBEAT_S)
+            except asyncio.TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if item is _END:
+                yield b"event: end\ndata: {}\n\n"
+                return
+            if after and item.timestamp and item.timestamp <= after:
+                continue  # the page shows it already
+            after = item.timestamp or after
+            html = _line_html(item, timestamps, needle).replace("\n", "")  # one data line per event
+            head = f"id: {item.timestamp}\n" if item.timestamp else ""
+            yield f"{head}event: line\ndata: {html}\n\n".encode()
+    finally:
+        stop.set()  # the thread leaves at the next line, or when the cluster's idle timeout ends the read
+
+
+def _text(status: int, body: str) -> HttpResponse:
+    return HttpResponse(body + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+async def follow(request: HttpRequest, xid: str, wid: str) -> HttpResponseBase:
+    x, w = views._ids(xid, wid)
+    try:
+        async with events._checks_slot():
+            stream = await sync_to_async(_open)(request, x, w)
+    except Unauthenticated as exc:
+        return _text(401, str(exc))
+    except (NotFound, PermissionDenied, Http404):
+        return _text(404, "not found")
+    except ResourceExhausted as exc:
+        return _text(429, str(exc))
+    except ServiceError as exc:
+        return _text(503, str(exc))
+    after = str(request.headers.get("Last-Event-ID") or request.GET.get("after") or "")[:40]
+    timestamps = request.GET.get("ts") == "1"
+    needle = request.GET.get("q", "")[:200]
+    # The pump starts here, not in the generator: the slot it holds is given back even if the
+    # response is never iterated (the client went away before the first byte).
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    stop = threading.Event()
+    threading.Thread(target=_pump, args=(stream.lines, asyncio.get_running_loop(), queue, stop), daemon=True,
+                     name="xmc-log-follow").start()
+    response = StreamingHttpResponse(_frames(queue, stop, after, timestamps, needle),
+                                     content_type="text/event-stream")
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"
+    return response
