@@ -145,15 +145,33 @@ def experiments(request: HttpRequest, identity: Identity) -> HttpResponse:
 
 # --- /experiments/<xid> -------------------------------------------------------------------------
 
-def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dict[str, str]) -> dict[str, Any]:
+def _admissions(units: list[dict[str, Any]]) -> dict[str, list[datetime]]:
+    """The recent admissions of the queues that queued units (with a position) wait in; no query without."""
+    queues = [present.queue_name(u["executable"]) for u in units
+              if (u["current"] or {}).get("state") == "SCHEDULING" and present.queue_position(u["current"] or {})]
+    return reads.recent_admissions(queues, present.ESTIMATE_WINDOW_S) if queues else {}
+
+
+def _estimate(state: str, current: dict[str, Any], queue: str, admissions: dict[str, list[datetime]],
+              now: datetime) -> str:
+    position = present.queue_position(current)
+    if state != "SCHEDULING" or position is None or queue not in admissions:
+        return ""
+    got = admissions[queue]
+    return present.estimate_words(present.estimate_start(position, got, now), len(got))
+
+
+def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dict[str, str],
+              admissions: dict[str, list[datetime]]) -> dict[str, Any]:
     current = unit["current"] or {}
     state = str(current.get("state") or "")
+    queue = present.queue_name(unit["executable"])
     started = current.get("create_time")
     ended = current.get("complete_time") or (now if state not in present.TERMINAL else current.get("update_time"))
     last = present.text_of(current.get("user_message")) or present.text_of(current.get("system_message"))
     return {
         "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
-        "why": present.why_not_running(state, current, present.queue_name(unit["executable"])),
+        "why": present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now)),
         "last": last, "started": started, "duration": present.duration(started, ended),
         "cells": [args.get(name, "") for name in varying], "stoppable": state not in present.TERMINAL
         and state != "STOPPING", "links": present.links(unit["urls"]),
@@ -170,7 +188,8 @@ def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[
     args = [present.job_args(u["executable"]) for u in units]
     varying, shared = present.sweep(args)
     now = reads.now()
-    rows = [_unit_row(u, now, varying, a) for u, a in zip(units, args)]
+    admissions = _admissions(units)
+    rows = [_unit_row(u, now, varying, a, admissions) for u, a in zip(units, args)]
     counts = exp["child_state_counts"] or {}
     return {
         "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
@@ -210,7 +229,7 @@ def _unit_row_fragment(request: HttpRequest, identity: Identity, xid: int) -> Ht
     if not units:
         raise Http404("not found")
     columns = [c[:200] for c in request.GET.getlist("col")[:200]]
-    row = _unit_row(units[0], reads.now(), columns, present.job_args(units[0]["executable"]))
+    row = _unit_row(units[0], reads.now(), columns, present.job_args(units[0]["executable"]), _admissions(units))
     return HttpResponse(render_rows.unit_row(row, xid, role >= Role.WRITER, columns))
 
 
@@ -261,17 +280,19 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
     role, exp = reads.role(identity, xid)
     unit, executions = reads.work_unit(xid, wid, identity)
     now = reads.now()
+    queue = present.queue_name(unit["executable"])
     views = []
     for ex in executions:
         end = ex.complete_time or (ex.history[-1]["time"] if ex.state in present.TERMINAL and ex.history else now)
         failed = ex.state in ("FAILED", "PARTIALLY_FAILED")
         failure = (ex.system_message or {}) if failed else None
+        shown = {"state": ex.state, "scheduling_information": ex.scheduling_information,
+                 "system_message": ex.system_message}
         views.append({
             "ex": ex, "words": present.words(ex.state), "duration": present.duration(ex.create_time, end),
             "timeline": _timeline(ex.history, end, f"execution {ex.eid}") if ex.history else "",
-            "why": present.why_not_running(ex.state, {"scheduling_information": ex.scheduling_information,
-                                                      "system_message": ex.system_message},
-                                           present.queue_name(unit["executable"])),
+            "why": present.why_not_running(ex.state, shown, queue, _estimate(
+                ex.state, shown, queue, _admissions([{"executable": unit["executable"], "current": shown}]), now)),
             "failed": failed, "failure": failure, "failure_trace": ((failure or {}).get("auxiliaryInfo") or {}).get("stackTrace", ""),
             "failure_link": present.safe_url((failure or {}).get("userFacingUrl")),
             "system": present.text_of(ex.system_message), "user": present.text_of(ex.user_message),

@@ -194,6 +194,12 @@ class StatusHistory(models.Model):
     class Meta:
         ordering = ["execution_id", "id"]
         verbose_name_plural = "status history"
+        indexes = [
+            # The pages' estimated start (ui.reads.recent_admissions): a queue's recent
+            # admissions, newest first. Partial: one row per admission, not per change.
+            models.Index(fields=["time"], name="history_admission_time_idx",
+                         condition=models.Q(from_state="SCHEDULING")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.from_state or '-'} -> {self.to_state}"

@@ -186,7 +186,7 @@ def test_it_shows_the_logs_panel_with_the_reason_when_the_cluster_cannot_be_read
     assert alice.get(f"/experiments/{exp.id}/workUnits/1/logs?eid=9").status_code == 404
 
 
-def test_ithighlights_search_matches_inside_escaped_text() -> None:
+def test_it_highlights_search_matches_inside_escaped_text() -> None:
     from ui.views import highlight
 
     assert highlight("step 3 <b>loss</b> LOSS", "loss") == [
@@ -214,3 +214,28 @@ def test_it_redraws_one_row_with_its_sweep_columns_for_an_event(alice: Client) -
     assert row.startswith('<tr id="wu-2"') and 'data-state="SCHEDULING"' in row and '<td class="arg">0.01</td>' in row
     assert 'name="wid"' in row  # the owner may act: the check box stays
     assert alice.get(f"/experiments/{exp.id}?fragment=row&wid=9").status_code == 404
+
+
+def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_with_history(alice: Client) -> None:
+    exp = factories.experiment(creator=ALICE, title="queued")
+    for _ in range(11):
+        factories.work_unit(exp)
+    for wid in range(1, 11):  # ten admissions from the queue, two seconds apart
+        pages.move(exp.id, wid, 1, "SCHEDULING", "STARTING")
+    pages.move(exp.id, 11, 1, "SCHEDULING")
+    queued = {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 3, "totalWorkloadsInQueue": 5}}}
+    WorkUnitExecution.objects.filter(work_unit__experiment=exp, work_unit__wid=11).update(
+        scheduling_information=queued)
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert "position 3 of 5. Estimated start within 6 s (from the queue&#x27;s last 10 admissions)" in body, body
+    unit_page = alice.get(f"/experiments/{exp.id}/workUnits/11").content.decode()
+    assert "Estimated start within 6 s" in unit_page
+
+    # The same unit in a queue that has admitted nothing: its position, and no estimate.
+    from workunits.models import WorkUnit
+
+    unit = WorkUnit.objects.get(experiment=exp, wid=11)
+    unit.executable["schedulingConstraints"]["queueName"] = "idle-queue"
+    WorkUnit.objects.filter(id=unit.id).update(executable=unit.executable)
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert "Waiting in queue idle-queue: position 3 of 5" in body and "Estimated start" not in body

@@ -52,3 +52,40 @@ def test_it_prints_durations_compactly() -> None:
     assert [present.duration(t, t + timedelta(seconds=s)) for s in (5, 65, 3720, 90000)] == \
         ["5s", "1m05s", "1h02m", "1d01h"]
     assert present.duration(None, t) == ""
+
+
+def test_it_estimates_a_start_from_the_queues_admission_gaps() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+    # Ten admissions 60 s apart, the last one just now: mean gap 60 s, no spread.
+    steady = [now - timedelta(seconds=60 * k) for k in range(10)]
+    assert present.estimate_start(3, steady, now) == (180.0, 180.0)
+    # Gaps alternating 30 s and 90 s (mean 60, sample sd 31.62...), the last admission 20 s ago:
+    # centre 4 * 60 - 20 = 220, half-width 1.2816 * sd * sqrt(4).
+    times, t = [], now - timedelta(seconds=20)
+    for k in range(10):
+        times.append(t)
+        t -= timedelta(seconds=30 if k % 2 == 0 else 90)
+    times.append(t)
+    sd = (10 * 30 ** 2 / 9) ** 0.5  # ten gaps, each 30 s from the mean
+    low, high = present.estimate_start(4, times, now)  # type: ignore[misc]
+    assert abs(low - (220 - 1.2816 * sd * 2)) < 1e-6 and abs(high - (220 + 1.2816 * sd * 2)) < 1e-6
+    assert present.estimate_words((low, high), 11) == (
+        "Estimated start in 2 min to 5 min (from the queue's last 11 admissions)")
+
+
+def test_it_gives_no_estimate_rather_than_a_guess() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+    few = [now - timedelta(seconds=60 * k) for k in range(present.ESTIMATE_MIN_ADMISSIONS - 1)]
+    assert present.estimate_start(2, few, now) is None  # not enough history
+    old = [now - timedelta(seconds=present.ESTIMATE_WINDOW_S + 60 * k) for k in range(1, 20)]
+    assert present.estimate_start(2, old, now) is None  # nothing recent
+    stalled = [now - timedelta(seconds=600 + 60 * k) for k in range(12)]
+    assert present.estimate_start(2, stalled, now) is None  # 10 min without one, usual gap 1 min
+    assert present.estimate_words(None, 0) == ""
+    queued = {"scheduling_information": {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 2}}}}
+    assert present.why_not_running("SCHEDULING", queued, "q", "Estimated start within 2 min") == (
+        "Waiting in queue q: position 2. Estimated start within 2 min")
