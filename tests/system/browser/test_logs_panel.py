@@ -3,7 +3,8 @@
 ``scripts/run_all.py`` (the simulator's pods print what their script says),
 the real web process (ASGI), Debian's Chromium. The work unit prints a
 progress line every second; with Follow on, the panel shows a line the pod
-wrote after the page opened, within a second of its timestamp.
+wrote after the page opened, within a second of its timestamp, pushed over
+the panel's event stream (``ui.logfollow``).
 """
 from __future__ import annotations
 
@@ -65,6 +66,9 @@ def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, pag
 
     page.check("input[name=ts]")
     page.wait_for_selector("#logtext .ts")
+    streams: list[str] = []
+    page.on("response", lambda r: streams.append(r.headers.get("content-type", ""))
+            if "/logs/follow" in r.url else None)
     page.check("input[name=follow]")
     page.wait_for_selector("#logtext[data-follow]")
     seen = {line for line in page.inner_text("#logtext").splitlines() if " step " in line}
@@ -79,6 +83,8 @@ def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, pag
     written = datetime.fromisoformat(stamp)
     lag = (arrived - written).total_seconds()
     assert lag < 1.0, f"a followed line appeared {lag:.2f} s after the pod wrote it"
+    # Pushed over the panel's event stream (ui.logfollow), not re-read by polling.
+    assert streams and streams[0].startswith("text/event-stream"), streams
 
     page.uncheck("input[name=follow]")
     page.wait_for_selector("#logtext:not([data-follow])")
