@@ -7,7 +7,7 @@ folder) and a private ``redis-server`` on a free port, every process the run
 command starts except the web server and the MachineLearningRun emulator
 (simulator with controllers, gRPC server, a Celery worker on every queue,
 beat, reconciler), with the default settings. It launches work units of
-mixed fates (complete, fail, stop, restart) through the gRPC API, runs a
+mixed fates (complete, fail, stop, restart, preempt) through the gRPC API, runs a
 seeded random schedule of faults:
 
 * SIGKILL of the worker, the gRPC server, the reconciler or beat (the
@@ -27,8 +27,17 @@ alive. It prints a table of the faults and the invariants and exits 1 on a
 violation. ``tests/system/chaos`` runs a short seeded run; longer ones are for
 here (``--units 300 --faults 20``).
 
+A ``preempt`` unit is a LOW priority job of 2 CPUs in ``demo-queue`` (a
+ClusterQueue of 4 CPUs that preempts lower priorities); as soon as it runs, a
+HIGH priority unit of 4 CPUs is launched into the same queue, so Kueue evicts
+the running victim (and whatever else holds the quota), requeues it, and it
+must still complete, in its one execution. The table says how many victims were seen
+evicted (a fault may hide a short eviction from the history, so it is a
+figure, not an invariant).
+
 What it does not do (yet): use the real xmanager client (it speaks the same
-gRPC API through the generated stubs), preemptions.
+gRPC API through the generated stubs: the client has no retry of its own, so
+a launch script under these faults fails where the stubs here retry).
 """
 from __future__ import annotations
 
@@ -53,10 +62,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-FATES = ("complete", "fail", "stop", "restart")
+FATES = ("complete", "fail", "stop", "restart", "preempt")
 SCRIPTS = {"complete": "pull=1s;run=4s;exit=0", "fail": "pull=1s;run=2s;exit=1",
-           "stop": "pull=1s;run=100000s;exit=0", "restart": "pull=1s;run=4s;exit=0"}
-FINAL = {"complete": "COMPLETED", "fail": "FAILED", "stop": "STOPPED", "restart": "COMPLETED"}
+           "stop": "pull=1s;run=100000s;exit=0", "restart": "pull=1s;run=4s;exit=0",
+           "preempt": "pull=1s;run=12s;exit=0", "preemptor": "pull=1s;run=3s;exit=0"}
+FINAL = {"complete": "COMPLETED", "fail": "FAILED", "stop": "STOPPED", "restart": "COMPLETED",
+         "preempt": "COMPLETED", "preemptor": "COMPLETED"}
+#: The small ClusterQueue's LocalQueue (simulators/cluster/queues_default.yaml): 4 CPUs, LowerPriority preemption.
+PREEMPT_QUEUE = "demo-queue"
+#: Priority and CPU of a preempt fate's victim and of the unit launched to preempt it.
+PREEMPT = {"preempt": ("LOW", 2000), "preemptor": ("HIGH", 4000)}
 KINDS = ("kill_worker", "kill_grpc", "kill_reconciler", "kill_beat", "redis_restart_empty", "postgres_crash",
          "api_faults", "stall_simulator", "stall_redis", "stall_postgres")
 
@@ -298,18 +313,29 @@ class Client:
             experiment=self.pb.experiment.Experiment(title="chaos")))
         return int(exp.name.split("/")[1])
 
-    def create(self, xid: int, wid: int, script: str) -> None:
+    def create(self, xid: int, wid: int, fate: str) -> None:
         pb = self.pb
+        priority, millicores = PREEMPT.get(fate, ("", 100))
         job = pb.work_unit.KubernetesJob(
-            name="main", replicas=1, annotations={"sim.xmc.dev/script": script}, retry_limit=1,
+            name="main", replicas=1, annotations={"sim.xmc.dev/script": SCRIPTS[fate]}, retry_limit=1,
             spec=pb.work_unit.ExecutableSpec(docker_image="gcr.io/chaos/job:v1", resources=pb.resources.ResourceSet(
-                cpu_resources=pb.resources.CpuResources(cpu_millicores=100, memory_bytes=2**28))))
-        request = pb.api.CreateWorkUnitRequest(
-            parent=f"experiments/{xid}", work_unit_id=wid,
-            work_unit=pb.work_unit.WorkUnit(executable=pb.work_unit.Executable(
-                jobset=pb.work_unit.JobSetExecutable(jobs=[job]))))
+                cpu_resources=pb.resources.CpuResources(cpu_millicores=millicores, memory_bytes=2**28))))
+        unit = pb.work_unit.WorkUnit(executable=pb.work_unit.Executable(
+            jobset=pb.work_unit.JobSetExecutable(jobs=[job])))
+        if priority:
+            unit.executable.scheduling_constraints.queue_name = PREEMPT_QUEUE
+            unit.priority = pb.priority.Priority.Value(priority)
+        request = pb.api.CreateWorkUnitRequest(parent=f"experiments/{xid}", work_unit_id=wid, work_unit=unit)
         # A retried create whose first try committed answers ALREADY_EXISTS: it was carried out once.
         self.call("CreateWorkUnit", request, ok_codes=(self.grpc.StatusCode.ALREADY_EXISTS,))
+
+    def state(self, xid: int, wid: int) -> str:
+        unit = self.call("GetWorkUnit", self.pb.api.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"))
+        if unit is None:
+            return ""
+        state = unit.current_work_unit_execution.status.state
+        return str(unit.current_work_unit_execution.status.DESCRIPTOR.fields_by_name["state"]
+                   .enum_type.values_by_number[state].name)
 
     def stop(self, xid: int, wid: int) -> None:
         self.call("StopWorkUnit", self.pb.api.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"),
@@ -365,9 +391,32 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
         lock = threading.Lock()
         canaries: list[tuple[FaultRecord, Unit]] = []
 
+        preemptors: list[Unit] = []
+        watchers: list[threading.Thread] = []
+
         def launch(unit: Unit) -> None:
-            client.create(xid, unit.wid, SCRIPTS[unit.fate])
+            client.create(xid, unit.wid, unit.fate)
             unit.created_at = time.monotonic()
+            if unit.fate == "preempt":
+                watchers.append(threading.Thread(target=preempt_when_running, args=(unit,), daemon=True))
+                watchers[-1].start()
+
+        def preempt_when_running(victim: Unit) -> None:
+            """Once the victim runs, a HIGH unit that needs the whole queue (an eviction by Kueue)."""
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                try:
+                    state = client.state(xid, victim.wid)
+                except Exception:  # noqa: BLE001 - the faults: ask again
+                    state = ""
+                if state in ("RUNNING", "COMPLETED", "FAILED"):
+                    break
+                time.sleep(0.5)
+            with lock:
+                preemptor = Unit(wid=next_wid[0], fate="preemptor")
+                next_wid[0] += 1
+                preemptors.append(preemptor)
+            launch(preemptor)
 
         def workload() -> None:
             for unit in plan:
@@ -397,6 +446,9 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
                 client.stop(xid, unit.wid)
             elif unit.fate == "restart":
                 client.restart(xid, unit.wid)
+        for watcher in list(watchers):
+            watcher.join(timeout=max(1.0, settle_s))
+        plan += preemptors
 
         return settle_and_check(system, client, xid, plan, canaries, records, started, settle_s)
     finally:
@@ -519,7 +571,13 @@ def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
     print(f"{'invariant':<58} result")
     for name, ok in invariants.items():
         print(f"{name:<58} {'PASS' if ok else 'FAIL'}")
-    print(f"\nunits {len(everyone)} ({', '.join(f'{f} {sum(u.fate == f for u in plan)}' for f in FATES)}, "
+    victims = [u.wid for u in plan if u.fate == "preempt"]
+    evicted = set(StatusHistory.objects.filter(
+        execution__work_unit__experiment_id=xid, execution__work_unit__wid__in=victims,
+        from_state__in=("STARTING", "RUNNING"), to_state="SCHEDULING",  # evicted: back in the queue
+    ).values_list("execution__work_unit__wid", flat=True))
+    print(f"\npreempt victims {len(victims)}, seen evicted and requeued {len(evicted)}")
+    print(f"units {len(everyone)} ({', '.join(f'{f} {sum(u.fate == f for u in plan)}' for f in (*FATES, 'preemptor'))}, "
           f"canaries {len(canaries)}), JobSet creates {sum(c['count'] for c in creates)}, "
           f"restarts of processes {sum(p.restarts for p in system.procs.values())}, "
           f"{time.monotonic() - started:.0f} s")
