@@ -6,8 +6,20 @@
 * `Dashboard`: an ordered list of charts (`DashboardChart`) owned by one user.
 * `MetricPoint`: one (execution, metric, step) value -- the narrow table the
   write path fills (`metrics.services.write_points`) and GetChartData reads
-  (`metrics.data`). Unique on (execution, metric, step): a replayed batch
-  does not double points.
+  (`metrics.data`). In Postgres it is partitioned by RANGE on ``time``, one
+  partition a day (`metrics.partitions`; the DDL is
+  ``metrics/migrations/0002_partitioned_points.py``). A unique constraint of a
+  partitioned table must include the partition key, so its primary key is
+  (execution, metric, step, time) -- also the b-tree every chart query walks --
+  and the write path keeps (execution, metric, step) unique itself: a replayed
+  batch does not double points.
+* `PointBlock`: the count, sum, min and max of one execution's points of one
+  metric over a block of ``size`` consecutive steps, for sizes 16, 32, 64, ...
+  (`BLOCK_SIZES`); kept by the write path in the same statement as the points,
+  read by GetChartData when a pixel holds many points (`metrics.data`).
+* `PointSpan`: the earliest and latest time and the highest step of one
+  execution's points, kept by the write path: where duplicates and a chart's
+  points can be (the partitions to look in, whether a batch can repeat any).
 
 Rows are written only through `metrics.services`.
 """
@@ -87,20 +99,67 @@ class DashboardChart(models.Model):
 
 
 class MetricPoint(models.Model):
-    """One value of one metric at one step of one execution (narrow: no text but the metric)."""
+    """One value of one metric at one step of one execution (narrow: no id, no text but the metric).
 
-    id = models.BigAutoField(primary_key=True)
+    The table is created by raw SQL in its migration (partitioned by ``time``);
+    this model is its state for the ORM and must stay equal to it (``./dev test``
+    checks models and migrations agree).
+    """
+
+    # The b-tree every chart query walks (execution, metric, step order); the
+    # partition key ``time`` is in it because Postgres requires it.
+    pk = models.CompositePrimaryKey("execution", "metric", "step", "time")
+    # No database constraint: its check is a query per inserted row at commit (a third of the write's
+    # time). The write path resolves the execution in the same request, and a deleted execution's points
+    # go with it through Django's CASCADE.
     execution = models.ForeignKey("workunits.WorkUnitExecution", on_delete=models.CASCADE,
-                                  related_name="metric_points", db_index=False)
+                                  related_name="metric_points", db_index=False, db_constraint=False)
     metric = models.CharField(max_length=METRIC_NAME)
     step = models.BigIntegerField()
     value = models.FloatField()
     time = models.DateTimeField()
 
     class Meta:
-        constraints = [
-            # The b-tree every chart query walks (execution, metric, step order),
-            # and the idempotency key of the write path.
-            models.UniqueConstraint(fields=["execution", "metric", "step"], name="metric_point_once"),
-        ]
         indexes = [BrinIndex(fields=["time"], name="metric_point_time_brin")]
+
+
+class PointSpan(models.Model):
+    """Where one execution's points are: their earliest and latest time and their highest step.
+
+    Written in the same transaction as the points (`metrics.services.write_points`, which locks the
+    row to serialize the writers of one execution); it may be wider than the points (after retention
+    dropped some), never narrower.
+    """
+
+    execution = models.OneToOneField("workunits.WorkUnitExecution", on_delete=models.CASCADE, primary_key=True,
+                                     related_name="point_span")
+    first_time = models.DateTimeField()
+    last_time = models.DateTimeField()
+    last_step = models.BigIntegerField()
+
+
+#: The step blocks `PointBlock` keeps, finest first (16, 32, ... 2**34 steps): a chart whose pixel spans
+#: more than a few steps reads one block a bucket, of the smallest size at least as wide as its pixel,
+#: instead of every point (`metrics.data.block_size`).
+BLOCK_SIZES = tuple(16 * 2**k for k in range(31))
+
+
+class PointBlock(models.Model):
+    """Points ``block * size`` .. ``block * size + size - 1`` (by step) of one metric of one execution, summed up."""
+
+    pk = models.CompositePrimaryKey("execution", "metric", "size", "block")
+    execution = models.ForeignKey("workunits.WorkUnitExecution", on_delete=models.CASCADE,
+                                  related_name="point_blocks", db_index=False, db_constraint=False)
+    metric = models.CharField(max_length=METRIC_NAME)
+    size = models.BigIntegerField()
+    block = models.BigIntegerField()
+    count = models.BigIntegerField()
+    sum = models.FloatField()
+    min = models.FloatField()
+    max = models.FloatField()
+    #: The highest step and the latest time in the block (what a bucket of it reports; retention's key).
+    last_step = models.BigIntegerField()
+    last_time = models.DateTimeField()
+
+    class Meta:
+        indexes = [BrinIndex(fields=["last_time"], name="metric_block_time_brin")]

@@ -13,10 +13,11 @@ token still writes).
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,7 +33,7 @@ from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
 from metrics import specs
-from metrics.models import Chart, Dashboard, DashboardChart, MetricPoint
+from metrics.models import BLOCK_SIZES, Chart, Dashboard, DashboardChart, MetricPoint, PointBlock, PointSpan
 from metrics.wire import chart_to_proto
 from workunits.choices import ExecutionState
 from workunits.models import WorkUnit, WorkUnitExecution
@@ -238,12 +239,19 @@ def delete_dashboard(dashboard: Dashboard) -> None:
 # --- Points -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
+    """One point of a write (a tuple: the write path makes thousands per call)."""
+
     metric: str
     step: int
     value: float
     time: datetime
+
+
+_ACCEPTING = (
+    f"SELECT e.id, e.execution_state, e.state, e.complete_time, e.update_time FROM {WorkUnitExecution._meta.db_table} e "
+    f"JOIN {WorkUnit._meta.db_table} w ON w.id = e.work_unit_id WHERE w.experiment_id = %s AND w.wid = %s AND e.eid = %s"
+)
 
 
 def accepting_execution(xid: int, wid: int, eid: int, *, now: datetime | None = None) -> int | None:
@@ -253,16 +261,17 @@ def accepting_execution(xid: int, wid: int, eid: int, *, now: datetime | None = 
     terminal state, and for ``XMC_METRICS_TOKEN_GRACE_S`` after it ended (its
     ``complete_time``, or its last update when a restart superseded it).
     """
-    row = (WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=wid, eid=eid)
-           .values("pk", "execution_state", "state", "complete_time", "update_time").first())
+    with connection.cursor() as cursor:  # on every write: one statement, not an ORM query to compile
+        cursor.execute(_ACCEPTING, [xid, wid, eid])
+        row = cursor.fetchone()
     if row is None:
         return None
-    live = row["execution_state"] == ExecutionState.ACTIVE and row["state"] not in TERMINAL
-    if live:
-        return int(row["pk"])
-    ended = row["complete_time"] or row["update_time"]
+    pk, execution_state, state, complete_time, update_time = row
+    if execution_state == ExecutionState.ACTIVE and state not in TERMINAL:
+        return int(pk)
+    ended = complete_time or update_time
     grace = timedelta(seconds=settings.XMC_METRICS_TOKEN_GRACE_S)
-    return int(row["pk"]) if (now or timezone.now()) <= ended + grace else None
+    return int(pk) if (now or timezone.now()) <= ended + grace else None
 
 
 def execution_pk(xid: int, wid: int, eid: int | None) -> int | None:
@@ -275,25 +284,120 @@ def execution_pk(xid: int, wid: int, eid: int | None) -> int | None:
     return queryset.values_list("pk", flat=True).first()
 
 
+_POINTS = MetricPoint._meta.db_table
+_SPANS = PointSpan._meta.db_table
+_BLOCKS = PointBlock._meta.db_table
+#: The session's staging table. COPY fills it; the commit empties it in place (ON COMMIT DELETE ROWS:
+#: no dead rows pile up, temporary tables are never vacuumed); a write inside a caller's transaction
+#: (tests) empties it itself.
+_STAGE = "pg_temp.xmc_metric_stage"
+_CREATE_STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE.removeprefix('pg_temp.')} "
+                 "(n int, metric text, step bigint, value float8, time timestamptz) ON COMMIT DELETE ROWS")
+#: Binary COPY: no text formatting in Python nor parsing in Postgres (twice as fast as text for these rows).
+_COPY = f"COPY {_STAGE} (n, metric, step, value, time) FROM STDIN (FORMAT BINARY)"
+_COPY_TYPES = ("int4", "text", "int8", "float8", "timestamptz")
+#: Connections (psycopg's) whose session has the staging table, committed.
+_STAGED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+#: The execution's span, locked: the writers of one execution take turns until commit (a second writer of
+#: the same batch waits here, then its next statement sees the first one's points).
+_LOCK_SPAN = f"SELECT first_time, last_time, last_step FROM {_SPANS} WHERE execution_id = %s FOR UPDATE"
+#: The first write of an execution: no points to repeat (a concurrent first writer gets nothing and locks).
+_NEW_SPAN = (f"INSERT INTO {_SPANS} (execution_id, first_time, last_time, last_step) VALUES (%s, %s, %s, %s) "
+             "ON CONFLICT (execution_id) DO NOTHING RETURNING 1")
+_WIDEN_SPAN = (f"UPDATE {_SPANS} SET first_time = least(first_time, %(first)s), last_time = greatest(last_time, "
+               "%(last)s), last_step = greatest(last_step, %(last_step)s) WHERE execution_id = %(execution)s")
+
+def _floor_div(a: str, b: str) -> str:
+    """SQL for floor(a / b) of integers (b > 0; "/" truncates toward zero, and -a may not overflow)."""
+    return f"CASE WHEN {a} >= 0 THEN {a} / {b} ELSE -1 - (-({a} + 1)) / {b} END"
+
+
+#: The staged points not already stored (the first occurrence in the batch wins), in one statement
+#: with the span's update and the new points added to their blocks (`PointBlock`, every size).
 _INSERT = (
-    f"INSERT INTO {MetricPoint._meta.db_table} (execution_id, metric, step, value, time) "
-    "SELECT %s, m, s, v, t FROM unnest(%s::text[], %s::bigint[], %s::float8[], %s::timestamptz[]) AS p(m, s, v, t) "
-    "ON CONFLICT (execution_id, metric, step) DO NOTHING"
+    "WITH {widen} new AS ("
+    f"INSERT INTO {_POINTS} (execution_id, metric, step, value, time) "
+    f"SELECT DISTINCT ON (s.metric, s.step) %(execution)s, s.metric, s.step, s.value, s.time FROM {_STAGE} s "
+    "{probe} ORDER BY s.metric, s.step, s.n RETURNING metric, step, value, time), "
+    # The finest blocks from the new points, every coarser size from those (sizes are multiples of 16).
+    f"fine AS (SELECT metric, {_floor_div('step', str(BLOCK_SIZES[0]))} AS block, count(*) AS count, sum(value) AS sum, "
+    "min(value) AS min, max(value) AS max, max(step) AS last_step, max(time) AS last_time FROM new GROUP BY 1, 2), "
+    f"blocks AS (INSERT INTO {_BLOCKS} AS b (execution_id, metric, size, block, count, sum, min, max, last_step, "
+    f"last_time) SELECT %(execution)s, f.metric, z.size, {_floor_div('f.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
+    "sum(f.count), sum(f.sum), min(f.min), max(f.max), max(f.last_step), max(f.last_time) "
+    "FROM fine f CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) GROUP BY 2, 3, 4 "
+    "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
+    "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
+    "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)) "
+    "SELECT count(*) FROM new"
+)
+#: The duplicate probe, only when the batch has a step the execution already has: one (execution, metric,
+#: step) lookup per point in the partitions the span covers (literal bounds: the planner prunes the rest).
+_PROBE = (
+    f"LEFT JOIN LATERAL (SELECT 1 AS hit FROM {_POINTS} p WHERE p.execution_id = %(execution)s "
+    "AND p.metric = s.metric AND p.step = s.step AND p.time BETWEEN %(span_first)s AND %(span_last)s LIMIT 1) d "
+    "ON TRUE WHERE d.hit IS NULL"
 )
 
 
+def _lock_span(cursor: Any, execution: int, first: datetime, last: datetime,
+               last_step: int) -> tuple[datetime, datetime, int] | None:
+    """Lock the execution's span; its (first time, last time, last step) before this write, None if new."""
+    while True:
+        cursor.execute(_LOCK_SPAN, [execution])
+        row = cursor.fetchone()
+        if row is not None:
+            return row[0], row[1], int(row[2])
+        cursor.execute(_NEW_SPAN, [execution, first, last, last_step])
+        if cursor.fetchone() is not None:
+            return None
+        # Another first writer inserted it meanwhile (and has committed): lock that one.
+
+
 def write_points(execution: int, points: Sequence[Point]) -> int:
-    """Insert ``points`` of one execution in one statement; returns how many were new.
+    """Store ``points`` of one execution; returns how many were new.
 
     Idempotent on (execution, metric, step): a replayed batch (or a point
-    repeated within one) adds nothing; the first value written stays.
+    repeated within one) adds nothing, whatever its times; the first value
+    written stays. One transaction: COPY into the session's staging table,
+    lock the execution's `PointSpan`, INSERT ... SELECT the staged points
+    (skipping those already stored when the batch has steps the execution
+    already has), add the new ones to their `PointBlock` rows and widen the
+    span.
     """
     if not points:
         return 0
+    first = min(p.time for p in points)
+    last = max(p.time for p in points)
+    first_step = min(p.step for p in points)
+    last_step = max(p.step for p in points)
+    nested = connection.in_atomic_block
     with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute(_INSERT, [execution, [p.metric for p in points], [p.step for p in points],
-                                 [p.value for p in points], [p.time for p in points]])
-        return int(cursor.rowcount)
+        raw = cursor.cursor
+        if raw.connection not in _STAGED:
+            cursor.execute(_CREATE_STAGE)
+        with raw.copy(_COPY) as copy:
+            copy.set_types(_COPY_TYPES)
+            write_row = copy.write_row
+            for n, point in enumerate(points):
+                write_row((n, *point))
+        span = _lock_span(cursor, execution, first, last, last_step)
+        params: dict[str, Any] = {"execution": execution, "first": first, "last": last, "last_step": last_step,
+                                  "sizes": list(BLOCK_SIZES)}
+        widen = probe = ""
+        if span is not None:
+            widen = f"span AS ({_WIDEN_SPAN}),"
+            if first_step <= span[2]:
+                probe = _PROBE
+                params.update(span_first=span[0], span_last=span[1])
+        cursor.execute(_INSERT.replace("{widen}", widen).replace("{probe}", probe), params)
+        written = int(cursor.fetchone()[0])
+        if nested:
+            cursor.execute(f"DELETE FROM {_STAGE}")
+    if not nested:
+        _STAGED.add(raw.connection)
+    return written
 
 
 def require_chart(chart_id: str) -> Chart:
@@ -301,24 +405,3 @@ def require_chart(chart_id: str) -> Chart:
     if chart is None:
         raise NotFound(f"charts/{chart_id} not found")
     return chart
-
-
-#: Points deleted per statement by `purge_points` (short transactions, no long lock on the table).
-PURGE_BATCH = 50_000
-
-
-def purge_points(*, older_than: datetime, batch: int = PURGE_BATCH) -> int:
-    """Delete points with ``time`` before ``older_than``, in batches; returns how many went.
-
-    The BRIN index on ``time`` finds the old block ranges; each batch is its own transaction.
-    """
-    total = 0
-    table = MetricPoint._meta.db_table
-    while True:
-        with transaction.atomic(durable=True), connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE time < %s LIMIT %s)",
-                           [older_than, batch])
-            deleted = int(cursor.rowcount)
-        total += deleted
-        if deleted < batch:
-            return total

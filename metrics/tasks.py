@@ -1,26 +1,28 @@
-"""Celery task of the metrics app: points older than ``XMC_METRICS_RETENTION_DAYS`` are deleted.
+"""Celery task of the metrics app: the points table's daily partitions, ahead and by retention.
 
 Runs hourly from the beat schedule (``CELERY_BEAT_SCHEDULE`` in
 ``xmc/settings.py``) on the actuator queue, beside the other clean-ups; a thin
-adapter over `metrics.services.purge_points`, idempotent (a second run finds
-nothing old enough).
+adapter over `metrics.partitions.maintain`, idempotent (a second run finds
+every partition there and nothing old enough).
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
 from core.queues import Queue
-from metrics import services
+from metrics import partitions
 
 
-@shared_task(name="xmc.metrics.purge_points", queue=Queue.ACTUATOR.value, ignore_result=True,
+@shared_task(name="xmc.metrics.maintain_partitions", queue=Queue.ACTUATOR.value, ignore_result=True,
              soft_time_limit=600, time_limit=660)
-def purge_points() -> int:
-    """Delete points whose time is more than ``XMC_METRICS_RETENTION_DAYS`` ago (0 keeps them for ever)."""
-    if settings.XMC_METRICS_RETENTION_DAYS <= 0:
-        return 0
-    return services.purge_points(older_than=timezone.now() - timedelta(days=settings.XMC_METRICS_RETENTION_DAYS))
+def maintain_partitions() -> dict[str, Any]:
+    """Create today's and the next ``XMC_METRICS_PARTITIONS_AHEAD_DAYS`` days' partitions; drop the ones
+    wholly older than ``XMC_METRICS_RETENTION_DAYS`` (0 keeps them for ever)."""
+    done = partitions.maintain(timezone.now(), days_ahead=settings.XMC_METRICS_PARTITIONS_AHEAD_DAYS,
+                               retention_days=settings.XMC_METRICS_RETENTION_DAYS)
+    return {"created": done.created, "dropped": done.dropped, "default_deleted": done.default_deleted,
+            "blocks_deleted": done.blocks_deleted}

@@ -321,8 +321,10 @@ XMC_METRICS_URL = env.str("XMC_METRICS_URL", default="") or XMC_PUBLIC_URL
 XMC_METRICS_TOKEN_GRACE_S = env.float("XMC_METRICS_TOKEN_GRACE_S", default=300.0)
 #: Most points one metrics:write call may carry.
 XMC_METRICS_MAX_POINTS = env.int("XMC_METRICS_MAX_POINTS", default=10_000)
-#: Points older than this are deleted by the hourly purge (0 keeps them for ever).
+#: Points older than this are dropped with their daily partition by the hourly maintenance (0 keeps them for ever).
 XMC_METRICS_RETENTION_DAYS = env.int("XMC_METRICS_RETENTION_DAYS", default=90)
+#: How many days of partitions of the points table exist ahead of today (metrics.partitions).
+XMC_METRICS_PARTITIONS_AHEAD_DAYS = env.int("XMC_METRICS_PARTITIONS_AHEAD_DAYS", default=7)
 
 CELERY_BEAT_SCHEDULE = {
     # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.
@@ -343,8 +345,8 @@ CELERY_BEAT_SCHEDULE = {
     # Done operations are deleted XMC_OPERATION_RETENTION_DAYS after they ended.
     "operation-purge": {"task": "xmc.actuator.purge_operations", "schedule": 3600.0,
                         "options": {"queue": "actuator", "expires": 300}},
-    # Metric points are deleted XMC_METRICS_RETENTION_DAYS after their time (metrics.tasks).
-    "metrics-purge": {"task": "xmc.metrics.purge_points", "schedule": 3600.0,
+    # The points table's daily partitions: created ahead, dropped after XMC_METRICS_RETENTION_DAYS (metrics.tasks).
+    "metrics-partitions": {"task": "xmc.metrics.maintain_partitions", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
     "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,

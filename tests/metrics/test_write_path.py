@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from django.test import Client
 from django.utils import timezone
 
-from metrics import services, tasks, tokens
+from metrics import tokens
 from metrics.models import MetricPoint
 from tests import factories
 from tests.metrics.conftest import experiment_for
@@ -150,16 +150,3 @@ def test_it_never_answers_500_to_any_body(unit: WorkUnit) -> None:
         assert response.status_code < 500, (raw[:300], response.content[:300])
 
     one()
-
-
-def test_the_purge_deletes_points_past_the_retention_only(unit: WorkUnit, settings: Any) -> None:
-    execution = WorkUnitExecution.objects.get(work_unit=unit, eid=1)
-    now = timezone.now()
-    services.write_points(execution.pk, [services.Point("m", s, 1.0, now - timedelta(days=d))
-                                         for s, d in enumerate((100, 95, 89, 1))])
-    settings.XMC_METRICS_RETENTION_DAYS = 90
-    assert tasks.purge_points.apply().result == 2
-    assert sorted(MetricPoint.objects.values_list("step", flat=True)) == [2, 3]
-    settings.XMC_METRICS_RETENTION_DAYS = 0
-    assert tasks.purge_points.apply().result == 0
-    assert services.purge_points(older_than=now, batch=1) == 2  # batches until nothing is left
