@@ -150,3 +150,36 @@ def test_it_never_answers_500_to_any_body(unit: WorkUnit) -> None:
         assert response.status_code < 500, (raw[:300], response.content[:300])
 
     one()
+
+
+@pytest.mark.parametrize("bad,field", [
+    ({"value": "x"}, "points[5].value"),
+    ({"value": 10**400}, "points[5].value"),
+    ({"time": "yesterday"}, "points[5].time"),
+    ({"step": 2**64}, "points[5].step"),
+    ({"metric": ""}, "points[5].metric"),
+    ({"metric": ["loss"]}, "points[5].metric"),
+    ({"other": 1}, "points[5]"),
+])
+def test_a_bad_point_after_good_ones_is_named_as_before(unit: WorkUnit, bad: dict[str, Any], field: str) -> None:
+    """The fast path (metric and time already checked in this body) still names the bad point."""
+    good = {"metric": "loss", "step": 1, "value": 0.5, "time": "2026-12-01T10:00:00Z"}
+    body = {"points": [{**good, "step": i} for i in range(5)] + [{**good, "step": 5, **bad}]}
+    response = _post(unit.experiment_id, 1, json.dumps(body), tokens.token_for(unit.experiment_id, 1, 1))
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == field
+    assert not _points()
+
+
+def test_what_the_fast_json_parser_refuses_gets_the_same_answers(unit: WorkUnit) -> None:
+    """NaN literals and huge integers (orjson refuses them) go through the standard library: the same 400s."""
+    token = tokens.token_for(unit.experiment_id, 1, 1)
+    nan = '{"points": [{"metric": "m", "step": 1, "value": 1}, {"metric": "m", "step": 2, "value": NaN}]}'
+    response = _post(unit.experiment_id, 1, nan, token)
+    assert response.status_code == 400
+    assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "points[1].value"
+    huge = '{"points": [{"metric": "m", "step": 1' + "0" * 30 + ', "value": 1}]}'
+    response = _post(unit.experiment_id, 1, huge, token)
+    assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "points[0].step"
+    ok = '{"points": [{"metric": "m", "step": 1, "value": 1, "time": "2026-12-01T10:00:00Z"}]}'
+    assert _post(unit.experiment_id, 1, ok.encode(), token).json() == {"written": 1, "duplicates": 0}
