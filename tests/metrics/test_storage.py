@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone as dj_timezone
 
 from core import pb
-from metrics import data, partitions, services, tasks, tokens
+from metrics import data, evaluate, partitions, services, tasks, tokens
 from metrics.models import BLOCK_SIZES, MetricPoint, PointBlock
 from tests import factories
 from tests.metrics.conftest import experiment_for
@@ -241,3 +241,26 @@ def test_a_long_series_is_read_in_blocks_one_per_bucket_and_bounded_by_the_width
     (entry,) = data.plot_data(data.Scope(unit.experiment_id, 1), ranged, 100)
     points = entry.scatter_series.points
     assert len(points) == 100 and points[0].min_value == 100 and points[-1].max_value == 10_099
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", ["MEAN", "MEDIAN", "MIN", "MAX", "SUM", "MEAN_CI_95"])
+def test_an_aggregate_over_blocks_is_computed_in_sql_as_evaluate_computes_it(how: str) -> None:
+    exp = experiment_for(ALICE)
+    now = dj_timezone.now()
+    for wid in (1, 2, 3):
+        execution = _execution(factories.work_unit(exp, wid=wid))
+        services.write_points(execution, [services.Point("loss", s, (s % 97) * wid / 10, now) for s in range(2_000)])
+    M = pb.dashboard
+    S = M.StatSpec
+    each = M.PlotSpec(plot_id="each", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]))
+    across = M.PlotSpec(plot_id="all", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                        stats=M.StatSpec(aggregation=S.Aggregation.Value(how)))
+    scope = data.Scope(exp.id, None)
+    series, aggregated = data._series(scope, across, 100, how)
+    assert not series and len(aggregated["loss"]) == 63  # 2,000 steps in 32-step blocks, one SQL series
+    (entry,) = data.plot_data(scope, across, 100)
+    per_unit = [[evaluate.Bucket._make(row) for row in rows] for rows in data._series(scope, each, 100)[0].values()]
+    expected = evaluate.aggregate(per_unit, how)
+    got = [v for p in entry.scatter_series.points for v in (p.step, p.avg_value, p.min_value, p.max_value)]
+    assert got == pytest.approx([v for b in expected for v in (b.step, b.avg, b.min, b.max)])

@@ -100,14 +100,16 @@ def _point(i: int, item: Any, now: datetime) -> services.Point:
         raise InvalidArgument(f"{where}.metric must be 1 to 256 printable characters", field=f"{where}.metric")
     step = _int(item.get("step", 0), f"{where}.step")
     value = item.get("value")
-    try:
-        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        finite = False
-    if not finite:
+    number = None
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            pass
+    if number is None or not math.isfinite(number):
         raise InvalidArgument(f"{where}.value must be a finite number", field=f"{where}.value")
     time = _time(item["time"], f"{where}.time") if item.get("time") else now
-    return services.Point(metric, step, float(value), time)
+    return services.Point(metric, step, number, time)
 
 
 def parse_points(body: Any, now: datetime) -> tuple[list[services.Point], int | None]:
@@ -133,7 +135,7 @@ def parse_points(body: Any, now: datetime) -> tuple[list[services.Point], int | 
     if len(items) > settings.XMC_METRICS_MAX_POINTS:
         raise InvalidArgument(f"points has {len(items)} entries; at most {settings.XMC_METRICS_MAX_POINTS} "
                               "per call", field="points")
-    points = []
+    points: list[services.Point] = []
     append = points.append
     good_metrics: set[str] = set()
     times: dict[str, datetime] = {}
