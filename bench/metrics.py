@@ -13,14 +13,11 @@ threads), everything measured in the same run:
    ``/v1/experiments/{xid}/workUnits/{wid}/metrics:write`` with the work
    unit's metrics token (the path a job's writer takes). Points/s, p50/p99 per
    batch.
-2. **The write without HTTP**: the same batches through
-   `metrics.services.write_points` from as many threads (COPY into staging,
-   the duplicate check, the blocks): what the storage costs.
-3. **The raw COPY floor**: the same batches ``COPY``-ed straight into the
+2. **The raw COPY floor**: the same batches ``COPY``-ed straight into the
    points table from as many connections, one transaction each (no HTTP, no
    JSON, no validation, no duplicate check, no blocks): what Postgres itself
    takes on this machine. Ratios against it.
-4. **GetChartData**: ``--chart-points`` points over ``--work-units`` work
+3. **GetChartData**: ``--chart-points`` points over ``--work-units`` work
    units written by `write_points` in 10,000-point batches (blocks included),
    then charts at 1,000 px evaluated in-process (`metrics.data.chart_data`,
    the handler's work without the transport): p50/p99 over ``--chart-calls``
@@ -142,7 +139,7 @@ def main() -> None:
     parser.add_argument("--work-units", type=int, default=100)
     parser.add_argument("--chart-calls", type=int, default=30)
     args = parser.parse_args()
-    args.work_units = max(args.work_units, 3 * args.clients)  # fresh executions for each ingest run
+    args.work_units = max(args.work_units, 2 * args.clients)  # fresh executions for each ingest run
 
     with bench_database():
         from django.db import connection
@@ -211,21 +208,9 @@ def main() -> None:
             assert MetricPoint.objects.count() == total
             http_rate = total / http_s
 
-            # 2. The same batches through write_points, no HTTP (work units clients+1 .. 2*clients).
-            def service(index: int) -> Callable[[], None]:
-                execution = executions[args.clients + index + 1]
-
-                def run() -> None:
-                    for b in range(per_client):
-                        services.write_points(execution, [services.Point("loss", b * args.batch + i, 1.0 / (i + 1),
-                                                                         now) for i in range(args.batch)])
-                return run
-
-            service_rate = total / in_threads([service(i) for i in range(args.clients)])
-
-            # 3. The raw COPY floor: the same batches straight into the table (work units 2*clients+1 ..).
+            # 2. The raw COPY floor: the same batches straight into the table (work units clients+1 ..).
             def floor(index: int) -> Callable[[], None]:
-                execution = executions[2 * args.clients + index + 1]
+                execution = executions[args.clients + index + 1]
 
                 def run() -> None:
                     for b in range(per_client):
@@ -238,10 +223,9 @@ def main() -> None:
                   f"(gunicorn 2 workers x 4 threads)")
             print(f"  HTTP write path      {http_rate:10.0f} points/s   batch p50 {pct(latencies, .5) * 1000:.1f} ms"
                   f"  p99 {pct(latencies, .99) * 1000:.1f} ms   {http_rate / copy_rate:.2f}x the floor")
-            print(f"  write_points, no HTTP {service_rate:9.0f} points/s   {service_rate / copy_rate:.2f}x the floor")
             print(f"  raw COPY floor       {copy_rate:10.0f} points/s   (same batches, one transaction each)")
 
-            # 4. GetChartData over many points of many work units, written the way jobs write them.
+            # 3. GetChartData over many points of many work units, written the way jobs write them.
             with connection.cursor() as cursor:
                 cursor.execute("TRUNCATE metrics_metricpoint, metrics_pointspan, metrics_pointblock")
             per_unit = args.chart_points // args.work_units
