@@ -168,10 +168,12 @@ def test_it_shows_the_work_unit_page_with_timeline_history_and_args(alice: Clien
     assert alice.get(f"/experiments/{exp.id}/workUnits/2?fragment=main").content.decode().startswith('<div id="main"')
 
 
-def test_it_ships_the_pinned_htmx_files_it_documents() -> None:
+def test_it_ships_the_pinned_vendored_files_it_documents() -> None:
     folder = Path(__file__).resolve().parents[2] / "ui" / "static" / "ui" / "vendor"
     readme = (folder / "README.md").read_text()
-    for script in folder.glob("*.js"):
+    shipped = sorted([*folder.glob("*.js"), *folder.glob("*.css")])
+    assert {f.name for f in shipped} >= {"htmx-2.0.11.min.js", "uPlot-1.6.32.iife.min.js", "uPlot-1.6.32.min.css"}
+    for script in shipped:
         assert hashlib.sha256(script.read_bytes()).hexdigest() in readme, script.name
 
 
