@@ -434,3 +434,26 @@ def chart_data(name: str, scope: Scope, plots: Sequence[Any], width: int) -> Any
     for plot in plots:
         message.plots_data.extend(plot_data(scope, plot, width))
     return message
+
+
+#: The distinct metrics of one execution, walking the `PointBlock` primary key (execution, metric, size,
+#: block) from one metric to the next: a loose index scan, one probe per metric however many points it
+#: has, on the one unpartitioned table every write fills (the points' own key is split by day).
+_METRIC_NAMES_SQL = f"""
+WITH RECURSIVE e AS (SELECT e.id FROM {_SCOPE_FROM} WHERE w.experiment_id = %s AND w.wid = %s),
+names(metric) AS (
+  (SELECT b.metric FROM {_BLOCKS} b, e WHERE b.execution_id = e.id ORDER BY b.metric LIMIT 1)
+  UNION ALL
+  SELECT (SELECT b.metric FROM {_BLOCKS} b, e WHERE b.execution_id = e.id AND b.metric > names.metric
+          ORDER BY b.metric LIMIT 1)
+  FROM names WHERE names.metric IS NOT NULL
+)
+SELECT metric FROM names WHERE metric IS NOT NULL LIMIT %s
+"""
+
+
+def metric_names(xid: int, wid: int, limit: int = 50) -> list[str]:
+    """The metrics the work unit's current (newest) execution has points of, by name, at most ``limit``."""
+    with connection.cursor() as cursor:
+        cursor.execute(_METRIC_NAMES_SQL, [xid, wid, limit])
+        return [row[0] for row in cursor.fetchall()]

@@ -32,7 +32,7 @@ from core.identity import Identity
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
-from metrics import specs
+from metrics import hooks, specs
 from metrics.models import BLOCK_SIZES, Chart, Dashboard, DashboardChart, MetricPoint, PointBlock, PointSpan
 from metrics.wire import chart_to_proto
 from workunits.choices import ExecutionState
@@ -365,6 +365,8 @@ def write_points(execution: int, points: Sequence[Point]) -> int:
     (skipping those already stored when the batch has steps the execution
     already has), add the new ones to their `PointBlock` rows and widen the
     span.
+    span. After the commit, when it added points, `metrics.hooks.written_hooks`
+    hear of it (the open charts of that work unit read their data again).
     """
     if not points:
         return 0
@@ -397,7 +399,23 @@ def write_points(execution: int, points: Sequence[Point]) -> int:
             cursor.execute(f"DELETE FROM {_STAGE}")
     if not nested:
         _STAGED.add(raw.connection)
+    if written:
+        hooks.on_points_written(execution, written)
     return written
+
+
+@dataclass(frozen=True)
+class ExecutionKey:
+    xid: int
+    wid: int
+    eid: int
+
+
+def execution_key(execution: int) -> ExecutionKey | None:
+    """(xid, wid, eid) of the execution with primary key ``execution`` (None if there is none)."""
+    row = (WorkUnitExecution.objects.filter(pk=execution)
+           .values_list("work_unit__experiment_id", "work_unit__wid", "eid").first())
+    return ExecutionKey(*row) if row else None
 
 
 def require_chart(chart_id: str) -> Chart:
