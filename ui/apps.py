@@ -2,8 +2,10 @@
 
 The top floor: it imports every app below and nothing imports it. The URLs
 are mounted at the site root through ``xmc.api.extensions.site_urlpatterns``
-(``xmc.urls`` includes them), and ``ui.live.publish`` hears of committed
-state changes through ``workunits.hooks.committed_hooks``, as notifications do.
+(``xmc.urls`` includes them), ``ui.live.publish`` hears of committed
+state changes through ``workunits.hooks.committed_hooks``, as notifications do,
+and ``ui.live.publish_metrics`` of new metric points through
+``metrics.hooks.written_hooks``.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ class UiConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the URLconf's views import models, only once the registry is ready.
+        from metrics import hooks as metrics_hooks
         from ui import live, urls
         from workunits import hooks
         from xmc.api import extensions
@@ -24,3 +27,5 @@ class UiConfig(AppConfig):
         extensions.register_async_paths(urls.EVENT_PATHS)
         if live.publish not in hooks.committed_hooks:
             hooks.committed_hooks.append(live.publish)
+        if live.publish_metrics not in metrics_hooks.written_hooks:
+            metrics_hooks.written_hooks.append(live.publish_metrics)

@@ -13,9 +13,15 @@ Events (``ui.live`` supplies them from the process's one Redis subscription):
 * ``wu-<wid>`` for a state change of that work unit, data ``{"xid", "wid",
   "eid", "old", "new"}``; ``experiment`` (data ``{"xid"}``) after each change
   of the experiment (its roll-up moved); ``x-<xid>`` on the list stream;
+* ``metrics`` (only with ``?metrics=1``), data ``{"kind": "metrics", "xid",
+  "wid", "eid"}``: that work unit has new metric points (at most about one
+  per second per work unit, ``ui.live.publish_metrics``); it has no ``id``:
+  it is not in the replay log, and a page reads its charts again on
+  ``hello`` instead of having it replayed;
 * ``reload``: the page missed events it cannot replay (``Last-Event-ID`` or
   ``since`` older than the log, or its queue overflowed): read everything again;
-* ``hello`` once, at the start, with the newest id, and a comment every
+* ``hello`` once, at the start (after the subscription: whatever the page
+  reads after it is current), and a comment every
   :data:`HEARTBEAT_S` so proxies keep the connection open.
 
 Each event's ``id`` is its id in the replay log, so a browser's automatic
@@ -126,22 +132,27 @@ async def _stream(scope: live.Scope, since: str, list_page: bool) -> AsyncIterat
             except asyncio.TimeoutError:
                 yield b": keep-alive\n\n"
                 continue
-            if last is not None and last != "0-0" and live.stream_key(event.id) <= live.stream_key(last):
-                continue  # already sent by the replay
             batch = [event]
             while not subscriber.queue.empty():  # coalesce what arrived together
                 batch.append(subscriber.queue.get_nowait())
-            for item in batch:
+            states = [e for e in batch if not e.ephemeral and (
+                last is None or last == "0-0" or live.stream_key(e.id) > live.stream_key(last))]  # else replayed
+            # New points: one "metrics" per work unit of the batch, not in the log (no id: Last-Event-ID stays).
+            charts = {(e.xid, e.wid): e for e in batch if e.ephemeral}
+            for item in [*states, *charts.values()]:
                 for frame in _frames(item, list_page):
                     yield frame
-            if not list_page:  # one roll-up refresh per batch, not per change
-                yield _frame("experiment", f'{{"xid":{batch[-1].xid}}}', batch[-1].id)
-            last = batch[-1].id
+            if states and not list_page:  # one roll-up refresh per batch, not per change
+                yield _frame("experiment", f'{{"xid":{states[-1].xid}}}', states[-1].id)
+            if states:
+                last = states[-1].id
     finally:
         hub.unsubscribe(subscriber)
 
 
 def _frames(event: live.Event, list_page: bool) -> list[bytes]:
+    if event.ephemeral:
+        return [_frame("metrics", event.json(), None)]
     if list_page:
         return [_frame(f"x-{event.xid}", event.json(), event.id)]
     return [_frame(f"wu-{event.wid}", event.json(), event.id)]
@@ -170,7 +181,8 @@ async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
         return _text(401, str(exc))
     except (NotFound, PermissionDenied):
         return _text(404, "not found")
-    return _response(_stream(live.scope_of([x], wid), _since(request), list_page=False))
+    scope = live.scope_of([x], wid, metrics=request.GET.get("metrics") == "1")
+    return _response(_stream(scope, _since(request), list_page=False))
 
 
 async def experiments_events(request: HttpRequest) -> HttpResponseBase:
@@ -180,4 +192,5 @@ async def experiments_events(request: HttpRequest) -> HttpResponseBase:
             xids = await sync_to_async(_authorize)(request, None, wanted)
     except Unauthenticated as exc:
         return _text(401, str(exc))
-    return _response(_stream(live.scope_of(xids), _since(request), list_page=True))
+    scope = live.scope_of(xids, metrics=request.GET.get("metrics") == "1")
+    return _response(_stream(scope, _since(request), list_page=True))

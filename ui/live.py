@@ -17,6 +17,19 @@ Two halves, in two kinds of process:
   the hub copies each message into the queues that want it. A queue that
   overflows is marked stale and its stream tells the page to reload.
 
+Metric points (``metrics.hooks.written_hooks``, registered in
+``ui.apps.UiConfig.ready``): :func:`publish_metrics` tells the open charts of
+a work unit that it has new points -- after the write path's commit, on the
+same channel (:func:`channel`), coalesced to one message per work unit per
+:data:`METRICS_WINDOW_S` (a Redis ``SET NX PX`` gate shared by every
+process, and a memo in each process so that most batches do not even ask
+Redis). These messages are not appended to the replay log: they carry no
+state, only "read the chart again", so a page that was away does not need
+them replayed; it reads its charts again when its stream (re)opens (the
+``hello`` event). They would otherwise crowd state changes out of the capped
+log. Only streams that ask for them (``?metrics=1``: the work unit and
+dashboard pages) receive them.
+
 Resuming: each SSE event carries the stream id as its ``id``; a reconnecting
 page sends ``Last-Event-ID`` (or the ``since`` the page was rendered with)
 and :func:`replay` reads what it missed from the log. When the log no
@@ -27,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +50,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
+
+from metrics import services
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +63,14 @@ STREAM_MAX = 20_000
 QUEUE_MAX = 1_000
 #: At most this many events are replayed; further back, the page reloads.
 REPLAY_MAX = 500
+
+#: A work unit's metrics messages are at most one per this many seconds (the chart script reads
+#: once more this long after the last one, so points the gate held back are shown too).
+METRICS_WINDOW_S = 1.0
+#: After a Redis failure the metrics publisher stays quiet this long (the write path never waits on it).
+METRICS_BACKOFF_S = 5.0
+#: The id a message on the channel has when it is not in the log (metrics: nothing to replay).
+EPHEMERAL = "-"
 
 # KEYS: stream, channel. ARGV: maxlen, then one JSON event per transition.
 # XADD then PUBLISH "<id> <json>" for each, atomically and in log order.
@@ -70,6 +95,17 @@ def channel() -> str:
     """
     db = urllib.parse.urlsplit(str(settings.REDIS_URL)).path.strip("/") or "0"
     return f"{CHANNEL}:{db}"
+
+
+# KEYS: gate, channel. ARGV: window in ms, the JSON event. At most one message per window per gate:
+# -1 when it published, else the milliseconds until the gate opens again.
+_PUBLISH_METRICS_LUA = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  redis.call('PUBLISH', KEYS[2], '- ' .. ARGV[2])
+  return -1
+end
+return redis.call('PTTL', KEYS[1])
+"""
 
 
 def _client() -> redis.Redis:
@@ -99,6 +135,76 @@ def publish(transitions: Sequence[Any]) -> None:
     log.debug("ui.published", extra={"ids": ids})
 
 
+class _MetricsGate:
+    """This process's memo of the metrics publisher: when each execution last published, its key, the backoff."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: dict[int, float] = {}  # execution pk -> monotonic time of its last publish attempt
+        self.keys: dict[int, tuple[int, int, int]] = {}  # execution pk -> (xid, wid, eid): never changes
+        self.quiet_until = 0.0
+        self.client: redis.Redis | None = None
+
+    def due(self, execution: int, now: float) -> bool:
+        with self.lock:
+            if now < self.quiet_until or now - self.sent.get(execution, -1e9) < METRICS_WINDOW_S:
+                return False
+            if len(self.sent) > 10_000:
+                self.sent = {pk: at for pk, at in self.sent.items() if now - at < METRICS_WINDOW_S}
+            self.sent[execution] = now  # the attempt's start: the window ends no later than Redis's
+            return True
+
+    def held_back(self, execution: int, now: float, remaining_s: float) -> None:
+        """Another process published: this one may try again when the shared gate opens, not a window later."""
+        with self.lock:
+            self.sent[execution] = now - METRICS_WINDOW_S + max(0.0, remaining_s)
+
+    def redis(self) -> redis.Redis:
+        if self.client is None:  # one pool per process, reused (redis-py resets it after a fork)
+            self.client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5)
+        return self.client
+
+
+_gate = _MetricsGate()
+
+
+def metrics_event(xid: int, wid: int, eid: int) -> str:
+    return json.dumps({"kind": "metrics", "xid": xid, "wid": wid, "eid": eid}, separators=(",", ":"))
+
+
+def publish_metrics(execution: int, written: int = 0) -> None:
+    """Tell the open charts of execution ``execution``'s work unit that it has new points.
+
+    Registered into ``metrics.hooks.written_hooks``: called after the write
+    path's commit. Coalesced: at most one message per work unit per
+    :data:`METRICS_WINDOW_S`, across processes. Never raises and never waits
+    long: a Redis failure is logged and silences the publisher for
+    :data:`METRICS_BACKOFF_S`.
+    """
+    now = time.monotonic()
+    if not _gate.due(execution, now):
+        return
+    key = _gate.keys.get(execution)
+    if key is None:
+        found = services.execution_key(execution)
+        if found is None:
+            return
+        key = _gate.keys[execution] = (found.xid, found.wid, found.eid)
+        if len(_gate.keys) > 10_000:
+            _gate.keys.clear()
+    xid, wid, eid = key
+    try:
+        answer: Any = _gate.redis().eval(_PUBLISH_METRICS_LUA, 2, f"xmc:ui:metrics-gate:v1:{xid}:{wid}", channel(),
+                                         str(int(METRICS_WINDOW_S * 1000)), metrics_event(xid, wid, eid))
+        if int(answer) >= 0:
+            # Every write the shared gate holds back committed before it opens, less than a window
+            # after the message that closed it: the chart's read a window after that message sees them.
+            _gate.held_back(execution, now, int(answer) / 1000)
+    except redis.RedisError:
+        _gate.quiet_until = now + METRICS_BACKOFF_S
+        log.warning("ui.publish_metrics_failed", extra={"xid": xid, "wid": wid}, exc_info=True)
+
+
 def top_id() -> str:
     """The newest id in the log ("0-0" when empty or Redis is down): a page renders with it as ``since``."""
     try:
@@ -125,19 +231,28 @@ def valid_id(value: str | None) -> str | None:
 
 @dataclass
 class Event:
-    id: str
+    id: str  # its id in the log; "" for a message that is not in it (metrics)
     xid: int
     wid: int
     eid: int
     old: str
     new: str
+    kind: str = "state"  # "state": a committed transition; "metrics": the work unit has new points
 
     @classmethod
     def parse(cls, stream_id: str, data: str | bytes) -> Event:
         body = json.loads(data)
+        if body.get("kind") == "metrics":
+            return cls("", int(body["xid"]), int(body["wid"]), int(body["eid"]), "", "", "metrics")
         return cls(stream_id, int(body["xid"]), int(body["wid"]), int(body["eid"]), body["old"], body["new"])
 
+    @property
+    def ephemeral(self) -> bool:
+        return self.kind == "metrics"
+
     def json(self) -> str:
+        if self.kind == "metrics":
+            return metrics_event(self.xid, self.wid, self.eid)
         return json.dumps({"xid": self.xid, "wid": self.wid, "eid": self.eid, "old": self.old, "new": self.new},
                           separators=(",", ":"))
 
@@ -148,8 +263,11 @@ class Scope:
 
     xids: frozenset[int]
     wid: int | None = None
+    metrics: bool = False  # also the "new points" messages (the pages that draw charts)
 
     def wants(self, event: Event) -> bool:
+        if event.ephemeral and not self.metrics:
+            return False
         return event.xid in self.xids and (self.wid is None or event.wid == self.wid)
 
 
@@ -268,5 +386,5 @@ def hub() -> Hub:
     return found
 
 
-def scope_of(xids: Iterable[int], wid: int | None = None) -> Scope:
-    return Scope(frozenset(xids), wid)
+def scope_of(xids: Iterable[int], wid: int | None = None, metrics: bool = False) -> Scope:
+    return Scope(frozenset(xids), wid, metrics)

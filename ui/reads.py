@@ -16,19 +16,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db.models import CharField, OuterRef, Q, Subquery, Value
+from django.db.models import CharField, Count, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast, Concat, JSONObject
 from django.utils import timezone
 
 from artifacts.models import Artifact
+from core import pb
 from core.errors import InvalidArgument
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
+from metrics import data as chart_data
+from metrics import services as metric_services
+from metrics import specs
+from metrics.models import Chart
+from ui import plotdata
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from xmc import listing
-from xmc.api import handlers, reads
+from xmc.api import handlers, reads, registry
 from xmc.auth.identity import Identity
 
 #: Work units one experiment page shows at most (the table sorts and filters in the page).
@@ -220,3 +226,66 @@ def recent_admissions(queues: Sequence[str], window_s: float) -> dict[str, list[
 
 def now() -> datetime:
     return timezone.now()
+
+
+# --- Charts and dashboards -----------------------------------------------------------------------
+
+def work_unit_charts(xid: int, wid: int) -> list[dict[str, Any]]:
+    """The charts of one work unit (``Chart`` rows), oldest first (caller checked the role)."""
+    rows = Chart.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("create_time", "id").values(
+        "chart_id", "title", "description", "plots", "plot_layout")[:MAX_CHARTS]
+    return [{**row, "xid": xid, "wid": wid} for row in rows]
+
+
+def metric_names(xid: int, wid: int) -> list[str]:
+    """The metrics the work unit's newest execution has points of (caller checked the role)."""
+    return chart_data.metric_names(xid, wid, limit=MAX_CHARTS)
+
+
+def metric_chart_data(identity: Identity, xid: int, wid: int, metric: str, width: int) -> tuple[Any, Any]:
+    """(the default plot of ``metric``, its ``ChartData``) over the work unit's newest execution.
+
+    Permission first, as the page (``xmc.api.reads.work_unit``: a stranger and a
+    missing work unit alike raise), then GetChartData's evaluation.
+    """
+    reads.work_unit(xid, wid, identity)
+    if not specs.METRIC_PATTERN.fullmatch(metric):
+        raise InvalidArgument("metric must be 1 to 256 printable characters", field="metric")
+    plot = plotdata.default_plot(metric)
+    return plot, chart_data.chart_data(f"experiments/{xid}/workUnits/{wid}", chart_data.Scope(xid, wid), [plot],
+                                       width)
+
+
+#: Charts one page draws at most (a dashboard holds at most 200).
+MAX_CHARTS = 200
+
+
+def dashboards(identity: Identity) -> list[dict[str, Any]]:
+    """The dashboards the caller may read (``metrics.services.readable_dashboards``), recently changed first."""
+    rows = (metric_services.readable_dashboards(identity).annotate(chart_count=Count("dashboardchart"))
+            .order_by("-update_time", "-id").values("dashboard_id", "title", "description", "owner", "update_time",
+                                                     "chart_count")[:500])
+    return [{**row, "mine": row["owner"] == identity.email} for row in rows]
+
+
+@dataclass(frozen=True)
+class DashboardView:
+    message: Any  # cloud.xmanager.v1.Dashboard, as GetDashboard answers it
+    layout: dict[str, Any]  # its chart_layout, proto3 JSON
+    charts: list[dict[str, Any]]  # those the caller may read, in the dashboard's order
+    hidden: int  # charts of experiments the caller may not read
+
+
+def dashboard(identity: Identity, dashboard_id: str) -> DashboardView:
+    """One dashboard through the API's GetDashboard (its access rule; ``PermissionDenied`` when unreadable)."""
+    message = registry.invoke(registry.DASHBOARDS, "GetDashboard",
+                              pb.dashboard_api.GetDashboardRequest(name=f"dashboards/{dashboard_id}"),
+                              registry.Caller(identity))
+    readable = (Chart.objects.filter(dashboardchart__dashboard__dashboard_id=dashboard_id)
+                .filter(acl.readable_q(identity, prefix="experiment__")).order_by("dashboardchart__position")
+                .values("chart_id", "title", "description", "plots", "plot_layout", "experiment_id", "work_unit__wid",
+                        "experiment__title"))[:MAX_CHARTS]
+    charts = [{**{k: v for k, v in row.items() if k not in ("experiment_id", "work_unit__wid")},
+               "xid": row["experiment_id"], "wid": row["work_unit__wid"]} for row in readable]
+    layout = plotdata.message_json(message.chart_layout) if message.HasField("chart_layout") else {}
+    return DashboardView(message, layout, charts, max(0, len(message.chart_ids) - len(charts)))

@@ -14,9 +14,10 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import events, logfollow, subscriptions, views
+from ui import charts, events, logfollow, subscriptions, views
 
 _ID = r"[0-9]{1,19}"
+_SLUG = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
 #: The paths served on the event loop (xmc.asgi routes them to Django's ASGI handler).
 EVENT_PATHS = re.compile(rf"^/experiments(?:/{_ID})?/events$|^/experiments/{_ID}/workUnits/{_ID}/logs/follow$")
 
@@ -35,6 +36,12 @@ urlpatterns: list[URLPattern] = [
             name="ui-logs-follow"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs\.txt$", views.logs_download,
             name="ui-logs-download"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/charts/(?P<chart_id>{_SLUG})/data$",
+            charts.chart_data, name="ui-chart-data"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/metrics/data$", charts.metric_data,
+            name="ui-metric-data"),
+    path("dashboards", charts.dashboards, name="ui-dashboards"),
+    re_path(rf"^dashboards/(?P<dashboard_id>{_SLUG})$", charts.dashboard, name="ui-dashboard"),
     re_path(rf"^experiments/(?P<xid>{_ID})/notify$", subscriptions.notify_me, name="ui-notify-me"),
     path("subscriptions", subscriptions.subscriptions, name="ui-subscriptions"),
     re_path(rf"^subscriptions/(?P<sid>{_ID})$", subscriptions.subscription, name="ui-subscription"),

@@ -34,7 +34,7 @@ from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceErro
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
 from notifications import services as notify
-from ui import live, present, reads
+from ui import chart_cards, live, present, reads
 from ui import render as render_rows
 from workunits import services as wu_services
 from workunits import timeline
@@ -315,7 +315,8 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
                       for a in reads.artifacts(xid, wid)],
         "can_write": role >= Role.WRITER, "stoppable": state not in present.TERMINAL and state != "STOPPING",
         "executable": present.pretty_json(unit["executable"]),
-        "events_url": f"{reverse('ui-experiment-events', args=[xid])}?{urlencode({'since': live.top_id(), 'wid': wid})}",
+        "events_url": f"{reverse('ui-experiment-events', args=[xid])}?"
+                      + urlencode({"since": live.top_id(), "wid": wid, "metrics": "1"}),
     }
 
 
@@ -323,10 +324,15 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
 @signed_in
 def work_unit(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
     x, w = _ids(xid, wid)
+    fragment = request.GET.get("fragment")
+    if fragment == "metrics":  # the Metrics section again (a unit without metrics got its first points)
+        reads.role(identity, x)
+        reads.work_unit(x, w, identity)
+        return render(request, "ui/_metrics.html", {"xid": x, "wid": w, **chart_cards.work_unit_metrics(x, w)})
     context = _work_unit_context(identity, x, w)
-    if request.GET.get("fragment") == "main":
+    if fragment == "main":
         return render(request, "ui/_work_unit_main.html", context)
-    return render(request, "ui/work_unit.html", context)
+    return render(request, "ui/work_unit.html", {**context, **chart_cards.work_unit_metrics(x, w)})
 
 
 # --- The logs panel -----------------------------------------------------------------------------

@@ -1,0 +1,289 @@
+"""Charts on the pages through Django's test client: the Metrics section, the data endpoints, dashboards.
+
+Real Postgres and the real services: points through ``metrics.services.write_points``
+(the write path's own function), charts and dashboards through ``metrics.services``,
+data through the API's GetChartData (the endpoints call its handler).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from core import pb
+from metrics import data as chart_data
+from metrics import services, wire
+from tests import factories
+from tests.ui import pages
+from ui import plotdata
+from workunits import services as wu_services
+from workunits.models import WorkUnit, WorkUnitExecution
+
+pytestmark = pytest.mark.django_db
+
+ALICE, BOB, CAROL = "alice@example.com", "bob@example.com", "carol@example.com"
+T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+M = pb.dashboard
+
+
+@pytest.fixture
+def alice(client: Client) -> Client:
+    pages.person("alice")
+    assert client.login(username="alice", password=pages.PASSWORD)
+    return client
+
+
+def _as(name: str) -> Client:
+    pages.person(name)
+    other = Client()
+    assert other.login(username=name, password=pages.PASSWORD)
+    return other
+
+
+def _unit(xid: int, wid: int) -> WorkUnit:
+    return WorkUnit.objects.get(experiment_id=xid, wid=wid)
+
+
+def _write(xid: int, wid: int, metric: str, values: list[float], start: int = 0) -> int:
+    unit = _unit(xid, wid)
+    execution = WorkUnitExecution.objects.get(work_unit=unit, eid=unit.current_eid)
+    return services.write_points(execution.pk, [services.Point(metric, start + i, v, T0 + timedelta(seconds=start + i))
+                                                for i, v in enumerate(values)])
+
+
+def _chart(xid: int, wid: int, *plots: Any, title: str = "Training", chart_id: str = "",
+           layout: Any = None) -> Any:
+    message = M.Chart(title=title, plots=list(plots) or [M.PlotSpec(plot_id="loss", type=M.SCATTER,
+                                                                        data=M.DataSpec(metrics=["loss"]))],
+                      plot_layout=layout or M.LayoutSpec(type=M.LayoutSpec.GRID, columns=1))
+    return services.create_chart(_unit(xid, wid), message, chart_id, creator=ALICE)
+
+
+def _owned_and_shared(owner: str, reader: str) -> Any:
+    return pb.xid.XidAcls(owners=[pb.xid.XidAcls.Role(user=owner)], readers=[pb.xid.XidAcls.Role(user=reader)])
+
+
+def _get_json(client: Client, url: str) -> tuple[int, Any]:
+    response = client.get(url)
+    assert response["Content-Type"].startswith("application/json"), response.content[:200]
+    return response.status_code, json.loads(response.content)
+
+
+# --- The work unit page's Metrics section ------------------------------------------------------------
+
+def test_a_unit_without_metrics_says_so_and_listens_for_its_first_points(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert 'id="metrics"' in body and "No metrics yet" in body and "data-chart " not in body
+    assert 'hx-trigger="sse:metrics"' in body and "metrics=1" in body  # the stream carries the metrics events
+    assert "uPlot-1.6.32.iife.min.js" in body and "ui/charts.js" in body
+
+
+def test_a_unit_with_points_but_no_charts_gets_one_default_chart_per_metric(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [3.0, 2.0, 1.0])
+    _write(exp.id, 1, "val/acc", [0.5, 0.7])
+    _write(exp.id, 2, "other-unit-metric", [1.0])
+    body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert body.count("<figure class=\"card chart\"") == 2
+    assert f'data-src="/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss"' in body
+    assert "metric=val%2Facc" in body and "other-unit-metric" not in body
+    assert 'hx-trigger="sse:metrics"' not in body  # it has charts: the script refreshes them
+    fragment = alice.get(f"/experiments/{exp.id}/workUnits/1?fragment=metrics").content.decode()
+    assert fragment.startswith('<section class="metrics" id="metrics"') and fragment.count("data-chart ") == 2
+
+
+def test_the_units_charts_replace_the_defaults_and_print_what_users_wrote_as_text(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [3.0, 2.0])
+    chart = _chart(exp.id, 1, title=pages.HOSTILE, chart_id="train")
+    body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert f'data-src="/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data"' in body
+    assert "metrics/data?metric" not in body
+    assert pages.HOSTILE not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+# --- The data endpoints ---------------------------------------------------------------------------------
+
+def test_a_default_chart_is_the_newest_executions_points_by_step(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [9.0, 8.0, 7.0])
+    wu_services.restart_work_units(exp.id, [1], batch=False)
+    _write(exp.id, 1, "loss", [1.0, 0.5])  # the new execution starts its own series
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss&width=300")
+    assert status == 200 and body["points"] == 2 and body["width"] == 300
+    (plot,) = body["plots"]
+    assert plot["kind"] == "lines" and plot["x"] == "step" and plot["xs"] == [0, 1]
+    assert [s["y"] for s in plot["series"]] == [[1.0, 0.5]] and plot["series"][0]["label"] == "loss"
+
+
+def test_the_chart_endpoint_is_get_chart_data_at_the_scripts_width(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [float(i % 7) for i in range(3000)])
+    chart = _chart(exp.id, 1, M.PlotSpec(plot_id="curve", type=M.SCATTER, data=M.DataSpec(metrics=["loss"])),
+                   M.PlotSpec(plot_id="box", type=M.SUMMARY_BOX, data=M.DataSpec(metrics=["loss"])),
+                   layout=M.LayoutSpec(type=M.LayoutSpec.GRID, columns=2,
+                                       positions=[M.GridPosition(item_id="box", x=1, y=0)]))
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data?width=120")
+    assert status == 200
+    curve, box = body["plots"]
+    # The same buckets GetChartData answers for that width: at most 120 of them, each with its min and max.
+    expected = chart_data.chart_data("x", chart_data.Scope(exp.id, 1), [wire.chart_to_proto(chart).plots[0]], 120)
+    assert len(curve["xs"]) == len(expected.plots_data[0].scatter_series.points) <= 120
+    assert curve["series"][0]["lo"][0] == 0.0 and curve["series"][0]["hi"][0] == 6.0  # a band per bucket
+    assert box["kind"] == "summary" and box["rows"][0]["latest"] == float(2999 % 7) and box["rows"][0]["step"] == 2999
+    assert body["layout"] == {"kind": "grid", "columns": 2,
+                              "cells": {"box": {"column": 2, "row": 1, "width": 1, "height": 1}}}
+    assert body["points"] == len(curve["xs"]) + 1
+
+
+@pytest.mark.parametrize("width,expected", [("", 600), ("10", plotdata.MIN_WIDTH), ("99999", plotdata.MAX_WIDTH),
+                                            ("-5", 600), ("1e9", 600), ("800", 800)])
+def test_the_width_is_clamped_to_what_a_screen_shows(alice: Client, width: str, expected: int) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [1.0])
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss&width={width}")
+    assert status == 200 and body["width"] == expected
+
+
+def test_a_bad_metric_name_is_a_400_and_never_a_500(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    for metric in ("", "a\x01b", "x" * 300):
+        status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?metric={metric}")
+        assert status == 400 and "metric" in body["error"]
+
+
+def test_bars_histograms_and_hostile_names_come_back_as_data_not_markup(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, pages.HOSTILE, [1.0, 2.0, 2.0, 3.0])
+    chart = _chart(exp.id, 1, M.PlotSpec(plot_id="h", type=M.HISTOGRAM, data=M.DataSpec(metrics=[pages.HOSTILE])),
+                   M.PlotSpec(plot_id="b", type=M.BAR, data=M.DataSpec(metrics=[pages.HOSTILE])))
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data")
+    histogram, bars = body["plots"]
+    assert histogram["kind"] == "bars" and histogram["histogram"] and sum(histogram["series"][0]["y"]) == 4
+    assert histogram["title"] == pages.HOSTILE and histogram["series"][0]["label"] == pages.HOSTILE
+    assert bars["categories"] == ["wid 1"] and bars["series"][0]["y"] == [3.0]
+
+
+def test_a_stranger_gets_404_for_the_page_the_data_and_a_missing_chart_alike(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [1.0])
+    chart = _chart(exp.id, 1)
+    bob = _as("bob")
+    assert bob.get(f"/experiments/{exp.id}/workUnits/1").status_code == 404
+    assert bob.get(f"/experiments/{exp.id}/workUnits/1?fragment=metrics").status_code == 404
+    stranger = [_get_json(bob, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data"),
+                _get_json(bob, f"/experiments/{exp.id}/workUnits/1/charts/missing/data"),
+                _get_json(bob, f"/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss"),
+                _get_json(bob, f"/experiments/{exp.id}/workUnits/9/metrics/data?metric=loss")]
+    assert stranger == [(404, {"error": "not found"})] * 4  # not a byte of difference
+    # The owner: a chart of another work unit is not under this one; a missing unit is 404 too.
+    assert _get_json(alice, f"/experiments/{exp.id}/workUnits/2/charts/{chart.chart_id}/data")[0] == 404
+    assert _get_json(alice, f"/experiments/{exp.id}/workUnits/9/metrics/data?metric=loss")[0] == 404
+    assert alice.get(f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data").status_code == 200
+
+
+def test_a_reader_of_the_experiment_reads_its_charts(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE, acls=_owned_and_shared(ALICE, BOB))
+    _write(exp.id, 1, "loss", [1.0, 2.0])
+    chart = _chart(exp.id, 1)
+    bob = _as("bob")
+    status, body = _get_json(bob, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data")
+    assert status == 200 and body["points"] == 2
+
+
+def test_the_data_endpoints_need_a_session(client: Client) -> None:
+    response = client.get("/experiments/1/workUnits/1/metrics/data?metric=loss")
+    assert response.status_code == 302 and response["Location"].startswith("/login?next=")
+
+
+# --- Dashboards ---------------------------------------------------------------------------------------
+
+def _dashboard(owner: str, charts: list[Any], *, dashboard_id: str = "", title: str = "Board",
+               layout: Any = None, acls: Any = None) -> Any:
+    message = M.Dashboard(title=title, chart_layout=layout or M.LayoutSpec(type=M.LayoutSpec.WRAP))
+    dashboard, _ = services.create_dashboard(message, dashboard_id, owner=owner, referenced=charts, inline=[])
+    if acls is not None:
+        dashboard = services.set_dashboard_acls(dashboard, acls)
+    return dashboard
+
+
+def test_the_dashboards_list_shows_mine_and_shared_ones_only(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    chart = _chart(exp.id, 1)
+    _dashboard(ALICE, [chart], dashboard_id="mine", title="my board")
+    bobs = factories.experiment(creator=BOB, title="bobs")
+    bobs_chart = services.create_chart(factories.work_unit(bobs, wid=1), M.Chart(
+        title="b", plots=[M.PlotSpec(plot_id="p", type=M.SCATTER, data=M.DataSpec(metrics=["m"]))]), "", creator=BOB)
+    _dashboard(BOB, [bobs_chart], dashboard_id="shared", title="bob shares",
+               acls={"readers": [{"user": ALICE}]})
+    _dashboard(BOB, [bobs_chart], dashboard_id="private", title="bob keeps")
+    body = alice.get("/dashboards").content.decode()
+    assert 'href="/dashboards/mine"' in body and 'href="/dashboards/shared"' in body
+    assert "bob keeps" not in body and 'href="/dashboards"' in body  # and the navigation links to the list
+    assert alice.get("/dashboards/private").status_code == 404
+    assert alice.get("/dashboards/nonexistent").status_code == 404
+    assert alice.get("/dashboards/no%20such").status_code == 404
+
+
+def test_a_dashboard_lays_its_charts_out_per_its_layout_and_hides_unreadable_ones(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE, acls=_owned_and_shared(ALICE, CAROL))
+    first = _chart(exp.id, 1, title="loss", chart_id="loss-1")
+    second = _chart(exp.id, 2, title=pages.HOSTILE, chart_id="loss-2")
+    other = factories.experiment(creator=ALICE, title="private to alice")
+    third = services.create_chart(factories.work_unit(other, wid=1), M.Chart(
+        title="private", plots=[M.PlotSpec(plot_id="p", type=M.SCATTER, data=M.DataSpec(metrics=["m"]))]), "p1",
+        creator=ALICE)
+    layout = M.LayoutSpec(type=M.LayoutSpec.GRID, columns=3, positions=[
+        M.GridPosition(item_id="loss-2", x=0, y=0, width=2, height=1), M.GridPosition(item_id="loss-1", x=2, y=0)])
+    _dashboard(ALICE, [first, second, third], dashboard_id="board", title="lr sweep board", layout=layout,
+               acls={"readers": [{"user": CAROL}]})
+    body = alice.get("/dashboards/board").content.decode()
+    assert 'class="chart-grid layout-grid" id="dashboard" data-columns="3"' in body
+    assert 'id="c-loss-2"' in body and 'data-col="1" data-row="1" data-span="2"' in body
+    assert 'data-col="3" data-row="1" data-span="1"' in body and 'id="c-p1"' in body
+    assert pages.HOSTILE not in body and f"/experiments/events?x={exp.id}%2C{other.id}&amp;metrics=1" in body
+    carol = _as("carol")
+    page = carol.get("/dashboards/board").content.decode()
+    assert 'id="c-loss-1"' in page and 'id="c-p1"' not in page and "1 chart of experiments you may not read" in page
+    assert _get_json(carol, f"/experiments/{other.id}/workUnits/1/charts/p1/data")[0] == 404
+    assert _as("bob").get("/dashboards/board").status_code == 404
+
+
+# --- ui.plotdata ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,kind,columns,cells", [
+    ({}, "wrap", 2, {}),
+    ({"columns": 3}, "grid", 3, {}),
+    ({"type": "STACKED", "columns": 4}, "stacked", 1, {}),
+    ({"type": "SIDE_BY_SIDE"}, "side", 3, {}),
+    ({"type": "GRID", "columns": 64}, "grid", plotdata.MAX_COLUMNS, {}),
+    # Out of the grid, too wide, unknown and repeated items: clamped or dropped, never an error.
+    ({"type": "GRID", "columns": 2, "positions": [
+        {"itemId": "a", "x": 5, "y": 1, "width": 9, "height": 9}, {"itemId": "charts/b", "x": 1},
+        {"itemId": "zzz"}, {"itemId": "a", "x": 0}]}, "grid", 2,
+     {"a": plotdata.Cell(1, 2, 2, 4), "b": plotdata.Cell(2, 1, 1, 1)}),
+])
+def test_layouts(spec: dict[str, Any], kind: str, columns: int, cells: dict[str, Any]) -> None:
+    layout = plotdata.layout(spec, ["a", "b", "c"])
+    assert (layout.kind, layout.columns, dict(layout.cells)) == (kind, columns, cells)
+
+
+def test_series_of_several_units_share_one_x_with_gaps_as_null() -> None:
+    data = M.ChartData()
+    for wid, steps in (("1", (0, 1, 2)), ("2", (1, 3))):
+        series = M.ChartData.SeriesData(metric_name="loss", work_unit_id=wid)
+        for step in steps:
+            series.points.add(step=step, avg_value=float(step), min_value=float(step), max_value=float(step))
+        data.plots_data.add(plot_id="p", type=M.SCATTER, scatter_series=series)
+    spec = M.PlotSpec(plot_id="p", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                      coords=M.CoordSpec(y_scale=M.CoordSpec.LOG),
+                      geoms=[M.GeomSpec(type=M.GeomSpec.HLINE, yintercept=0.5)])
+    (plot,) = plotdata.chart_json([spec], data)["plots"]
+    assert plot["xs"] == [0, 1, 2, 3] and plot["y_scale"] == "log" and plot["hlines"] == [0.5]
+    assert [(s["label"], s["y"]) for s in plot["series"]] == [
+        ("loss · wu 1", [0.0, 1.0, 2.0, None]), ("loss · wu 2", [None, 1.0, None, 3.0])]
+    assert "lo" not in plot["series"][0] and plot["points"] == 5

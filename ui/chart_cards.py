@@ -1,0 +1,41 @@
+"""The chart cards a page prints (``ui/_chart.html``): each one's title, data URL and place.
+
+Used by ``ui.views.work_unit`` (the work unit page's Metrics section) and
+``ui.charts.dashboard``; the chart script (``ui/static/ui/charts.js``) finds
+every ``figure[data-chart]`` and reads its ``data-src``.
+"""
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.urls import reverse
+
+from ui import plotdata, reads
+
+
+def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: bool = False) -> dict[str, Any]:
+    """What ``ui/_chart.html`` prints for one chart (its data URL, its grid cell on a dashboard)."""
+    xid, wid = chart["xid"], chart["wid"]
+    return {
+        "key": f"c-{chart['chart_id']}", "title": chart["title"], "description": chart.get("description", ""),
+        "xid": xid, "wid": wid, "cell": cell or plotdata.Cell(),
+        "src": reverse("ui-chart-data", args=[xid, wid, chart["chart_id"]]),
+        "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / work unit {wid}" if where else "",
+        "href": reverse("ui-work-unit", args=[xid, wid]) if where else "",
+    }
+
+
+def metric_card(xid: int, wid: int, metric: str, index: int) -> dict[str, Any]:
+    return {"key": f"m-{index}", "title": metric, "description": "", "xid": xid, "wid": wid, "cell": plotdata.Cell(),
+            "src": reverse("ui-metric-data", args=[xid, wid]) + "?" + urlencode({"metric": metric}),
+            "where": "", "href": ""}
+
+
+def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:
+    """The work unit page's Metrics section: its charts, else a default chart per metric (caller checked)."""
+    charts = [card(c) for c in reads.work_unit_charts(xid, wid)]
+    defaults = not charts
+    if defaults:
+        charts = [metric_card(xid, wid, m, i) for i, m in enumerate(reads.metric_names(xid, wid))]
+    return {"charts": charts, "default_charts": defaults and bool(charts)}
