@@ -20,8 +20,8 @@ Events (``ui.live`` supplies them from the process's one Redis subscription):
   ``hello`` instead of having it replayed;
 * ``reload``: the page missed events it cannot replay (``Last-Event-ID`` or
   ``since`` older than the log, or its queue overflowed): read everything again;
-* ``hello`` once, at the start (after the subscription: whatever the page
-  reads after it is current), and a comment every
+* ``hello`` once, at the start, once the process's Redis subscription is
+  confirmed (whatever the page reads after it is current), and a comment every
   :data:`HEARTBEAT_S` so proxies keep the connection open.
 
 Each event's ``id`` is its id in the replay log, so a browser's automatic
@@ -46,6 +46,8 @@ from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer, id
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 15.0
+#: "hello" waits at most this long for the process's Redis subscription (the first stream of a process).
+HELLO_WAIT_S = 5.0
 #: A stream closes after this long; the browser reconnects with Last-Event-ID (bounded memory per stream).
 MAX_STREAM_S = 3600.0
 #: Streams whose checks run at once. Each check runs in its request's own thread with its own
@@ -117,6 +119,10 @@ async def _stream(scope: live.Scope, since: str, list_page: bool) -> AsyncIterat
                 last = event.id
             if replay.events and not list_page:
                 yield _frame("experiment", f'{{"xid":{replay.events[-1].xid}}}', last)
+        try:  # "hello" means subscribed: a page that reads again on it misses nothing published after
+            await asyncio.wait_for(hub.connected.wait(), timeout=HELLO_WAIT_S)
+        except asyncio.TimeoutError:
+            pass  # Redis is slow or away: the page still gets its stream, and events once the hub is back
         yield _frame("hello", "{}", None)
         loop = asyncio.get_running_loop()
         closes = loop.time() + MAX_STREAM_S

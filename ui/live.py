@@ -355,6 +355,10 @@ class Hub:
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(channel())
+                    while True:  # Redis confirmed: from here on every message published reaches us
+                        confirmed = await pubsub.get_message(timeout=5.0)
+                        if confirmed is not None and confirmed.get("type") == "subscribe":
+                            break
                     self.connected.set()
                     while True:
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=30.0)

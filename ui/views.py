@@ -330,8 +330,8 @@ def work_unit(request: HttpRequest, identity: Identity, xid: str, wid: str) -> H
         reads.work_unit(x, w, identity)
         return render(request, "ui/_metrics.html", {"xid": x, "wid": w, **chart_cards.work_unit_metrics(x, w)})
     context = _work_unit_context(identity, x, w)
-    if fragment == "main":
-        return render(request, "ui/_work_unit_main.html", context)
+    if fragment == "main":  # its Metrics section is a placeholder: the page keeps its drawn charts (hx-preserve)
+        return render(request, "ui/_work_unit_main.html", {**context, "metrics_placeholder": True})
     return render(request, "ui/work_unit.html", {**context, **chart_cards.work_unit_metrics(x, w)})
 
 

@@ -93,7 +93,12 @@ def test_a_unit_with_points_but_no_charts_gets_one_default_chart_per_metric(alic
     assert "metric=val%2Facc" in body and "other-unit-metric" not in body
     assert 'hx-trigger="sse:metrics"' not in body  # it has charts: the script refreshes them
     fragment = alice.get(f"/experiments/{exp.id}/workUnits/1?fragment=metrics").content.decode()
-    assert fragment.startswith('<section class="metrics" id="metrics"') and fragment.count("data-chart ") == 2
+    assert fragment.lstrip().startswith('<section class="metrics" id="metrics"') and fragment.count("data-chart ") == 2
+    assert "hx-preserve" not in fragment  # the section's own refresh replaces it
+    # A state change re-renders the page's main part around the drawn charts, which it keeps.
+    main = alice.get(f"/experiments/{exp.id}/workUnits/1?fragment=main").content.decode()
+    assert '<section class="metrics" id="metrics" hx-preserve="true"></section>' in main and "data-chart" not in main
+    assert 'id="metrics" hx-preserve="true"' in body
 
 
 def test_the_units_charts_replace_the_defaults_and_print_what_users_wrote_as_text(alice: Client) -> None:

@@ -4,7 +4,8 @@
 // Each <figure data-chart data-src="..."> is one chart: its data is JSON from the ui app
 // (ui.charts: the API's GetChartData, bucketed in SQL to the width asked for), read
 //   * once when the page (or an htmx swap) shows it,
-//   * on the event stream's "hello" (every (re)connection: whatever happened while it was away),
+//   * on the event stream's "hello" (every (re)connection, once the server is subscribed: whatever
+//     happened while it was away),
 //   * on a "metrics" event of its work unit (new points, at most about one a second per work unit),
 //     and once more METRICS_WINDOW_MS after the last such event, for the points the server's
 //     coalescing held back (ui.live.publish_metrics). No timer runs while no points arrive.
@@ -70,16 +71,33 @@
     return HEIGHT * cells + (cells - 1) * 60;
   }
 
+  // The legend shows the hovered point's values, and the latest ones while the cursor is elsewhere.
+  function latest(u, sidx) {
+    var column = u.data[sidx] || [];
+    for (var i = column.length - 1; i >= 0; i--) if (column[i] !== null && column[i] !== undefined) return column[i];
+    return null;
+  }
+
+  function legendValue(format) {
+    return function (u, v, sidx, idx) { return format(idx === null ? latest(u, sidx) : v); };
+  }
+
+  function timeText(v) {
+    if (v === null) return "—";
+    var d = new Date(v * 1000);
+    return d.toISOString().slice(0, 19).replace("T", " ");
+  }
+
   function linesOptions(plot, width, height) {
     var series = [{ label: plot.x === "time" ? "time" : "step",
-                    value: plot.x === "time" ? undefined : function (u, v) { return v === null ? "—" : String(v); } }];
+                    value: legendValue(plot.x === "time" ? timeText : function (v) { return v === null ? "—" : String(v); }) }];
     var bands = [];
     var data = [plot.xs];
     var hidden = [];
     plot.series.forEach(function (s, i) {
       var color = PALETTE[i % PALETTE.length];
-      var line = { label: s.label, stroke: color, width: 1.6, spanGaps: true,
-                   value: function (u, v) { return fmt(v); } };
+      var line = { label: s.label, stroke: color, width: 1.6, spanGaps: true, value: legendValue(fmt),
+                   points: { show: plot.xs.length <= 30, size: 5 } };
       if (plot.style === "points") { line.paths = function () { return null; }; line.points = { show: true, size: 5, fill: color }; }
       if (plot.style === "area") line.fill = alpha(color, 0.12);
       series.push(line);
@@ -97,6 +115,7 @@
                  font: "11px system-ui, sans-serif" };
     var opts = {
       width: width, height: height, series: series, bands: bands,
+      padding: [10, 14, 0, 4],
       scales: { x: { time: plot.x === "time", distr: distr(plot.x_scale) }, y: { distr: distr(plot.y_scale) } },
       axes: [Object.assign({}, axis), Object.assign({ size: 56 }, axis)],
       legend: { show: true, live: true },
@@ -132,10 +151,11 @@
                  font: "11px system-ui, sans-serif" };
     var opts = {
       width: width, height: height,
-      series: [{ label: plot.histogram ? "bin" : "category", value: function (u, v) { return v === null ? "—" : labels[v] || ""; } },
+      padding: [10, 14, 0, 4],
+      series: [{ label: plot.histogram ? "bin" : "category", value: function (u, v) { return v === null ? "" : labels[v] || ""; } },
                { label: series.label, stroke: color, fill: alpha(color, 0.55), width: 1,
                  paths: uPlot.paths.bars({ size: [0.7, 80] }), points: { show: false },
-                 value: function (u, v) { return fmt(v); } }],
+                 value: function (u, v) { return v === null ? "" : fmt(v); } }],
       scales: { x: { time: false, range: function () { return [-0.5, labels.length - 0.5]; } }, y: { distr: distr(plot.y_scale) } },
       axes: [Object.assign({ values: function (u, splits) { return splits.map(function (i) { return labels[i] !== undefined && Number.isInteger(i) ? labels[i] : ""; }); } }, axis),
              Object.assign({ size: 56 }, axis)],
@@ -153,8 +173,8 @@
     plot.rows.forEach(function (r) {
       var tr = body.insertRow();
       tr.appendChild(text("td", "", r.metric));
-      [r.latest, r.min, r.max, r.mean].forEach(function (v) { tr.appendChild(text("td", "num mono", fmt(v))); });
-      tr.appendChild(text("td", "num mono", String(r.step)));
+      [r.latest, r.min, r.max, r.mean].forEach(function (v) { tr.appendChild(text("td", "num", fmt(v))); });
+      tr.appendChild(text("td", "num", String(r.step)));
     });
     return table;
   }
@@ -202,9 +222,7 @@
         var el = text("div", "plot");
         var cell = (layout.cells || {})[pane.plot.id];
         if (cell && body.plots.length > 1) applyCell(el, cell.column, cell.row, cell.width, cell.height);
-        if (body.plots.length > 1 || pane.plot.kind !== "lines" || pane.title !== fig.querySelector(".chart-title").textContent) {
-          el.appendChild(text("div", "plot-title", pane.title));
-        }
+        if (wanted.length > 1) el.appendChild(text("div", "plot-title", pane.title)); // one plot: the chart's title says it
         var canvas = text("div", "plot-canvas");
         el.appendChild(canvas);
         have = state.panes[pane.key] = { el: el, canvas: canvas, uplot: null };
@@ -283,18 +301,24 @@
 
   function all() { return Array.prototype.slice.call(document.querySelectorAll("figure[data-chart]")); }
 
+  // Read now, and once more a window later: the writes the server's gate holds back committed
+  // within a window of the message that closed it (or, for "hello", of one sent before the stream).
+  function refresh(fig) {
+    var state = fig.__chart;
+    load(fig);
+    clearTimeout(state.trailing);
+    state.trailing = setTimeout(function () { load(fig); }, METRICS_WINDOW_MS);
+  }
+
   function onMetrics(event) {
     var change;
     try { change = JSON.parse(event.data); } catch (e) { return; }
     all().forEach(function (fig) {
       if (!fig.__chart || Number(fig.getAttribute("data-xid")) !== change.xid ||
           Number(fig.getAttribute("data-wid")) !== change.wid) return;
-      var state = fig.__chart;
-      state.events += 1;
-      fig.setAttribute("data-events", String(state.events));
-      load(fig);
-      clearTimeout(state.trailing);
-      state.trailing = setTimeout(function () { load(fig); }, METRICS_WINDOW_MS);
+      fig.__chart.events += 1;
+      fig.setAttribute("data-events", String(fig.__chart.events));
+      refresh(fig);
     });
   }
 
@@ -303,7 +327,10 @@
     var source = event.detail && event.detail.source;
     if (!source || source.__xmcCharts) return;
     source.__xmcCharts = true;
-    source.addEventListener("hello", function () { all().forEach(function (fig) { if (fig.__chart) load(fig); }); });
+    source.addEventListener("hello", function () {
+      all().forEach(function (fig) { if (fig.__chart) refresh(fig); });
+      document.body.setAttribute("data-stream", "ready"); // subscribed: from now on no change is missed
+    });
     source.addEventListener("metrics", onMetrics);
   });
 

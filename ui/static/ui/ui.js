@@ -36,9 +36,20 @@
     syncSelection(document);
   });
 
-  // Live indicator and the "reload" event (the page missed changes it cannot replay).
+  // Live indicator and the "reload" event (the page missed changes it cannot replay). A refreshed
+  // fragment that carries the indicator gets the stream's current state again.
+  var liveState = "";
+  function showLive() {
+    if (!liveState) return;
+    document.querySelectorAll("[data-live]").forEach(function (el) {
+      el.classList.toggle("on", liveState === "live");
+      el.textContent = liveState;
+    });
+  }
+  document.addEventListener("htmx:afterSwap", showLive);
   document.addEventListener("htmx:sseOpen", function (event) {
-    document.querySelectorAll("[data-live]").forEach(function (el) { el.classList.add("on"); el.textContent = "live"; });
+    liveState = "live";
+    showLive();
     var source = event.detail && event.detail.source;
     if (source && !source.__xmcReload) {
       source.__xmcReload = true;
@@ -46,7 +57,8 @@
     }
   });
   document.addEventListener("htmx:sseError", function () {
-    document.querySelectorAll("[data-live]").forEach(function (el) { el.classList.remove("on"); el.textContent = "reconnecting"; });
+    liveState = "reconnecting";
+    showLive();
   });
 
   // Client-side sort of the work unit table by any column (numbers as numbers).

@@ -1,0 +1,182 @@
+"""Charts as a person sees them, in headless Chromium over the real ASGI server, at 390 px and 1440 px.
+
+Points go in through the real write path (``POST .../metrics:write`` with the
+execution's metrics token, on the same uvicorn), so a write commits, the
+metrics hook publishes through Redis, the server's one subscription hands the
+"metrics" event to the page's open stream and the chart script reads its data
+again. The tests wait on what the page exposes (each chart's ``data-points``:
+the points it drew; ``data-events``: the metrics events it heard), with
+generous deadlines, never on a fixed delay: on a loaded 2-core machine a step
+may take seconds, and the test still passes as long as the page gets there.
+Screenshots go to docs/screenshots/ (metrics-*.png, dashboard-*.png).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+import requests
+
+from core import pb
+from metrics import services, tokens
+from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixtures
+    ALICE,
+    CHROMIUM,
+    SHOTS,
+    _signed_in,
+    browser,
+    site,
+)
+from tests.ui import pages
+from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
+from workunits.models import WorkUnit
+
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    pytest.mark.django_db(transaction=True),
+]
+M = pb.dashboard
+#: How long the page may take to show what was written, on a loaded machine (it usually takes well under 1 s).
+DEADLINE_S = 90.0
+
+
+def _write(site: str, xid: int, wid: int, points: list[dict[str, Any]]) -> None:
+    """Through the real write path, with the execution's own token, as a job's writer sends them."""
+    answer = requests.post(f"{site}/v1/experiments/{xid}/workUnits/{wid}/metrics:write", json={"points": points},
+                           headers={"Authorization": f"Bearer {tokens.token_for(xid, wid, 1)}"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def _curve(metric: str, steps: range, f: Any) -> list[dict[str, Any]]:
+    return [{"metric": metric, "step": s, "value": f(s)} for s in steps]
+
+
+def _loss(s: int) -> float:
+    return 2.4 * math.exp(-s / 18) + 0.25 + 0.04 * math.sin(s * 1.7)
+
+
+def _accuracy(s: int) -> float:
+    return 0.92 - 0.6 * math.exp(-s / 14) + 0.01 * math.cos(s * 2.3)
+
+
+def _attribute_at_least(page: Any, selector: str, name: str, at_least: int, deadline_s: float = DEADLINE_S) -> int:
+    """Poll the page's ``name`` attribute of ``selector`` until it is >= ``at_least`` (the CSP refuses
+    the eval ``wait_for_function`` needs); returns the value seen."""
+    deadline = time.monotonic() + deadline_s
+    value = -1
+    while time.monotonic() < deadline:
+        text = page.get_attribute(selector, name)
+        value = int(text) if text and text.isdigit() else -1
+        if value >= at_least:
+            return value
+        page.wait_for_timeout(100)
+    raise AssertionError(f"{selector} {name}={value} after {deadline_s} s, wanted >= {at_least}; "
+                         f"status: {page.inner_text(selector)!r}")
+
+
+def _fits(page: Any, width: int, what: str) -> None:
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 1, f"{what} is {overflow}px wider than a {width}px screen"
+
+
+def _figure(title: str) -> str:
+    return f"figure[data-chart]:has(.chart-title:text-is('{title}'))"
+
+
+@pytest.mark.parametrize("width", [390, 1440])
+def test_the_work_unit_page_draws_its_metrics_and_they_grow_live(browser: Any, site: str, width: int) -> None:
+    pages.person("alice")
+    exp, _ = pages.sweep(ALICE, title="resnet50 learning-rate sweep", lrs=("0.1", "0.03", "0.01"))
+    pages.move(exp.id, 2, 1, "SCHEDULING", "STARTING", "RUNNING")
+    _write(site, exp.id, 2, _curve("loss", range(0, 40), _loss) + _curve("accuracy", range(0, 40), _accuracy))
+    page = _signed_in(browser, site, "alice", width=width, height=900 if width > 400 else 844)
+    page.goto(f"{site}/experiments/{exp.id}/workUnits/2")
+    loss, accuracy = _figure("loss"), _figure("accuracy")
+    assert page.locator("figure[data-chart]").count() == 2  # a default chart per metric: it has no Chart rows
+    _attribute_at_least(page, loss, "data-points", 40)
+    _attribute_at_least(page, accuracy, "data-points", 40)
+    # The stream is open and the server subscribed ("hello" read): from here on no write is missed.
+    page.wait_for_selector("body[data-stream=ready]", timeout=DEADLINE_S * 1000)
+    page.wait_for_selector("[data-live].on", timeout=DEADLINE_S * 1000)
+    page.evaluate("window.__marker = 'same page'")
+    # Points arrive while the page is open: a few small batches, as a job's writer sends them. The
+    # last ones fall inside the server's one-second coalescing window; the page still shows them.
+    for start in range(40, 60, 4):
+        _write(site, exp.id, 2, _curve("loss", range(start, start + 4), _loss))
+        page.wait_for_timeout(150)
+    assert _attribute_at_least(page, loss, "data-points", 60) == 60
+    assert int(page.get_attribute(loss, "data-events") or 0) >= 1  # it heard the stream, no reload, no polling
+    assert page.evaluate("window.__marker") == "same page"
+    assert page.locator(f"{loss} canvas").count() >= 1 and "No points" not in page.inner_text(loss)
+    # A state change re-renders the page's main part; the drawn charts stay (hx-preserve).
+    loads = int(page.get_attribute(loss, "data-loads") or 0)
+    pages.move(exp.id, 2, 1, "COMPLETED")
+    page.locator("#state", has_text="completed").wait_for(timeout=DEADLINE_S * 1000)
+    assert page.locator(f"{loss} canvas").count() >= 1 and int(page.get_attribute(loss, "data-loads") or 0) >= loads
+    page.wait_for_selector("[data-live].on", timeout=5000)  # the refreshed header still says live
+    _fits(page, width, "the work unit page")
+    suffix = "desktop" if width > 400 else "phone"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    if width > 400:
+        page.screenshot(path=str(SHOTS / f"metrics-{suffix}.png"), full_page=True)
+    else:  # a phone: the Metrics section at the top of the screen
+        page.evaluate("document.getElementById('metrics').scrollIntoView(); window.scrollBy(0, -12)")
+        page.screenshot(path=str(SHOTS / f"metrics-{suffix}.png"))
+    assert page.csp_errors == []
+
+
+def _chart(xid: int, wid: int, chart_id: str, title: str, *plots: Any) -> Any:
+    unit = WorkUnit.objects.get(experiment_id=xid, wid=wid)
+    return services.create_chart(unit, M.Chart(title=title, plots=list(plots),
+                                               plot_layout=M.LayoutSpec(type=M.LayoutSpec.GRID, columns=1)),
+                                 chart_id, creator=ALICE)
+
+
+@pytest.mark.parametrize("width", [390, 1440])
+def test_a_dashboard_page_lays_out_and_draws_its_charts(browser: Any, site: str, width: int) -> None:
+    pages.person("alice")
+    exp, _ = pages.sweep(ALICE, title="resnet50 learning-rate sweep", lrs=("0.1", "0.03", "0.01"))
+    for wid, scale in ((1, 1.0), (2, 0.8), (3, 1.3)):
+        _write(site, exp.id, wid, _curve("loss", range(0, 80), lambda s, k=scale: _loss(s) * k)
+               + _curve("accuracy", range(0, 80), lambda s, k=scale: min(0.99, _accuracy(s) / k ** 0.2)))
+    loss = _chart(exp.id, 1, "loss-lr-0-1", "Training loss · lr 0.1",
+                  M.PlotSpec(plot_id="loss", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                             geoms=[M.GeomSpec(type=M.GeomSpec.LINE), M.GeomSpec(type=M.GeomSpec.HLINE,
+                                                                                  yintercept=0.3)]))
+    smooth = _chart(exp.id, 2, "loss-lr-0-03", "Smoothed loss · lr 0.03",
+                    M.PlotSpec(plot_id="smooth", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                               stats=M.StatSpec(type=M.StatSpec.SMOOTH, smooth=M.StatSpec.SmoothConfig(
+                                   algorithm=M.StatSpec.SmoothConfig.EXPONENTIAL, alpha=0.3))))
+    accuracy = _chart(exp.id, 3, "acc-lr-0-01", "Accuracy · lr 0.01",
+                      M.PlotSpec(plot_id="acc", type=M.SCATTER, data=M.DataSpec(metrics=["accuracy"]),
+                                 geoms=[M.GeomSpec(type=M.GeomSpec.AREA)]),
+                      M.PlotSpec(plot_id="latest", type=M.SUMMARY_BOX, data=M.DataSpec(metrics=["accuracy", "loss"])))
+    layout = M.LayoutSpec(type=M.LayoutSpec.GRID, columns=2, positions=[
+        M.GridPosition(item_id="loss-lr-0-1", x=0, y=0, width=2, height=1),
+        M.GridPosition(item_id="loss-lr-0-03", x=0, y=1), M.GridPosition(item_id="acc-lr-0-01", x=1, y=1)])
+    services.create_dashboard(M.Dashboard(title="resnet50 sweep: loss and accuracy",
+                                          description="The three learning rates side by side.", chart_layout=layout),
+                              "resnet-sweep", owner=ALICE, referenced=[loss, smooth, accuracy], inline=[])
+    page = _signed_in(browser, site, "alice", width=width, height=900 if width > 400 else 844)
+    page.click("header.top a:text-is('Dashboards')")
+    page.wait_for_url(f"{site}/dashboards")
+    page.click("a:text-is('resnet50 sweep: loss and accuracy')")
+    page.wait_for_url(f"{site}/dashboards/resnet-sweep")
+    for chart_id in ("loss-lr-0-1", "loss-lr-0-03", "acc-lr-0-01"):
+        _attribute_at_least(page, f"#c-{chart_id}", "data-points", 80)
+    assert page.locator("#c-acc-lr-0-01 table.summary tbody tr").count() == 2
+    wide = page.locator("#c-loss-lr-0-1").bounding_box()
+    half = page.locator("#c-loss-lr-0-03").bounding_box()
+    beside = page.locator("#c-acc-lr-0-01").bounding_box()
+    if width > 400:  # the layout's grid: the first chart spans both columns, the other two share a row
+        assert wide["width"] > 1.8 * half["width"] and abs(half["y"] - beside["y"]) < 2 and beside["x"] > half["x"]
+    else:  # a phone: one column, in the dashboard's order
+        assert abs(wide["width"] - half["width"]) < 2 and wide["y"] < half["y"] < beside["y"]
+    _fits(page, width, "the dashboard page")
+    suffix = "desktop" if width > 400 else "phone"
+    page.screenshot(path=str(SHOTS / f"dashboard-{suffix}.png"), full_page=True)
+    page.goto(f"{site}/dashboards")
+    _fits(page, width, "the dashboards list")
+    assert page.csp_errors == []
