@@ -120,7 +120,9 @@
       axes: [Object.assign({}, axis), Object.assign({ size: 56 }, axis)],
       legend: { show: true, live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
-      hooks: { draw: [function (u) { referenceLines(u, plot); }] }
+      hooks: { draw: [function (u) { referenceLines(u, plot); }],
+               // A drag zooms in; live data then keeps that zoom until a double click resets it.
+               setSelect: [function (u) { if (u.__xmc && u.select.width > 0) u.__xmc.zoomed = true; }] }
     };
     return { opts: opts, data: data, hidden: hidden };
   }
@@ -240,9 +242,11 @@
       var built = pane.plot.kind === "bars" ? barsOptions(pane.plot, pane.series, pane.index, width, height)
                                             : linesOptions(pane.plot, width, height);
       if (have.uplot) {
-        have.uplot.setData(built.data);
+        have.uplot.setData(built.data, !have.zoomed);
       } else {
         have.uplot = new uPlot(built.opts, built.data, have.canvas);
+        have.uplot.__xmc = have;
+        have.uplot.over.addEventListener("dblclick", function () { have.zoomed = false; });
         var rows = have.uplot.root.querySelectorAll(".u-legend .u-series");
         built.hidden.forEach(function (i) { if (rows[i]) rows[i].classList.add("band-edge"); });
       }
