@@ -329,7 +329,7 @@
   // The pages' one event stream (htmx's SSE extension opens it): listen on it, never open another.
   document.addEventListener("htmx:sseOpen", function (event) {
     var source = event.detail && event.detail.source;
-    if (!source || source.__xmcCharts) return;
+    if (!source || source.__xmcCharts || !/\/events(\?|$)/.test(source.url)) return; // not the logs' follow
     source.__xmcCharts = true;
     source.addEventListener("hello", function () {
       all().forEach(function (fig) { if (fig.__chart) refresh(fig); });
