@@ -58,7 +58,7 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
     return (
         f'<tr id="wu-{wid}" data-wid="{wid}" data-state="{state}" '
         f'hx-get="/experiments/{xid}?{query}" hx-trigger="sse:wu-{wid}" '
-        f'hx-swap="outerHTML" hx-sync="this:queue last">'
+        f'hx-swap="outerHTML" hx-sync="this:replace">'
         f'{select}'
         f'<td class="num"><a href="/experiments/{xid}/workUnits/{wid}">{wid}</a></td>'
         f'<td data-value="{state}"><span class="badge s-{state}">{_e(row["words"])}</span></td>'
