@@ -25,6 +25,16 @@ def person(name: str) -> User:
     return User.objects.create_user(name, f"{name}@example.com", PASSWORD)
 
 
+def signed_in(name: str, client: Any = None) -> Any:
+    """A Django test client signed in through the site's session login as a new person ``name``."""
+    from django.test import Client
+
+    person(name)
+    client = client or Client()
+    assert client.login(username=name, password=PASSWORD)
+    return client
+
+
 def shared_with(reader: str) -> Any:
     return pb.xid.XidAcls(readers=[pb.xid.XidAcls.Role(user=reader)])
 

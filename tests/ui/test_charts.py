@@ -31,16 +31,11 @@ M = pb.dashboard
 
 @pytest.fixture
 def alice(client: Client) -> Client:
-    pages.person("alice")
-    assert client.login(username="alice", password=pages.PASSWORD)
-    return client
+    return pages.signed_in("alice", client)
 
 
 def _as(name: str) -> Client:
-    pages.person(name)
-    other = Client()
-    assert other.login(username=name, password=pages.PASSWORD)
-    return other
+    return pages.signed_in(name)
 
 
 def _unit(xid: int, wid: int) -> WorkUnit:

@@ -22,16 +22,11 @@ ALICE, BOB, CAROL = "alice@example.com", "bob@example.com", "carol@example.com"
 
 @pytest.fixture
 def alice(client: Client) -> Client:
-    pages.person("alice")
-    assert client.login(username="alice", password=pages.PASSWORD)
-    return client
+    return pages.signed_in("alice", client)
 
 
 def _as(name: str) -> Client:
-    pages.person(name)
-    other = Client()
-    assert other.login(username=name, password=pages.PASSWORD)
-    return other
+    return pages.signed_in(name)
 
 
 def test_it_sends_a_stranger_to_the_sign_in_page(client: Client) -> None:
