@@ -7,25 +7,21 @@ The database half of the notify-when (the format is ``lifecycle.notify_when``'s)
   ``workunits.hooks`` (the outbox and the resumption run stamp it on Create
   and Restart tasks);
 * :func:`refresh`: recompute it on a held task before it is re-sent;
-* :func:`on_artifact_attached`: registered in ``artifacts.hooks``; after an
-  artifact is attached, an UPDATE task (:func:`update_task`) patches the
+* :func:`on_artifact_attached`: registered in ``artifacts.hooks``; when an
+  artifact is attached, an UPDATE operation (the outbox row) patches the
   running JobSet's annotation.
 """
 from __future__ import annotations
 
 import logging
-import time
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 
 from artifacts.models import Artifact
 from core.protos import task_pb2
 from lifecycle import notify_when, rules
-from workunits import outbox
-from workunits.choices import TERMINAL
-from workunits.models import WorkUnitExecution
+from workunits import services as wu_services
 
 log = logging.getLogger(__name__)
 
@@ -61,23 +57,16 @@ def refresh(task: task_pb2.Task) -> task_pb2.Task:
     return task
 
 
-def update_task(xid: int, wid: int, eid: int, value: str, *, now_ns: int | None = None) -> task_pb2.Task:
-    """The UPDATE task that patches the annotation of a running JobSet to ``value``."""
-    task = task_pb2.Task(
-        type=task_pb2.Task.UPDATE, xid=xid, wid=wid, eid=eid, notify_when=value,
-        operation_time_ns=now_ns if now_ns is not None else time.time_ns(),
-    )
-    task.update_mask.paths.append(notify_when.UPDATE_MASK_PATH)
-    return task
-
-
 def on_artifact_attached(xid: int, wid: int, payload_kind: str) -> None:
     """After an artifact is attached to a work unit: patch its running JobSet's notify-when.
 
-    Called inside the creating transaction; the task is published after
-    commit, and only when a rule handles the artifact's kind and the work
-    unit's current execution has not ended (its JobSet may exist or be about
-    to: the actuator retries a patch of a JobSet it has not created yet).
+    Called inside the creating transaction. When a rule handles the
+    artifact's kind, an UPDATE operation is recorded in that same transaction
+    (``workunits.services.record_notify_when_update``: the row is the outbox,
+    so a lost message is re-sent by the sweep) unless the work unit's current
+    execution has ended. Its notify-when is computed when it is sent, after
+    commit, from every artifact committed by then (the actuator retries a
+    patch of a JobSet it has not created yet).
     """
     if not settings.XMC_ARTIFACT_LIFECYCLE_ENABLED or not payload_kind:
         return
@@ -89,23 +78,6 @@ def on_artifact_attached(xid: int, wid: int, payload_kind: str) -> None:
         return
     if not any(payload_kind in rule.payload_kinds for rule in registry):
         return
-    transaction.on_commit(lambda: _publish_update(xid, wid))
-
-
-def _publish_update(xid: int, wid: int) -> None:
-    try:
-        current = (
-            WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=wid, execution_state="ACTIVE")
-            .values_list("eid", "state")
-            .first()
-        )
-        if current is None or current[1] in TERMINAL:
-            return
-        value = notify_when_for(xid, wid)
-        if not value:
-            return
-        outbox.publish(update_task(xid, wid, current[0], value))
-        log.info("lifecycle.notify_when.update_sent", extra={"xid": xid, "wid": wid, "eid": current[0], "notify_when": value})
-    except Exception:
-        # The artifact is committed; the next Restart stamps the annotation anyway.
-        log.exception("lifecycle.notify_when.update_failed", extra={"xid": xid, "wid": wid})
+    op = wu_services.record_notify_when_update(xid, wid)
+    if op is not None:
+        log.info("lifecycle.notify_when.update_recorded", extra={"xid": xid, "wid": wid, "operation": op.id})

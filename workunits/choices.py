@@ -35,6 +35,14 @@ class ActionType(models.TextChoices):
     CREATE = "CREATE"
     STOP = "STOP"
     RESTART = "RESTART"
+    #: Internal, not an API operation: the notify-when patch of a running JobSet after an
+    #: artifact is attached (``workunits.services.record_notify_when_update``). Never listed
+    #: or served by the Operations API (``OperationMetadata.ActionType`` has no such value).
+    UPDATE = "UPDATE"
+
+
+#: The action types the Operations API shows.
+API_ACTION_TYPES = (ActionType.CREATE, ActionType.STOP, ActionType.RESTART)
 
 
 class TaskType(models.TextChoices):

@@ -22,7 +22,6 @@ from django.conf import settings
 from django.db import connection
 
 from artifacts import xprof
-from core import task_wire
 from lifecycle import hooks
 from lifecycle.hooks import JobSetContext
 from simulators.mlrun import EmulatorHandle
@@ -146,16 +145,19 @@ def test_it_drops_a_malformed_event_without_retrying(worker: Path) -> None:
 
 
 def test_it_creates_the_run_after_a_late_attach_patches_notify_when(
-    worker: Path, emulator: EmulatorHandle
+    worker: Path, emulator: EmulatorHandle, delivered: list[list[int]]
 ) -> None:
+    from workunits import outbox
+    from workunits.models import Operation
+
     wu = running_work_unit(title="attach")
     hooks.on_transitions_committed(set_state(wu, "RUNNING"), {(wu.experiment_id, wu.wid, 1): context(wu, "")})
     hooks.on_jobset_observed(context(wu, ""), "RUNNING")  # no artifact yet: no annotation
-    brokers.purge("actuator")
-    xprof_artifact(wu)  # commits; the Update task is published after commit
-    sent = brokers.drain("actuator")
-    assert [name for name, _ in sent] == ["xmc.actuator.update"]
-    task = task_wire.decode_task(sent[0][1][0])
+    delivered.clear()
+    xprof_artifact(wu)  # commits; the Update operation goes to the outbox after commit
+    op = Operation.objects.select_related("work_unit").get(work_unit=wu, action_type="UPDATE")
+    assert delivered == [[op.id]]
+    task = outbox.build_task(op)
     assert task.notify_when == ALL
     # The actuator patched the annotation; the reconciler sees it newly added.
     hooks.on_jobset_observed(context(wu, task.notify_when), "RUNNING")

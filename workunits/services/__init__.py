@@ -57,4 +57,5 @@ from workunits.services.create import create_work_unit as create_work_unit
 from workunits.services.commands import stop_work_units as stop_work_units
 from workunits.services.commands import restart_work_units as restart_work_units
 from workunits.services.commands import update_work_unit as update_work_unit
+from workunits.services.commands import record_notify_when_update as record_notify_when_update
 from workunits.services.commands import requeue_dead_letter as requeue_dead_letter

@@ -191,6 +191,33 @@ def restart_work_units(
         return ops[0]
 
 
+def record_notify_when_update(xid: int, wid: int, *, now: datetime | None = None) -> Operation | None:
+    """Record, in the caller's transaction, an UPDATE of the running JobSet's notify-when.
+
+    Called when an artifact a rule handles is attached (``lifecycle.stamping``).
+    The Operation row is the outbox, as for a Stop: it is sent after commit,
+    re-sent by the sweep until the actuator has patched the JobSet
+    (``k8s_bridge.actuator.handlers.handle_update``), and its value is
+    computed when it is sent (``workunits.outbox.build_task``), so it carries
+    every artifact committed by then. None when the work unit is missing or its
+    current execution has ended (no JobSet to patch).
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("record_notify_when_update runs inside the attaching transaction")
+    row = (WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, work_unit__wid=wid,
+                                            execution_state=ExecutionState.ACTIVE)
+           .select_related("work_unit").first())
+    if row is None or row.state in TERMINAL:
+        return None
+    wu = row.work_unit
+    op = Operation.objects.create(
+        experiment_id=xid, work_unit=wu, action_type=ActionType.UPDATE, target=wu.name,
+        create_time=now or timezone.now(), task_type=TaskType.UPDATE, eid=row.eid,
+    )
+    outbox.send_on_commit([op])
+    return op
+
+
 def update_work_unit(
     xid: int, wid: int, message: pb.work_unit.WorkUnit, paths: Sequence[str], *, now: datetime | None = None
 ) -> WorkUnit:

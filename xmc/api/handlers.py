@@ -32,7 +32,7 @@ from experiments.acl import Role
 from experiments.models import Experiment
 from experiments.wire import experiment_to_proto
 from workunits import services as wu_services
-from workunits.choices import ExecutionState
+from workunits.choices import API_ACTION_TYPES, ExecutionState
 from workunits.models import Operation, StatusMessage, WorkUnit, WorkUnitExecution
 from workunits.wire import operation_to_proto, status_message_to_proto, work_unit_to_proto
 from xmc import listing
@@ -470,7 +470,8 @@ rpc(ESS, "SearchStatusMessages", api.ListStatusMessagesRequest, api.ListStatusMe
 def _operation_row(name: str, caller: Caller, needed: Role) -> Operation:
     match = _match(_OPERATION, name, "name", "experiments/{xid}[/workUnits/{wid}]/operations/{id}")
     xid, wid, op_id = int(match.group(1)), match.group(2), int(match.group(3))
-    op = Operation.objects.select_related("work_unit", "experiment").filter(id=op_id, experiment_id=xid).first()
+    op = (Operation.objects.select_related("work_unit", "experiment")
+          .filter(id=op_id, experiment_id=xid, action_type__in=API_ACTION_TYPES).first())
     if op is None or (wid is not None and (op.work_unit is None or op.work_unit.wid != int(wid))):
         raise access.missing_child(caller.identity, op.experiment.acls if op else _experiment_acls(xid), needed,
                                    resource=name)
@@ -495,7 +496,8 @@ def list_operations(request: lro.ListOperationsRequest, caller: Caller) -> lro.L
     """Operations under ``experiments/{xid}`` or one of its work units (``name`` is the collection)."""
     collection = request.name.removesuffix("/operations")
     xid, wid = parse_parent(collection, "name")
-    queryset = Operation.objects.filter(experiment_id=xid, parent__isnull=True).select_related("work_unit")
+    queryset = (Operation.objects.filter(experiment_id=xid, parent__isnull=True, action_type__in=API_ACTION_TYPES)
+                .select_related("work_unit"))
     if wid is not None:
         queryset = queryset.filter(work_unit__wid=wid)
 
