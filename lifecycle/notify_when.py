@@ -14,13 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core import task_wire
 from jobsets import contract
 from workunits.choices import WorkUnitState
 
 ANNOTATION = contract.ANNOTATION_NOTIFY_WHEN
-#: The update mask path of an UPDATE task that patches the annotation.
-UPDATE_MASK_PATH = task_wire.NOTIFY_WHEN_PATH
 SEPARATOR = "."
 _ORDER = {name: i for i, name in enumerate(WorkUnitState.values)}
 
