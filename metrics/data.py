@@ -17,17 +17,21 @@ work units and clipping run on the bucketed series in `metrics.evaluate`.
 """
 from __future__ import annotations
 
-import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
 import psycopg
+import psycopg.adapt
+import psycopg.postgres
 from django.db import connection
 
 from core import pb
-from metrics import evaluate, specs
+from metrics import evaluate, specs, wire
 from metrics.evaluate import Bucket
 from metrics.models import BLOCK_SIZES, MetricPoint, PointBlock, PointSpan
 from workunits.models import WorkUnit, WorkUnitExecution
@@ -226,11 +230,82 @@ def block_size(steps: float, width: int) -> int | None:
     return next((size for size in BLOCK_SIZES if size >= per_bucket), BLOCK_SIZES[-1])
 
 
-#: Series per (work unit, metric), and series already aggregated across work units per metric.
-#: A series' bucket as read: (step, time_s, avg, min, max), `Bucket`'s fields as a plain tuple (a tuple
-#: subclass costs a microsecond each to make, and a chart of 100 work units reads 100,000).
+#: A series' bucket as a plain tuple: (step, time_s, avg, min, max), `Bucket`'s fields.
 Row = tuple[int, float, float, float, float]
-ReadSeries = tuple[dict[tuple[int, str], list[Row]], dict[str, list[Bucket]]]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """A series as read, in step order: its buckets' fields as numpy arrays (a chart of 100 work units
+    at 1,000 px reads 100,000 buckets: as arrays they are never Python objects on the common path, from
+    the binary rows Postgres sends to the wire bytes of the answer)."""
+
+    steps: npt.NDArray[np.int64]
+    times: npt.NDArray[np.float64]  # unix seconds
+    avgs: npt.NDArray[np.float64]
+    mins: npt.NDArray[np.float64]
+    maxs: npt.NDArray[np.float64]
+
+    FIELDS: ClassVar = ("steps", "times", "avgs", "mins", "maxs")
+
+    @classmethod
+    def of(cls, buckets: Sequence[Row]) -> Columns:
+        if not buckets:
+            empty = np.empty(0, np.float64)
+            return cls(np.empty(0, np.int64), empty, empty, empty, empty)
+        steps, times, avgs, mins, maxs = zip(*buckets)
+        return cls(np.asarray(steps, np.int64), np.asarray(times, np.float64), np.asarray(avgs, np.float64),
+                   np.asarray(mins, np.float64), np.asarray(maxs, np.float64))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def buckets(self) -> list[Bucket]:
+        return [Bucket(*row) for row in zip(*(getattr(self, f).tolist() for f in self.FIELDS))]
+
+
+def _columns(series: Columns | Sequence[Row]) -> Columns:
+    return series if isinstance(series, Columns) else Columns.of(series)
+
+
+class _ArrayLoader(psycopg.adapt.Loader):
+    """A one-dimensional binary array of non-null ``float8`` or ``int8`` as a numpy array, read straight
+    from the bytes Postgres sent (psycopg's own loader makes a Python number of every element)."""
+
+    format = psycopg.pq.Format.BINARY
+    element: ClassVar[str]
+
+    def load(self, data: Any) -> npt.NDArray[Any]:
+        ndim, has_null = struct.unpack_from("!ii", data)
+        if ndim == 0:
+            return np.empty(0, self.element)
+        if ndim != 1 or has_null:
+            raise psycopg.DataError(f"expected a one-dimensional array without nulls, got {ndim} dimensions")
+        (length,) = struct.unpack_from("!i", data, 12)
+        # After the 20-byte header, each element is its length (int32) and its value, big-endian.
+        items = np.frombuffer(data, np.dtype([("size", ">i4"), ("value", ">" + self.element)]), length, 20)
+        return items["value"].astype(self.element)
+
+
+class _Float8ArrayLoader(_ArrayLoader):
+    element = "f8"
+
+
+class _Int8ArrayLoader(_ArrayLoader):
+    element = "i8"
+
+
+def _numpy_arrays(cursor: psycopg.Cursor[Any]) -> None:
+    """Make ``cursor`` read ``float8[]`` and ``int8[]`` columns in binary as numpy arrays."""
+    types = psycopg.postgres.types
+    for name, loader in (("float8", _Float8ArrayLoader), ("int8", _Int8ArrayLoader)):
+        info = types.get(name)
+        assert info is not None
+        cursor.adapters.register_loader(info.array_oid, loader)
+
+
+#: Series per (work unit, metric), and series already aggregated across work units per metric.
+ReadSeries = tuple[dict[tuple[int, str], Columns], dict[str, list[Bucket]]]
 
 
 def _series(scope: Scope, plot: Any, width: int, aggregate: str = "") -> ReadSeries:
@@ -296,28 +371,40 @@ def _series(scope: Scope, plot: Any, width: int, aggregate: str = "") -> ReadSer
                 aggregated.setdefault(metric, []).append(Bucket(step, time_s, avg, lo, hi))
             blocked_names = []
         if blocked_names:
-            # Arrays of numbers: fetched in binary (a fraction of the time of parsing text), through a
+            # Arrays of numbers: fetched in binary as numpy arrays (`_numpy_arrays`), through a
             # server-side-binding cursor on the same connection (Django's binds client-side, text only).
             with psycopg.Cursor(cursor.cursor.connection) as binary:
+                _numpy_arrays(binary)
                 binary.execute(_BLOCKS_SQL.format(**parts), [blocked_names, blocked_sizes, *scope_params],
                                binary=True)
                 blocked = binary.fetchall()
-    out: dict[tuple[int, str], list[Row]] = {}
+    raw: dict[tuple[int, str], list[Row]] = {}
     for row in rows:  # (wid, metric, bucket, step, time_s, avg, min, max): bigint and float8 columns
-        out.setdefault((row[0], row[1]), []).append(row[3:])
+        raw.setdefault((row[0], row[1]), []).append(row[3:])
+    out = {key: Columns.of(buckets) for key, buckets in raw.items()}
     for wid, metric, *columns in blocked:  # (wid, metric, steps[], times[], avgs[], mins[], maxs[])
-        out[(wid, metric)] = list(zip(*columns))
+        out[(wid, metric)] = Columns(*columns)
     return out, aggregated
 
 
-def _series_message(metric: str, label: str, xid: int, buckets: Sequence[Row]) -> Any:
-    message = M.ChartData.SeriesData(metric_name=metric, work_unit_id=label, xid=xid)
-    add, floor = message.points.add, math.floor  # ~1 us a point: a chart of 100 work units has 100,000
-    for step, time_s, avg, low, high in buckets:
-        seconds = floor(time_s)
-        add(step=step, avg_value=avg, min_value=low, max_value=high,
-            timestamp={"seconds": seconds, "nanos": min(int((time_s - seconds) * 1e9), 999_999_999)})
-    return message
+def _add_scatter(message: Any, plot: Any, xid: int, series: Sequence[Series]) -> None:
+    """Add one scatter ``PlotData`` per series to ``message`` (a `ChartData`), the points of all of them
+    encoded to wire bytes at once (`metrics.wire.series_points_wire`) and parsed into each series."""
+    entries = []
+    for label, metric, buckets in series:
+        entry = message.plots_data.add(plot_id=plot.plot_id, type=plot.type or M.SCATTER)
+        data = entry.scatter_series
+        data.metric_name, data.work_unit_id, data.xid = metric, label, xid
+        entries.append((data, _columns(buckets)))
+    if not entries:
+        return
+    blob = memoryview(wire.series_points_wire(
+        *(np.concatenate([getattr(columns, f) for _, columns in entries]) for f in Columns.FIELDS)))
+    at = 0
+    for data, columns in entries:
+        end = at + len(columns) * wire.POINT_WIRE_LENGTH
+        data.MergeFromString(blob[at:end])
+        at = end
 
 
 def _arg_values(scope: Scope, name: str) -> dict[int, str]:
@@ -333,8 +420,8 @@ def _arg_values(scope: Scope, name: str) -> dict[int, str]:
 
 
 #: One evaluated series: its label (the work unit id, ``name=value`` of a group by arg, or "" for
-#: an aggregate over all), its metric and its points.
-Series = tuple[str, str, Sequence[Row]]
+#: an aggregate over all), its metric and its points (as read, or evaluated into `Bucket`s).
+Series = tuple[str, str, Columns | Sequence[Bucket]]
 
 
 def _aggregation(plot: Any) -> tuple[str, Any]:
@@ -352,7 +439,7 @@ def _stat_series(scope: Scope, plot: Any, read: ReadSeries) -> list[Series]:
     coords = plot.coords
     if arg is None and not how and stats.type not in (S.SMOOTH, S.FORECAST) and not (coords.y_min or coords.y_max):
         return [(str(wid), metric, b) for (wid, metric), b in sorted(rows.items())]  # the series as read
-    series = {key: [Bucket._make(b) for b in buckets] for key, buckets in rows.items()}
+    series = {key: columns.buckets() for key, columns in rows.items()}
     out: list[tuple[str, str, list[Bucket]]] = [(str(wid), metric, b) for (wid, metric), b in sorted(series.items())]
     if arg is not None:
         # One series per value of the arg: the work units sharing it, aggregated (MEAN by default).
@@ -386,53 +473,72 @@ def _stat_series(scope: Scope, plot: Any, read: ReadSeries) -> list[Series]:
 
 def plot_data(scope: Scope, plot: Any, width: int) -> list[Any]:
     """The ``PlotData`` entries of one plot: one per series (metric x work unit, or per metric aggregated)."""
-    plot_type = plot.type
-    S = M.StatSpec
-    if plot_type == M.SUMMARY_BOX or plot.stats.type == S.SUMMARY:
-        rows = _query(_SUMMARY_SQL, scope, plot.data, ())
-        out = []
-        for _wid, metric, value, step, time, low, high, mean in rows:
-            summary = M.ChartData.SummaryBoxValue(metric_name=metric, latest_value=value, min_value=low,
-                                                  max_value=high, mean_value=float(mean), latest_step=step)
-            summary.latest_timestamp.FromDatetime(time)
-            out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, summary_data=summary))
-        return out
-    if plot_type == M.HISTOGRAM:
-        rows = _query(_HISTOGRAM_SQL, scope, plot.data, (HISTOGRAM_BINS, HISTOGRAM_BINS))
-        bins: dict[str, tuple[list[str], list[int]]] = {}
-        for metric, low, high, bin_number, count in rows:
-            if metric not in bins:
-                labels = evaluate.bin_labels(float(low), float(high), HISTOGRAM_BINS)
-                bins[metric] = (labels, [0] * len(labels))
-            bins[metric][1][int(bin_number) - 1] += int(count)
-        out = []
-        for metric, (labels, counts) in bins.items():
-            message = M.ChartData.BarData(metric_name=metric)
-            for label, count in zip(labels, counts):
-                message.buckets.add(category_or_bin=label, value_or_count=count)
-            out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, bar_data=message))
-        return out
+    message = M.ChartData()
+    _add_plot_data(message, scope, plot, width)
+    return list(message.plots_data)
+
+
+def _add_plot_data(message: Any, scope: Scope, plot: Any, width: int) -> None:
+    """Add the plot's ``PlotData`` entries to ``message`` (a `ChartData`), in place: copying a large
+    entry into the answer would cost as much as making it."""
+    if plot.type == M.SUMMARY_BOX or plot.stats.type == M.StatSpec.SUMMARY:
+        message.plots_data.extend(_summary_data(scope, plot))
+        return
+    if plot.type == M.HISTOGRAM:
+        message.plots_data.extend(_histogram_data(scope, plot))
+        return
     how, arg = _aggregation(plot)
     series = _stat_series(scope, plot, _series(scope, plot, width, how if arg is None else ""))
-    if plot_type == M.BAR:
-        # One bar per work unit (or per aggregate): the latest value of each metric.
-        by_metric: dict[str, Any] = {}
-        for label, metric, buckets in series:
-            if not buckets:
-                continue
-            bar = by_metric.setdefault(metric, M.ChartData.BarData(metric_name=metric))
-            category = f"wid {label}" if label.isdigit() else label or "all"
-            bar.buckets.add(category_or_bin=category, value_or_count=buckets[-1][2])  # its avg
-        return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type, bar_data=b) for b in by_metric.values()]
-    return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot_type or M.SCATTER,
-                                 scatter_series=_series_message(metric, label, scope.xid, buckets))
-            for label, metric, buckets in series]
+    if plot.type == M.BAR:
+        message.plots_data.extend(_bar_data(plot, series))
+    else:
+        _add_scatter(message, plot, scope.xid, series)
+
+
+def _summary_data(scope: Scope, plot: Any) -> list[Any]:
+    rows = _query(_SUMMARY_SQL, scope, plot.data, ())
+    out = []
+    for _wid, metric, value, step, time, low, high, mean in rows:
+        summary = M.ChartData.SummaryBoxValue(metric_name=metric, latest_value=value, min_value=low,
+                                              max_value=high, mean_value=float(mean), latest_step=step)
+        summary.latest_timestamp.FromDatetime(time)
+        out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot.type, summary_data=summary))
+    return out
+
+
+def _histogram_data(scope: Scope, plot: Any) -> list[Any]:
+    rows = _query(_HISTOGRAM_SQL, scope, plot.data, (HISTOGRAM_BINS, HISTOGRAM_BINS))
+    bins: dict[str, tuple[list[str], list[int]]] = {}
+    for metric, low, high, bin_number, count in rows:
+        if metric not in bins:
+            labels = evaluate.bin_labels(float(low), float(high), HISTOGRAM_BINS)
+            bins[metric] = (labels, [0] * len(labels))
+        bins[metric][1][int(bin_number) - 1] += int(count)
+    out = []
+    for metric, (labels, counts) in bins.items():
+        message = M.ChartData.BarData(metric_name=metric)
+        for label, count in zip(labels, counts):
+            message.buckets.add(category_or_bin=label, value_or_count=count)
+        out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot.type, bar_data=message))
+    return out
+
+
+def _bar_data(plot: Any, series: Sequence[Series]) -> list[Any]:
+    """One bar per work unit (or per aggregate): the latest value of each metric."""
+    by_metric: dict[str, Any] = {}
+    for label, metric, buckets in series:
+        if not len(buckets):
+            continue
+        bar = by_metric.setdefault(metric, M.ChartData.BarData(metric_name=metric))
+        category = f"wid {label}" if label.isdigit() else label or "all"
+        bar.buckets.add(category_or_bin=category, value_or_count=float(_columns(buckets).avgs[-1]))
+    return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot.type, bar_data=b) for b in by_metric.values()]
 
 
 def chart_data(name: str, scope: Scope, plots: Sequence[Any], width: int) -> Any:
     message = M.ChartData(name=name, xid=scope.xid, wid=scope.wid or 0)
     for plot in plots:
-        message.plots_data.extend(plot_data(scope, plot, width))
+        _add_plot_data(message, scope, plot, width)
     return message
 
 

@@ -260,7 +260,7 @@ def test_an_aggregate_over_blocks_is_computed_in_sql_as_evaluate_computes_it(how
     series, aggregated = data._series(scope, across, 100, how)
     assert not series and len(aggregated["loss"]) == 63  # 2,000 steps in 32-step blocks, one SQL series
     (entry,) = data.plot_data(scope, across, 100)
-    per_unit = [[evaluate.Bucket._make(row) for row in rows] for rows in data._series(scope, each, 100)[0].values()]
+    per_unit = [columns.buckets() for columns in data._series(scope, each, 100)[0].values()]
     expected = evaluate.aggregate(per_unit, how)
     got = [v for p in entry.scatter_series.points for v in (p.step, p.avg_value, p.min_value, p.max_value)]
     assert got == pytest.approx([v for b in expected for v in (b.step, b.avg, b.min, b.max)])
