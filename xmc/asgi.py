@@ -8,8 +8,9 @@ Two ways in, chosen by path:
   thread, so one process serves hundreds;
 * everything else (REST API, admin, login flow, pages, static files, ops)
   goes to the very WSGI application ``gunicorn xmc.wsgi`` served, run in a
-  pool of ``XMC_WEB_THREADS`` threads per worker (``a2wsgi``). Django's own
-  ASGI handler would run every sync view on one thread
+  pool of ``XMC_WEB_THREADS`` threads per worker (`xmc.wsgi_bridge`, one
+  hand-off between the loop and a thread per request). Django's own ASGI
+  handler would run every sync view on one thread
   (``sync_to_async(thread_sensitive=True)``), which made the REST API several
   times slower than ``gunicorn --threads``; the pool keeps today's threaded
   behaviour (``./dev bench api`` compares the two).
@@ -23,7 +24,6 @@ import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from a2wsgi import WSGIMiddleware
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
@@ -38,8 +38,10 @@ from django.conf import settings  # noqa: E402 - configured by the line above
 
 from xmc import wsgi  # noqa: E402 - the same WSGI app (and its deploy checks) as gunicorn xmc.wsgi
 from xmc.api import extensions  # noqa: E402
+from xmc.wsgi_bridge import ThreadedWSGI  # noqa: E402
 
-threaded = WSGIMiddleware(wsgi.application, workers=int(getattr(settings, "XMC_WEB_THREADS", 8)))  # type: ignore[arg-type]
+threaded = ThreadedWSGI(wsgi.application, threads=settings.XMC_WEB_THREADS,
+                        max_body=settings.XMC_WEB_MAX_BODY_BYTES)
 
 
 def is_async_path(path: str) -> bool:
@@ -62,4 +64,4 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     elif scope["type"] == "http" and is_async_path(scope.get("path", "")):
         await django_asgi(scope, receive, send)  # type: ignore[arg-type]
     else:
-        await threaded(scope, receive, send)  # type: ignore[arg-type]
+        await threaded(scope, receive, send)

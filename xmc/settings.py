@@ -225,6 +225,9 @@ LOGIN_URL = "ui-login"
 LOGIN_REDIRECT_URL = "ui-experiments"
 # Threads per web worker for everything but the event streams (xmc/asgi.py: the WSGI app in a pool).
 XMC_WEB_THREADS = env.int("XMC_WEB_THREADS", default=8)
+# The largest request body the web process reads in (xmc/wsgi_bridge.py holds a body in memory): a
+# guard far above DATA_UPLOAD_MAX_MEMORY_SIZE, the limit the API itself answers 413 for.
+XMC_WEB_MAX_BODY_BYTES = env.int("XMC_WEB_MAX_BODY_BYTES", default=64 * 1024 * 1024)
 WSGI_APPLICATION = "xmc.wsgi.application"
 
 TEMPLATES = [

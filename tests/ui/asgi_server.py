@@ -37,7 +37,7 @@ def asgi_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     # Static files from the apps' folders (collectstatic has not run for the tests).
     application = ASGIStaticFilesHandler(xmc_application)
 
-    # The server's worker threads (a2wsgi's pool) would keep persistent connections
+    # The server's worker threads (xmc.wsgi_bridge's pool) would keep persistent connections
     # (CONN_MAX_AGE) for as long as they live, which holds the test database open:
     # every request closes its connection at its end instead.
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
