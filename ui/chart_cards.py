@@ -6,6 +6,7 @@ every ``figure[data-chart]`` and reads its ``data-src``.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 from urllib.parse import urlencode
 
@@ -33,9 +34,18 @@ def metric_card(xid: int, wid: int, metric: str, index: int) -> dict[str, Any]:
 
 
 def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:
-    """The work unit page's Metrics section: its charts, else a default chart per metric (caller checked)."""
-    charts = [card(c) for c in reads.work_unit_charts(xid, wid)]
-    defaults = not charts
-    if defaults:
-        charts = [metric_card(xid, wid, m, i) for i, m in enumerate(reads.metric_names(xid, wid))]
-    return {"charts": charts, "default_charts": defaults and bool(charts)}
+    """The work unit page's Metrics section: its charts, else a default chart per metric (caller checked).
+
+    ``metrics_key`` names what the section shows (its charts, or the metrics of its default charts):
+    on each "metrics" event the section asks for its contents again with it (``?fragment=metrics&have=``)
+    and is answered 204 (no swap) until a chart or a metric appears that it has none for."""
+    rows = reads.work_unit_charts(xid, wid)
+    if rows:
+        charts = [card(c) for c in rows]
+        shown = ["charts", *(c["chart_id"] for c in rows)]
+    else:
+        names = reads.metric_names(xid, wid)
+        charts = [metric_card(xid, wid, m, i) for i, m in enumerate(names)]
+        shown = ["metrics", *names]
+    key = hashlib.sha256("\n".join(shown).encode()).hexdigest()[:16]
+    return {"charts": charts, "default_charts": not rows and bool(charts), "metrics_key": key}

@@ -11,7 +11,8 @@ What the script gets per plot (``kind``):
   seconds when the plot maps x to time) and per series ``y`` aligned to it
   (``null`` where a series has no point), plus ``lo`` / ``hi`` when the points
   are buckets (min and max of a downsampled bucket, or a MEAN_CI_95 interval)
-  so a band can be drawn; reference lines from HLINE / VLINE geoms;
+  so a band can be drawn; a ``style`` from the geoms (`_style`: line, points,
+  area, bars, ribbon); reference lines from HLINE / VLINE geoms;
 * ``bars``: categories (work units, aggregates or histogram bins) and one
   series of values per metric;
 * ``summary``: rows of latest / min / max / mean, shown as a table.
@@ -86,13 +87,32 @@ def _lines(spec: Any, entries: Sequence[Any]) -> dict[str, Any]:
         "x": "time" if by_time else "step",
         "x_scale": _SCALES.get(spec.coords.x_scale, "linear"),
         "y_scale": _SCALES.get(spec.coords.y_scale, "linear"),
-        "style": "points" if geoms == {M.GeomSpec.POINT} else ("area" if M.GeomSpec.AREA in geoms else "line"),
+        "style": _style(geoms),
         "xs": [int(x) if not by_time else x for x in xs],
         "series": out_series,
         "hlines": [g.yintercept for g in spec.geoms if g.type == M.GeomSpec.HLINE],
         "vlines": [g.xintercept for g in spec.geoms if g.type == M.GeomSpec.VLINE],
         "points": sum(1 for s in out_series for v in s["y"] if v is not None),
     }
+
+
+def _style(geoms: set[int]) -> str:
+    """How the script draws a plot's series, from its geoms (HLINE / VLINE are drawn besides):
+    ``bars`` (BAR), ``area`` (AREA: the line, filled below), ``ribbon`` (RIBBON alone: only the band
+    between each bucket's min and max, no line; a series without a band is drawn as a line),
+    ``points`` (POINT alone), else ``line``. A RIBBON beside a LINE is the default look: the line with
+    its band."""
+    G = M.GeomSpec
+    drawn = geoms - {G.HLINE, G.VLINE, G.GEOM_TYPE_UNSPECIFIED}
+    if G.BAR in drawn:
+        return "bars"
+    if G.AREA in drawn:
+        return "area"
+    if drawn == {G.RIBBON}:
+        return "ribbon"
+    if drawn == {G.POINT}:
+        return "points"
+    return "line"
 
 
 def _bars(spec: Any, entries: Sequence[Any]) -> dict[str, Any]:

@@ -325,10 +325,13 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
 def work_unit(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
     x, w = _ids(xid, wid)
     fragment = request.GET.get("fragment")
-    if fragment == "metrics":  # the Metrics section again (a unit without metrics got its first points)
+    if fragment == "metrics":  # the Metrics section's contents again: its first points, a new metric or chart
         reads.role(identity, x)
         reads.work_unit(x, w, identity)
-        return render(request, "ui/_metrics.html", {"xid": x, "wid": w, **chart_cards.work_unit_metrics(x, w)})
+        metrics = chart_cards.work_unit_metrics(x, w)
+        if request.GET.get("have") == metrics["metrics_key"]:
+            return HttpResponse(status=204)  # the same charts: the page keeps them (htmx swaps nothing)
+        return render(request, "ui/_metrics_body.html", {"xid": x, "wid": w, **metrics})  # the section's contents
     context = _work_unit_context(identity, x, w)
     if fragment == "main":  # its Metrics section is a placeholder: the page keeps its drawn charts (hx-preserve)
         return render(request, "ui/_work_unit_main.html", {**context, "metrics_placeholder": True})

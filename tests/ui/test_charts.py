@@ -7,6 +7,7 @@ data through the API's GetChartData (the endpoints call its handler).
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -86,14 +87,51 @@ def test_a_unit_with_points_but_no_charts_gets_one_default_chart_per_metric(alic
     assert body.count("<figure class=\"card chart\"") == 2
     assert f'data-src="/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss"' in body
     assert "metric=val%2Facc" in body and "other-unit-metric" not in body
-    assert 'hx-trigger="sse:metrics"' not in body  # it has charts: the script refreshes them
     fragment = alice.get(f"/experiments/{exp.id}/workUnits/1?fragment=metrics").content.decode()
-    assert fragment.lstrip().startswith('<section class="metrics" id="metrics"') and fragment.count("data-chart ") == 2
-    assert "hx-preserve" not in fragment  # the section's own refresh replaces it
+    assert "<section" not in fragment and fragment.count("data-chart ") == 2  # the section's contents
+    assert 'id="metrics-have"' in fragment  # with the key of what they show
     # A state change re-renders the page's main part around the drawn charts, which it keeps.
     main = alice.get(f"/experiments/{exp.id}/workUnits/1?fragment=main").content.decode()
     assert '<section class="metrics" id="metrics" hx-preserve="true"></section>' in main and "data-chart" not in main
     assert 'id="metrics" hx-preserve="true"' in body
+
+
+def test_the_section_asks_for_its_contents_again_only_when_a_metric_or_a_chart_appears(alice: Client) -> None:
+    """The script redraws the charts the section has; on each "metrics" event the section asks for its
+    contents with the key of what it shows, answered 204 (htmx swaps nothing) until a metric that
+    starts later, or a chart, gives it something new to show."""
+    exp, _ = pages.sweep(ALICE)
+
+    def have(html: str) -> str:
+        (key,) = re.findall(r'id="metrics-have" name="have" value="([0-9a-f]+)"', html)
+        return key
+
+    def ask(key: str) -> Any:
+        return alice.get(f"/experiments/{exp.id}/workUnits/1?fragment=metrics&have={key}")
+
+    body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert 'hx-include="#metrics-have" hx-trigger="sse:metrics" hx-swap="innerHTML"' in body
+    empty = have(body)
+    assert ask(empty).status_code == 204  # no points yet, still none
+    _write(exp.id, 1, "loss", [3.0, 2.0, 1.0])
+    first = ask(empty)
+    assert first.status_code == 200 and first.content.decode().count("data-chart ") == 1
+    key = have(first.content.decode())
+    assert key != empty and key == have(alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode())
+    assert ask(key).status_code == 204 and ask(key).content == b""
+    _write(exp.id, 1, "loss", [0.5], start=3)  # more points of the same metric: nothing to swap
+    assert ask(key).status_code == 204
+    _write(exp.id, 1, "lr", [0.1, 0.05])
+    grown = ask(key)
+    assert grown.status_code == 200 and grown.content.decode().count("data-chart ") == 2
+    later = have(grown.content.decode())
+    assert later != key and ask(later).status_code == 204
+    assert ask("forged").status_code == 200
+    # A chart made for the unit (xdash create-chart) replaces the default ones the same way.
+    _chart(exp.id, 1, chart_id="loss-chart")
+    charted = ask(later)
+    assert charted.status_code == 200 and "charts/loss-chart/data" in charted.content.decode()
+    assert ask(have(charted.content.decode())).status_code == 204
 
 
 def test_the_units_charts_replace_the_defaults_and_print_what_users_wrote_as_text(alice: Client) -> None:
@@ -287,3 +325,26 @@ def test_series_of_several_units_share_one_x_with_gaps_as_null() -> None:
     assert [(s["label"], s["y"]) for s in plot["series"]] == [
         ("loss · wu 1", [0.0, 1.0, 2.0, None]), ("loss · wu 2", [None, 1.0, None, 3.0])]
     assert "lo" not in plot["series"][0] and plot["points"] == 5
+
+
+@pytest.mark.parametrize(("geoms", "style"), [
+    ((), "line"),
+    (("LINE",), "line"),
+    (("LINE", "HLINE"), "line"),
+    (("POINT",), "points"),
+    (("POINT", "LINE"), "line"),
+    (("AREA",), "area"),
+    (("BAR",), "bars"),
+    (("BAR", "LINE"), "bars"),
+    (("RIBBON",), "ribbon"),
+    (("RIBBON", "VLINE"), "ribbon"),
+    (("RIBBON", "LINE"), "line"),  # the line with its band: the default look
+])
+def test_a_plots_geoms_say_how_its_series_are_drawn(geoms: tuple[str, ...], style: str) -> None:
+    M = pb.dashboard
+    spec = M.PlotSpec(plot_id="p", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                      geoms=[M.GeomSpec(type=M.GeomSpec.GeomType.Value(g)) for g in geoms])
+    data = M.ChartData(plots_data=[M.ChartData.PlotData(plot_id="p", type=M.SCATTER, scatter_series=M.ChartData.SeriesData(
+        metric_name="loss", work_unit_id="1", points=[M.ChartData.SeriesPoint(step=1, avg_value=2, min_value=1, max_value=3)]))])
+    (plot,) = plotdata.chart_json([spec], data)["plots"]
+    assert plot["style"] == style and plot["series"][0]["lo"] == [1] and plot["series"][0]["hi"] == [3]

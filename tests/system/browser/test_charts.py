@@ -116,6 +116,12 @@ def test_the_work_unit_page_draws_its_metrics_and_they_grow_live(browser: Any, s
     page.locator("#state", has_text="completed").wait_for(timeout=DEADLINE_S * 1000)
     assert page.locator(f"{loss} canvas").count() >= 1 and int(page.get_attribute(loss, "data-loads") or 0) >= loads
     page.wait_for_selector("[data-live].on", timeout=5000)  # the refreshed header still says live
+    # A metric that starts later gets its default chart on the open page, without reload.
+    _write(site, exp.id, 2, _curve("learning_rate", range(0, 60), lambda s: 0.1 * 0.97 ** s))
+    page.locator(_figure("learning_rate")).wait_for(timeout=DEADLINE_S * 1000)
+    assert _attribute_at_least(page, _figure("learning_rate"), "data-points", 60) == 60
+    assert page.locator("figure[data-chart]").count() == 3
+    assert page.evaluate("window.__marker") == "same page"
     _fits(page, width, "the work unit page")
     suffix = "desktop" if width > 400 else "phone"
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -153,19 +159,32 @@ def test_a_dashboard_page_lays_out_and_draws_its_charts(browser: Any, site: str,
                       M.PlotSpec(plot_id="acc", type=M.SCATTER, data=M.DataSpec(metrics=["accuracy"]),
                                  geoms=[M.GeomSpec(type=M.GeomSpec.AREA)]),
                       M.PlotSpec(plot_id="latest", type=M.SUMMARY_BOX, data=M.DataSpec(metrics=["accuracy", "loss"])))
+    # A noisy metric of many steps as a ribbon (each bucket's min to max, no line: more steps than
+    # pixels, so the points come as buckets), and the accuracy per step as bars.
+    _write(site, exp.id, 1, _curve("grad_norm", range(0, 4000),
+                                   lambda s: 3 * math.exp(-s / 900) + 0.4 + 0.3 * math.sin(s * 0.9) * math.cos(s * 0.13)))
+    spread = _chart(exp.id, 1, "loss-spread", "Gradient norm · min to max per bucket · lr 0.1",
+                    M.PlotSpec(plot_id="spread", type=M.SCATTER, data=M.DataSpec(metrics=["grad_norm"]),
+                               geoms=[M.GeomSpec(type=M.GeomSpec.RIBBON)]))
+    bars = _chart(exp.id, 2, "acc-bars", "Accuracy by step · lr 0.03",
+                  M.PlotSpec(plot_id="bars", type=M.SCATTER, data=M.DataSpec(metrics=["accuracy"]),
+                             geoms=[M.GeomSpec(type=M.GeomSpec.BAR)]))
     layout = M.LayoutSpec(type=M.LayoutSpec.GRID, columns=2, positions=[
         M.GridPosition(item_id="loss-lr-0-1", x=0, y=0, width=2, height=1),
-        M.GridPosition(item_id="loss-lr-0-03", x=0, y=1), M.GridPosition(item_id="acc-lr-0-01", x=1, y=1)])
+        M.GridPosition(item_id="loss-lr-0-03", x=0, y=1), M.GridPosition(item_id="acc-lr-0-01", x=1, y=1),
+        M.GridPosition(item_id="loss-spread", x=0, y=2), M.GridPosition(item_id="acc-bars", x=1, y=2)])
     services.create_dashboard(M.Dashboard(title="resnet50 sweep: loss and accuracy",
                                           description="The three learning rates side by side.", chart_layout=layout),
-                              "resnet-sweep", owner=ALICE, referenced=[loss, smooth, accuracy], inline=[])
+                              "resnet-sweep", owner=ALICE, referenced=[loss, smooth, accuracy, spread, bars], inline=[])
     page = _signed_in(browser, site, "alice", width=width, height=900 if width > 400 else 844)
     page.click("header.top a:text-is('Dashboards')")
     page.wait_for_url(f"{site}/dashboards")
     page.click("a:text-is('resnet50 sweep: loss and accuracy')")
     page.wait_for_url(f"{site}/dashboards/resnet-sweep")
-    for chart_id in ("loss-lr-0-1", "loss-lr-0-03", "acc-lr-0-01"):
+    for chart_id in ("loss-lr-0-1", "loss-lr-0-03", "acc-lr-0-01", "loss-spread", "acc-bars"):
         _attribute_at_least(page, f"#c-{chart_id}", "data-points", 80)
+    for chart_id in ("loss-spread", "acc-bars"):  # drawn (a canvas), not "No points"
+        assert page.locator(f"#c-{chart_id} canvas").count() >= 1, chart_id
     assert page.locator("#c-acc-lr-0-01 table.summary tbody tr").count() == 2
     wide = page.locator("#c-loss-lr-0-1").bounding_box()
     half = page.locator("#c-loss-lr-0-03").bounding_box()

@@ -98,16 +98,26 @@
       var color = PALETTE[i % PALETTE.length];
       var line = { label: s.label, stroke: color, width: 1.6, spanGaps: true, value: legendValue(fmt),
                    points: { show: plot.xs.length <= 30, size: 5 } };
+      var banded = s.lo && s.hi;
+      var ribbon = plot.style === "ribbon" && banded; // a ribbon without a band is drawn as its line
       if (plot.style === "points") { line.paths = function () { return null; }; line.points = { show: true, size: 5, fill: color }; }
       if (plot.style === "area") line.fill = alpha(color, 0.12);
+      if (plot.style === "bars") {
+        line.paths = uPlot.paths.bars({ size: [0.8, 24], align: 0 });
+        line.fill = alpha(color, plot.series.length > 1 ? 0.35 : 0.55);
+        line.width = 1;
+        line.points = { show: false };
+      }
+      if (ribbon) { line.paths = function () { return null; }; line.points = { show: false }; }
       series.push(line);
       data.push(s.y);
-      if (s.lo && s.hi) {
+      if (banded && plot.style !== "bars") {
         var hi = series.length, lo = hi + 1;
-        series.push({ label: s.label + " max", stroke: alpha(color, 0.25), width: 0.5, points: { show: false } });
-        series.push({ label: s.label + " min", stroke: alpha(color, 0.25), width: 0.5, points: { show: false } });
+        var edge = ribbon ? alpha(color, 0.6) : alpha(color, 0.25);
+        series.push({ label: s.label + " max", stroke: edge, width: ribbon ? 1 : 0.5, points: { show: false } });
+        series.push({ label: s.label + " min", stroke: edge, width: ribbon ? 1 : 0.5, points: { show: false } });
         data.push(s.hi, s.lo);
-        bands.push({ series: [hi, lo], fill: alpha(color, 0.12) });
+        bands.push({ series: [hi, lo], fill: alpha(color, ribbon ? 0.3 : 0.12) });
         hidden.push(hi, lo);
       }
     });
