@@ -181,23 +181,28 @@ class RateLimiter:
                 logger.info("ratelimit.redis_recovered: metering requests again")
 
 
-_limiter: RateLimiter | None = None
-_limiter_config: tuple[str, float, int] | None = None
+_limiters: dict[tuple[str, float, int], RateLimiter] = {}
 _limiter_lock = threading.Lock()
 
 
-def get_rate_limiter() -> RateLimiter:
-    """The process-wide limiter for the current settings (rebuilt when they change)."""
-    global _limiter, _limiter_config
-    config = (settings.REDIS_URL, float(settings.XMC_RATE_LIMIT_PER_S), int(settings.XMC_RATE_LIMIT_BURST))
-    limiter = _limiter
-    if limiter is not None and _limiter_config == config:
+def limiter_for(rate_per_s: float, burst: int) -> RateLimiter:
+    """The process-wide limiter of this rate and burst on the configured Redis (one per setting: a
+    new one when the settings change, as tests do)."""
+    config = (settings.REDIS_URL, float(rate_per_s), int(burst))
+    limiter = _limiters.get(config)
+    if limiter is not None:
         return limiter
     with _limiter_lock:
-        if _limiter is None or _limiter_config != config:
-            _limiter = RateLimiter(*config)
-            _limiter_config = config
-        return _limiter
+        if config not in _limiters:
+            if len(_limiters) > 16:  # settings changed many times (tests): drop the stale ones
+                _limiters.clear()
+            _limiters[config] = RateLimiter(*config)
+        return _limiters[config]
+
+
+def get_rate_limiter() -> RateLimiter:
+    """The API's limiter: ``XMC_RATE_LIMIT_PER_S`` / ``XMC_RATE_LIMIT_BURST`` per identity."""
+    return limiter_for(settings.XMC_RATE_LIMIT_PER_S, settings.XMC_RATE_LIMIT_BURST)
 
 
 def check_rate(identity_key: str) -> RateDecision:

@@ -324,6 +324,10 @@ XMC_METRICS_URL = env.str("XMC_METRICS_URL", default="") or XMC_PUBLIC_URL
 XMC_METRICS_TOKEN_GRACE_S = env.float("XMC_METRICS_TOKEN_GRACE_S", default=300.0)
 #: Most points one metrics:write call may carry.
 XMC_METRICS_MAX_POINTS = env.int("XMC_METRICS_MAX_POINTS", default=10_000)
+# Calls of the metrics write path per execution (one token bucket each in Redis, core.ratelimit):
+# a job's writer flushes about once a second; a runaway loop gets 429 with Retry-After. 0 turns it off.
+XMC_METRICS_WRITES_PER_S = env.float("XMC_METRICS_WRITES_PER_S", default=50.0)
+XMC_METRICS_WRITES_BURST = env.int("XMC_METRICS_WRITES_BURST", default=200)
 #: Points older than this are dropped with their daily partition by the hourly maintenance (0 keeps them for ever).
 XMC_METRICS_RETENTION_DAYS = env.int("XMC_METRICS_RETENTION_DAYS", default=90)
 #: How many days of partitions of the points table exist ahead of today (metrics.partitions).

@@ -54,3 +54,17 @@ def test_it_writes_points_with_the_token_idempotently_and_refuses_the_rest(write
                  metadata=metadata_for("alice@example.com")).written == 1
     health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="xmc.metrics.v1.MetricsService"))
     assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_an_execution_writing_too_often_gets_resource_exhausted(write: Any, settings: Any) -> None:
+    settings.XMC_METRICS_WRITES_PER_S, settings.XMC_METRICS_WRITES_BURST = 0.001, 1
+    exp = experiment_for("alice@example.com")
+    factories.work_unit(exp, wid=1)
+    token = _bearer(tokens.token_for(exp.id, 1, 1))
+    parent = f"experiments/{exp.id}/workUnits/1"
+    assert write(P.WriteMetricsRequest(parent=parent, points=[P.MetricPoint(metric="m", step=0, value=1)]),
+                 metadata=token).written == 1
+    with pytest.raises(grpc.RpcError) as info:
+        write(P.WriteMetricsRequest(parent=parent, points=[P.MetricPoint(metric="m", step=1, value=1)]), metadata=token)
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "XMC_METRICS_WRITES_PER_S" in info.value.details()
+    assert MetricPoint.objects.count() == 1

@@ -183,3 +183,27 @@ def test_what_the_fast_json_parser_refuses_gets_the_same_answers(unit: WorkUnit)
     assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == "points[0].step"
     ok = '{"points": [{"metric": "m", "step": 1, "value": 1, "time": "2026-12-01T10:00:00Z"}]}'
     assert _post(unit.experiment_id, 1, ok.encode(), token).json() == {"written": 1, "duplicates": 0}
+
+
+def test_an_execution_writing_too_often_gets_429_with_retry_after_and_others_still_write(
+        unit: WorkUnit, settings: Any) -> None:
+    """A bucket of XMC_METRICS_WRITES_BURST calls per execution, refilled at XMC_METRICS_WRITES_PER_S
+    (here one that never refills in the test's time): the call over it writes nothing."""
+    settings.XMC_METRICS_WRITES_PER_S, settings.XMC_METRICS_WRITES_BURST = 0.001, 3
+    other = factories.work_unit(unit.experiment, wid=2)
+    token = tokens.token_for(unit.experiment_id, 1, 1)
+    for step in range(3):
+        assert _post(unit.experiment_id, 1, {"points": [{"metric": "m", "step": step, "value": 1}]}, token).status_code == 200
+    refused = _post(unit.experiment_id, 1, {"points": [{"metric": "m", "step": 9, "value": 1}]}, token)
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    assert refused.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert "XMC_METRICS_WRITES_PER_S" in refused.json()["error"]["message"]
+    assert [s for _, s, _ in _points(execution__work_unit=unit)] == [0, 1, 2]  # the refused point is not written
+    # A user token writing the same execution shares its budget; another execution has its own.
+    owner = issue_token(ALICE)
+    assert _post(unit.experiment_id, 1, {"points": [{"metric": "m", "step": 9, "value": 1}]}, owner).status_code == 429
+    theirs = tokens.token_for(unit.experiment_id, 2, 1)
+    assert _post(unit.experiment_id, 2, {"points": [{"metric": "m", "step": 0, "value": 1}]}, theirs).status_code == 200
+    assert _points(execution__work_unit=other) == [("m", 0, 1.0)]
+    # A bad body is refused before it costs anything: still 400, not 429.
+    assert _post(unit.experiment_id, 1, {"points": [{"metric": "", "step": 1, "value": 1}]}, token).status_code == 400

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,12 +56,16 @@ def test_it_batches_and_sends_logged_values_and_scalars(live_server: Any, unit: 
 class _Flaky(http.server.BaseHTTPRequestHandler):
     answers: list[int] = []
     bodies: list[Any] = []
+    times: list[float] = []
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         length = int(self.headers["Content-Length"])
         type(self).bodies.append(json.loads(self.rfile.read(length)))
+        type(self).times.append(time.monotonic())
         code = type(self).answers.pop(0) if type(self).answers else 200
         self.send_response(code)
+        if code == 429:
+            self.send_header("Retry-After", "1")
         self.end_headers()
         self.wfile.write(json.dumps({"written": 1}).encode() if code == 200 else b"{}")
 
@@ -93,6 +98,17 @@ def test_it_retries_with_backoff_and_drops_what_the_server_refuses(flaky: str, c
     with caplog.at_level(logging.WARNING, logger="xmc_metrics"):
         writer.close()
     assert writer.dropped == 1 and "refused (HTTP 400)" in caplog.text
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_429_is_retried_no_sooner_than_its_retry_after(flaky: str) -> None:
+    _Flaky.answers, _Flaky.bodies, _Flaky.times = [429], [], []
+    writer = xmc_metrics.Writer(flaky, 1, 1, 2, "t", flush_interval_s=60, backoff_s=0.01)
+    writer.log(1, loss=0.5)
+    writer.flush()
+    assert len(_Flaky.bodies) == 2 and _Flaky.bodies[0] == _Flaky.bodies[1] and writer.written == 1
+    assert _Flaky.times[1] - _Flaky.times[0] >= 1.0  # the server's Retry-After, not the 10 ms backoff
+    writer.close()
 
 
 @pytest.mark.django_db(transaction=False)

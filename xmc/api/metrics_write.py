@@ -15,8 +15,11 @@ does not double points. The answer is ``{"written": n, "duplicates": m}``.
 Who may write: ``Authorization: Bearer <XMC_METRICS_TOKEN>``, the token the
 actuator gave the execution's containers (`metrics.tokens`), for that
 execution only and until it ended plus ``XMC_METRICS_TOKEN_GRACE_S``; or a
-user's bearer token with write rights on the experiment. Errors have the
-API's shape and name the field (``points[3].value``).
+user's bearer token with write rights on the experiment. Each execution may
+make ``XMC_METRICS_WRITES_PER_S`` calls a second (burst
+``XMC_METRICS_WRITES_BURST``; `meter`): more get 429 / RESOURCE_EXHAUSTED with
+``Retry-After``. Errors have the API's shape and name the field
+(``points[3].value``).
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from django.urls import URLPattern, re_path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from core.errors import InvalidArgument, PermissionDenied, ServiceError, Unauthenticated
+from core import ratelimit
+from core.errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Unauthenticated
 from core.protos import metrics_pb2
 from experiments.acl import Role
 from metrics import services, specs, tokens
@@ -54,7 +58,28 @@ _FLOAT_INT = 2**1000
 
 def _error(exc: ServiceError) -> JsonResponse:
     status = HTTP_STATUS.get(exc.code, 500)
-    return JsonResponse(error_body(status, exc.code, exc.message, field=exc.field), status=status)
+    response = JsonResponse(error_body(status, exc.code, exc.message, field=exc.field), status=status)
+    if isinstance(exc, _Throttled):
+        response["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    return response
+
+
+class _Throttled(ResourceExhausted):
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def meter(execution: int) -> None:
+    """Take one call of ``execution``'s budget (``XMC_METRICS_WRITES_PER_S``, burst
+    ``XMC_METRICS_WRITES_BURST``; a bucket per execution in Redis, `core.ratelimit`), or raise
+    RESOURCE_EXHAUSTED with when to retry. Redis down: the call goes through (the limiter logs it)."""
+    decision = ratelimit.limiter_for(settings.XMC_METRICS_WRITES_PER_S, settings.XMC_METRICS_WRITES_BURST).check(
+        f"metrics-write:{execution}")
+    if not decision.allowed:
+        raise _Throttled(f"this execution writes metrics more often than XMC_METRICS_WRITES_PER_S "
+                         f"({settings.XMC_METRICS_WRITES_PER_S:g} calls a second) allows: send larger batches "
+                         f"less often; retry after {decision.retry_after_s:.1f} s", decision.retry_after_s)
 
 
 def _int(value: Any, field: str) -> int:
@@ -224,6 +249,7 @@ def write_metrics(request: HttpRequest, xid: str, wid: str) -> JsonResponse:
             return JsonResponse(error_body(413, "INVALID_ARGUMENT", "request body too large"), status=413)
         points, eid = parse_points(loads(raw or b"{}"), started)
         execution = execution_for(request.META.get("HTTP_AUTHORIZATION", ""), int(xid), int(wid), eid)
+        meter(execution)
         written = services.write_points(execution, points)
         return JsonResponse({"written": written, "duplicates": len(points) - written})
     except ServiceError as exc:
@@ -254,7 +280,8 @@ def openapi_paths() -> dict[str, Any]:
         "description": (
             "Authorization: the execution's XMC_METRICS_TOKEN (its containers have it), valid until the execution "
             "ended plus XMC_METRICS_TOKEN_GRACE_S, or a user token with write rights on the experiment. At most "
-            "XMC_METRICS_MAX_POINTS points per call. See docs/architecture/metrics.md."),
+            "XMC_METRICS_MAX_POINTS points per call, XMC_METRICS_WRITES_PER_S calls a second per execution (429 with "
+            "Retry-After beyond). See docs/architecture/metrics.md."),
         "parameters": [
             {"name": "xid", "in": "path", "required": True, "schema": {"type": "string"}, "description": "experiment id"},
             {"name": "wid", "in": "path", "required": True, "schema": {"type": "string"}, "description": "work unit id"},
@@ -264,7 +291,7 @@ def openapi_paths() -> dict[str, Any]:
                                                    "executionId": {"type": "string", "format": "int64"}}}}}},
         "responses": {"200": {"description": "written", "content": {"application/json": {"schema": {
             "type": "object", "properties": {"written": {"type": "integer"}, "duplicates": {"type": "integer"}}}}}},
-            "400": error, "401": error, "403": error, "413": error},
+            "400": error, "401": error, "403": error, "413": error, "429": error},
     }}}
 
 
@@ -297,5 +324,6 @@ def write_over_grpc(request: Any, authorization: str) -> Any:
             raise InvalidArgument(f"points[{i}].time is not a valid timestamp", field=f"points[{i}].time")
     points, eid = points_of(request, timezone.now())
     execution = execution_for(authorization, int(match.group(1)), int(match.group(2)), eid)
+    meter(execution)
     written = services.write_points(execution, points)
     return metrics_pb2.WriteMetricsResponse(written=written, duplicates=len(points) - written)

@@ -14,7 +14,8 @@ In a container XMC started, the environment names where and as what to write
 Points are batched and sent by a background thread (every
 ``flush_interval_s`` or ``batch_size`` points) to
 ``POST {XMC_METRICS_URL}/v1/experiments/{xid}/workUnits/{wid}/metrics:write``;
-a failed send is retried with exponential backoff (the server is idempotent
+a failed send is retried with exponential backoff, never sooner than a 429 or 503 answer's
+``Retry-After`` says (the server is idempotent
 on (execution, metric, step), so a retried batch never doubles points), and
 whatever is pending is flushed when the interpreter exits. Without the
 environment every call is a no-op, with one warning. Refused points (HTTP
@@ -154,11 +155,16 @@ class Writer:
                                    exc.read()[:300].decode(errors="replace"))
                     return
                 error: Exception = exc
+                wait = exc.headers.get("Retry-After", "") if exc.code in (429, 503) else ""
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 error = exc
+                wait = ""
             if attempt == self.max_retries or (deadline is not None and time.monotonic() > deadline):
                 break
-            time.sleep(self.backoff_s * (2 ** attempt) * (0.5 + random.random()))
+            delay = self.backoff_s * (2 ** attempt) * (0.5 + random.random())
+            if wait.isdigit():  # the server says when (too many calls a second): no sooner
+                delay = max(delay, min(float(wait), 60.0))
+            time.sleep(delay)
         self.dropped += len(batch)
         logger.warning("xmc_metrics: %d points not sent after %d tries: %s", len(batch), self.max_retries + 1, error)
 
