@@ -1,6 +1,7 @@
 """The cached virtualenv holding the real XManager client, and running scripts in it.
 
-Used by the real-client tests (``tests/system/real_client/conftest.py``); also a
+Used by the real-client tests (``tests/system/real_client/conftest.py``) and by
+the chaos suite (``bench/chaos.py``, whose launch driver runs in it); also a
 command, to build the environment ahead of a test run::
 
     python -m tests.system.real_client.client_env
@@ -48,6 +49,37 @@ def requirements_key() -> str:
 
 def python_of(venv: Path) -> Path:
     return venv / "bin" / "python"
+
+
+def client_environment(
+    venv: Path, home: Path, grpc_target: str, token: str | None, ui_url: str | None = None
+) -> dict[str, str]:
+    """The environment a client process runs in (client contract 1.5), and nothing else.
+
+    ``XMANAGER_ENDPOINT=http://<grpc_target>`` (plain gRPC), ``XMC_AUTH_TOKEN``
+    (None: none), ``XMANAGER_UI_URL`` (None: none), a private ``home`` with its
+    XDG dirs (created here), and no Google: google-auth must never find
+    credentials or probe a metadata server (pointed at a closed loopback port).
+    """
+    for sub in ("", ".config", ".cache"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/bin:/bin",
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "XMANAGER_ENDPOINT": f"http://{grpc_target}",
+        "NO_GCE_CHECK": "True",
+        "GCE_METADATA_HOST": "127.0.0.1:9",
+        "GCE_METADATA_IP": "127.0.0.1:9",
+    }
+    if ui_url is not None:
+        env["XMANAGER_UI_URL"] = ui_url
+    if token is not None:
+        env["XMC_AUTH_TOKEN"] = token
+    return env
 
 
 def _is_current(venv: Path, key: str) -> bool:

@@ -33,7 +33,7 @@ from tests.api.grpc_server.conftest import (  # noqa: F401 - shared fixtures
     grpc_server,
     grpc_target,
 )
-from tests.system.real_client.client_env import ensure_client_venv, python_of
+from tests.system.real_client.client_env import client_environment, ensure_client_venv, python_of
 from xmc.api import registry
 from xmc.auth.tokens import issue_token
 
@@ -104,29 +104,10 @@ class Client:
         self.grpc_target = grpc_target
         self.ui_url = ui_url
         self.token = token
-        home = workdir.parent / "home"
-        for sub in ("", ".config", ".cache"):
-            (home / sub).mkdir(parents=True, exist_ok=True)
-        self.home = home
+        self.home = workdir.parent / "home"
 
     def env(self, **overrides: str | None) -> dict[str, str]:
-        env = {
-            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
-            "HOME": str(self.home),
-            "XDG_CONFIG_HOME": str(self.home / ".config"),
-            "XDG_CACHE_HOME": str(self.home / ".cache"),
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-            "XMANAGER_ENDPOINT": f"http://{self.grpc_target}",
-            "XMANAGER_UI_URL": self.ui_url,
-            # No Google anywhere: google-auth must never find credentials or
-            # probe a metadata server (pointed at a closed loopback port).
-            "NO_GCE_CHECK": "True",
-            "GCE_METADATA_HOST": "127.0.0.1:9",
-            "GCE_METADATA_IP": "127.0.0.1:9",
-        }
-        if self.token is not None:
-            env["XMC_AUTH_TOKEN"] = self.token
+        env = client_environment(self.venv, self.home, self.grpc_target, self.token, self.ui_url)
         for key, value in overrides.items():
             if value is None:
                 env.pop(key, None)
