@@ -7,8 +7,8 @@ folder) and a private ``redis-server`` on a free port, every process the run
 command starts except the web server and the MachineLearningRun emulator
 (simulator with controllers, gRPC server, a Celery worker on every queue,
 beat, reconciler), with the default settings. It launches work units of
-mixed fates (complete, fail, stop, restart, preempt) through the gRPC API, runs a
-seeded random schedule of faults:
+mixed fates (complete, fail, stop, restart, preempt) with the real xmanager
+client (see below), runs a seeded random schedule of faults:
 
 * SIGKILL of the worker, the gRPC server, the reconciler or beat (the
   supervisor here starts it again after a moment, as a Deployment would);
@@ -23,9 +23,10 @@ and measures, for each fault, how long until a canary work unit created
 right after it completes. Then it checks the invariants: every operation
 done, at most one JobSet ever created per (work unit, execution), every work
 unit in the state its fate says, no history going backwards, every process
-alive. It prints a table of the faults and the invariants and exits 1 on a
-violation. ``tests/system/chaos`` runs a short seeded run; longer ones are for
-here (``--units 300 --faults 20``).
+alive, the launch script at its end (the experiment's launch COMPLETED). It
+prints a table of the faults and the invariants and exits 1 on a violation.
+``tests/system/chaos`` runs a short seeded run; longer ones are for here
+(``--units 300 --faults 20``).
 
 A ``preempt`` unit is a LOW priority job of 2 CPUs in ``demo-queue`` (a
 ClusterQueue of 4 CPUs that preempts lower priorities); as soon as it runs, a
@@ -35,9 +36,31 @@ must still complete, in its one execution. The table says how many victims were 
 evicted (a fault may hide a short eviction from the history, so it is a
 figure, not an invariant).
 
-What it does not do (yet): use the real xmanager client (it speaks the same
-gRPC API through the generated stubs: the client has no retry of its own, so
-a launch script under these faults fails where the stubs here retry).
+The client. Every call reaches the server from the unmodified
+``xmanager==0.8.5.post1`` client: bench/chaos_client.py, one long-lived
+launch script in the client's own virtualenv
+(tests/system/real_client/client_env.py, built on first use) with the
+client's environment (``XMANAGER_ENDPOINT``, ``XMC_AUTH_TOKEN``, a private
+HOME), driven here by JSON lines. It creates the experiment with
+``xm_cloud.create_experiment`` and adds each work unit with
+``experiment.add`` inside its ``with`` block (an ``xm.Job``: a
+``KubernetesJobExecutor`` carrying the simulator script as an annotation, its
+CPUs, retry limit 1; ``WorkUnitSettings`` with a tag per fate and, for the
+preempt fate, ``Priority`` and ``SchedulingConstraints(queue_name=...)``), so
+the wids are the ones the client's id predictor reserves; it reads states
+with ``xm_cloud.get_work_unit``; and, as the client has no single-unit stop or
+restart, it stops and restarts a fate's units with one
+``BatchStopWorkUnits`` / ``BatchRestartWorkUnits`` (what ``xmanager stop`` /
+``restart`` send) filtered on the fate's tag. The client has no retry policy:
+a plain launch script dies at the first UNAVAILABLE of a fault. This one
+sends a call again, the same request, while it answers UNAVAILABLE,
+DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED (a gRPC interceptor on the client's
+channel: what an operator re-running the script would do, without losing
+the experiment), which is safe because ``CreateWorkUnit`` is idempotent on
+the predictor's wid and a batch stop skips what already stops; a batch
+restart, not idempotent, is never sent blindly again: after a lost answer it
+looks whether the targets moved to a new execution first (details in
+bench/chaos_client.py).
 """
 from __future__ import annotations
 
@@ -70,8 +93,10 @@ FINAL = {"complete": "COMPLETED", "fail": "FAILED", "stop": "STOPPED", "restart"
          "preempt": "COMPLETED", "preemptor": "COMPLETED"}
 #: The small ClusterQueue's LocalQueue (simulators/cluster/queues_default.yaml): 4 CPUs, LowerPriority preemption.
 PREEMPT_QUEUE = "demo-queue"
-#: Priority and CPU of a preempt fate's victim and of the unit launched to preempt it.
-PREEMPT = {"preempt": ("LOW", 2000), "preemptor": ("HIGH", 4000)}
+#: Priority and CPU cores of a preempt fate's victim and of the unit launched to preempt it (others: 0.1).
+PREEMPT = {"preempt": ("LOW", 2), "preemptor": ("HIGH", 4)}
+#: What bench/chaos_client.py prefixes its answers with.
+CLIENT_PREFIX = "CHAOS: "
 KINDS = ("kill_worker", "kill_grpc", "kill_reconciler", "kill_beat", "redis_restart_empty", "postgres_crash",
          "api_faults", "stall_simulator", "stall_redis", "stall_postgres")
 
@@ -111,9 +136,9 @@ class FaultRecord:
 
 @dataclass
 class Unit:
-    wid: int
     fate: str
     canary: bool = False
+    wid: int = 0  # the client's, once created
     created_at: float = 0.0
 
 
@@ -278,71 +303,100 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         pass
 
 
+class ClientError(RuntimeError):
+    """A command the launch script (bench/chaos_client.py) answered with an error."""
+
+
 class Client:
-    """The gRPC API as a launch script uses it, retrying what a client retries (UNAVAILABLE)."""
+    """The real xmanager client: bench/chaos_client.py in the client's virtualenv, one command a line.
 
-    def __init__(self, target: str, token: str) -> None:
-        import grpc
+    Thread-safe: each command waits for its own answer (they carry an id), and
+    the script carries commands out concurrently.
+    """
 
-        from core import pb
+    def __init__(self, workdir: Path, grpc_target: str, token: str) -> None:
+        from tests.system.real_client.client_env import client_environment, ensure_client_venv, python_of
 
-        self.grpc = grpc
-        self.pb = pb
-        self.channel = grpc.insecure_channel(target)
-        self.ess = pb.api_grpc.ExperimentStateServiceStub(self.channel)
-        self.md = [("authorization", f"Bearer {token}")]
+        venv = ensure_client_venv(lambda line: print(f"chaos: {line}", flush=True))
+        cwd = workdir / "client"  # not in a git repository: the client would snapshot (and push) it
+        cwd.mkdir()
+        self.log = open(workdir / "client.log", "a")  # noqa: SIM115 - the child's lifetime
+        self.popen = subprocess.Popen(
+            [str(python_of(venv)), str(ROOT / "bench" / "chaos_client.py")], cwd=cwd,
+            env=client_environment(venv, workdir / "client-home", grpc_target, token),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.waiting: dict[int, tuple[threading.Event, list[dict[str, Any]]]] = {}
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def call(self, method: str, request: Any, *, ok_codes: tuple[Any, ...] = (), timeout_s: float = 180.0) -> Any:
-        deadline = time.monotonic() + timeout_s
-        delay = 0.2
-        while True:
-            try:
-                return getattr(self.ess, method)(request, metadata=self.md, timeout=15)
-            except self.grpc.RpcError as exc:
-                code = exc.code()
-                if code in ok_codes:
-                    return None
-                if code not in (self.grpc.StatusCode.UNAVAILABLE, self.grpc.StatusCode.DEADLINE_EXCEEDED,
-                                self.grpc.StatusCode.RESOURCE_EXHAUSTED) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 3.0)
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            if not line.startswith(CLIENT_PREFIX):
+                self.log.write(line)  # the client's own prints
+                continue
+            reply = json.loads(line[len(CLIENT_PREFIX):])
+            with self.lock:
+                event, box = self.waiting.pop(reply["id"])
+            box.append(reply)
+            event.set()
+        with self.lock:  # the script is gone: nobody answers the rest
+            for event, _ in self.waiting.values():
+                event.set()
+
+    def ask(self, op: str, timeout_s: float = 600.0, **args: Any) -> dict[str, Any]:
+        event, box = threading.Event(), []
+        with self.lock:
+            self.next_id += 1
+            cid = self.next_id
+            self.waiting[cid] = (event, box)
+            assert self.popen.stdin is not None
+            self.popen.stdin.write(json.dumps({"id": cid, "op": op, **args}) + "\n")
+            self.popen.stdin.flush()
+        if not event.wait(timeout_s):
+            raise ClientError(f"{op}: no answer in {timeout_s:.0f} s")
+        if not box:
+            raise ClientError(f"{op}: the client exited ({self.popen.poll()}); see client.log")
+        if "error" in box[0]:
+            raise ClientError(f"{op}: {box[0]['error']}")
+        return box[0]
 
     def create_experiment(self) -> int:
-        exp = self.call("CreateExperiment", self.pb.api.CreateExperimentRequest(
-            experiment=self.pb.experiment.Experiment(title="chaos")))
-        return int(exp.name.split("/")[1])
+        return int(self.ask("create_experiment", title="chaos")["xid"])
 
-    def create(self, xid: int, wid: int, fate: str) -> None:
-        pb = self.pb
-        priority, millicores = PREEMPT.get(fate, ("", 100))
-        job = pb.work_unit.KubernetesJob(
-            name="main", replicas=1, annotations={"sim.xmc.dev/script": SCRIPTS[fate]}, retry_limit=1,
-            spec=pb.work_unit.ExecutableSpec(docker_image="gcr.io/chaos/job:v1", resources=pb.resources.ResourceSet(
-                cpu_resources=pb.resources.CpuResources(cpu_millicores=millicores, memory_bytes=2**28))))
-        unit = pb.work_unit.WorkUnit(executable=pb.work_unit.Executable(
-            jobset=pb.work_unit.JobSetExecutable(jobs=[job])))
-        if priority:
-            unit.executable.scheduling_constraints.queue_name = PREEMPT_QUEUE
-            unit.priority = pb.priority.Priority.Value(priority)
-        request = pb.api.CreateWorkUnitRequest(parent=f"experiments/{xid}", work_unit_id=wid, work_unit=unit)
-        # A retried create whose first try committed answers ALREADY_EXISTS: it was carried out once.
-        self.call("CreateWorkUnit", request, ok_codes=(self.grpc.StatusCode.ALREADY_EXISTS,))
+    def create(self, fate: str) -> int:
+        """A work unit of ``fate``; its wid, the one the client reserved."""
+        priority, cores = PREEMPT.get(fate, ("", 0.1))
+        return int(self.ask("add", script=SCRIPTS[fate], cpu=cores, tags=[f"chaos-{fate}"], priority=priority,
+                            queue=PREEMPT_QUEUE if priority else "")["wid"])
 
-    def state(self, xid: int, wid: int) -> str:
-        unit = self.call("GetWorkUnit", self.pb.api.GetWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"))
-        if unit is None:
-            return ""
-        state = unit.current_work_unit_execution.status.state
-        return str(unit.current_work_unit_execution.status.DESCRIPTOR.fields_by_name["state"]
-                   .enum_type.values_by_number[state].name)
+    def state(self, wid: int) -> str:
+        return str(self.ask("state", wid=wid)["state"])
 
-    def stop(self, xid: int, wid: int) -> None:
-        self.call("StopWorkUnit", self.pb.api.StopWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"),
-                  ok_codes=(self.grpc.StatusCode.FAILED_PRECONDITION,))
+    def stop(self, fate: str) -> None:
+        """Every work unit of ``fate`` (one BatchStopWorkUnits, filtered on the fate's tag)."""
+        self.ask("stop", tag=f"chaos-{fate}")
 
-    def restart(self, xid: int, wid: int) -> None:
-        self.call("RestartWorkUnit", self.pb.api.RestartWorkUnitRequest(name=f"experiments/{xid}/workUnits/{wid}"))
+    def restart(self, fate: str) -> None:
+        self.ask("restart", tag=f"chaos-{fate}")
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+
+    def close(self) -> None:
+        """The end of the launch script: its ``with`` block left (launch COMPLETED), the process gone."""
+        try:
+            self.ask("close")
+        finally:
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 
 def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, keep: bool = False,
@@ -354,6 +408,7 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
     system.redis_port = free_port()
     started = time.monotonic()
     records: list[FaultRecord] = []
+    client: Client | None = None
     try:
         system.start_redis()
         database_url = system.start_postgres()
@@ -382,12 +437,11 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
         system.plan()
         for name in system.procs:
             system.start(name)
-        client = Client(f"127.0.0.1:{system.procs['grpc'].port}", token)
+        client = Client(workdir, f"127.0.0.1:{system.procs['grpc'].port}", token)
         xid = client.create_experiment()
 
         # The work: units of mixed fates, launched while the faults run.
-        plan = [Unit(wid=i + 1, fate=rng.choice(FATES)) for i in range(units)]
-        next_wid = [units + 1]
+        plan = [Unit(fate=rng.choice(FATES)) for _ in range(units)]
         lock = threading.Lock()
         canaries: list[tuple[FaultRecord, Unit]] = []
 
@@ -395,7 +449,7 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
         watchers: list[threading.Thread] = []
 
         def launch(unit: Unit) -> None:
-            client.create(xid, unit.wid, unit.fate)
+            unit.wid = client.create(unit.fate)
             unit.created_at = time.monotonic()
             if unit.fate == "preempt":
                 watchers.append(threading.Thread(target=preempt_when_running, args=(unit,), daemon=True))
@@ -406,15 +460,14 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 try:
-                    state = client.state(xid, victim.wid)
+                    state = client.state(victim.wid)
                 except Exception:  # noqa: BLE001 - the faults: ask again
                     state = ""
                 if state in ("RUNNING", "COMPLETED", "FAILED"):
                     break
                 time.sleep(0.5)
+            preemptor = Unit(fate="preemptor")
             with lock:
-                preemptor = Unit(wid=next_wid[0], fate="preemptor")
-                next_wid[0] += 1
                 preemptors.append(preemptor)
             launch(preemptor)
 
@@ -433,25 +486,30 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
             records.append(record)
             print(f"chaos: {record.at_s:>6.1f}s fault {n + 1}/{faults}: {kind}", flush=True)
             inject(system, kind, rng)
-            with lock:
-                canary = Unit(wid=next_wid[0], fate="complete", canary=True)
-                next_wid[0] += 1
+            canary = Unit(fate="complete", canary=True)
             launch(canary)
             canaries.append((record, canary))
         loader.join()
 
-        # Stops and restarts of the units whose fate asks for them.
-        for unit in plan:
-            if unit.fate == "stop":
-                client.stop(xid, unit.wid)
-            elif unit.fate == "restart":
-                client.restart(xid, unit.wid)
+        # Stops and restarts of the units whose fate asks for them: one batch each, as the client has no
+        # single-unit stop or restart (BatchStop/BatchRestartWorkUnits filtered on the fate's tag).
+        if any(unit.fate == "stop" for unit in plan):
+            client.stop("stop")
+        if any(unit.fate == "restart" for unit in plan):
+            client.restart("restart")
         for watcher in list(watchers):
             watcher.join(timeout=max(1.0, settle_s))
         plan += preemptors
+        # The end of the launch script: the client waits for its launches and marks the launch finished.
+        try:
+            client.close()
+        except ClientError as exc:
+            print(f"chaos: the launch script did not end cleanly: {exc}", flush=True)
 
-        return settle_and_check(system, client, xid, plan, canaries, records, started, settle_s)
+        return settle_and_check(system, xid, plan, canaries, records, started, settle_s)
     finally:
+        if client is not None:
+            client.kill()
         system.stop_all()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -497,7 +555,7 @@ def _http(url: str, method: str = "GET", body: Any = None) -> Any:
         return json.loads(resp.read())
 
 
-def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
+def settle_and_check(system: System, xid: int, plan: list[Unit],
                      canaries: list[tuple[FaultRecord, Unit]], records: list[FaultRecord], started: float,
                      settle_s: float) -> int:
     from django.db import close_old_connections
@@ -548,6 +606,7 @@ def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
     wrong = [f"wid {u.wid} ({u.fate}): {final.get(u.wid)}" for u in everyone
              if final.get(u.wid, ("", 0))[0] != FINAL[u.fate]
              or (u.fate == "restart" and final.get(u.wid, ("", 0))[1] != 2)]
+    from experiments.models import Experiment
     from workunits.models import DeadLetter
 
     failed_ops = list(Operation.objects.filter(experiment_id=xid, done=True, error__isnull=False)
@@ -562,6 +621,8 @@ def settle_and_check(system: System, client: Client, xid: int, plan: list[Unit],
         "no history going backwards": not backwards,
         "every process alive": all(system.alive().values()),
         "every fault healed (its canary completed)": all(r.healed_s is not None for r in records),
+        "the launch script ran to its end (launch COMPLETED)":
+            Experiment.objects.get(id=xid).launch_state == "COMPLETED",
     }
     print()
     print(f"{'fault':<22} {'at (s)':>8} {'healed after (s)':>17}")

@@ -1,7 +1,8 @@
 """A short seeded run of the chaos suite (bench/chaos.py): the whole system, faults, invariants.
 
 It runs as its own process (its own embedded Postgres and private Redis,
-never the suite's), with a fixed seed so a failure can be replayed with
+never the suite's; the work units launched by the real xmanager client, whose
+virtualenv conftest.py has built), with a fixed seed so a failure can be replayed with
 ``./dev chaos --seed 7 --units 24 --faults 3 --spacing 8``.
 """
 from __future__ import annotations
