@@ -409,6 +409,8 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
     started = time.monotonic()
     records: list[FaultRecord] = []
     client: Client | None = None
+    watching = threading.Event()  # cleared at the end: the canary watch stops
+    watching.set()
     try:
         system.start_redis()
         database_url = system.start_postgres()
@@ -478,6 +480,7 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
 
         loader = threading.Thread(target=workload, daemon=True)
         loader.start()
+        threading.Thread(target=watch_canaries, args=(xid, canaries, started, watching), daemon=True).start()
 
         for n in range(faults):
             time.sleep(spacing_s * rng.uniform(0.5, 1.5))
@@ -508,6 +511,7 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
 
         return settle_and_check(system, xid, plan, canaries, records, started, settle_s)
     finally:
+        watching.clear()
         if client is not None:
             client.kill()
         system.stop_all()
@@ -515,6 +519,35 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"chaos: logs kept in {workdir}", flush=True)
+
+
+def watch_canaries(xid: int, canaries: list[tuple[FaultRecord, Unit]], started: float,
+                   watching: threading.Event) -> None:
+    """Each second, from the start: a canary seen COMPLETED marks its fault healed (then, not at the settle)."""
+    from django.db import connection
+
+    from workunits.models import WorkUnitExecution
+
+    while watching.is_set():
+        time.sleep(1.0)
+        pending = [(record, canary) for record, canary in list(canaries) if record.healed_s is None]
+        if not pending:
+            continue
+        try:
+            completed = set(WorkUnitExecution.objects.filter(
+                work_unit__experiment_id=xid, work_unit__wid__in=[canary.wid for _, canary in pending],
+                state="COMPLETED").values_list("work_unit__wid", flat=True))
+        except Exception:  # noqa: BLE001 - the database may be down or stalled: look again
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - a connection to a crashed server
+                pass
+            continue
+        now = time.monotonic() - started
+        for record, canary in pending:
+            if canary.wid in completed:
+                record.healed_s = round(now - record.at_s, 1)
+    connection.close()
 
 
 def inject(system: System, kind: str, rng: random.Random) -> None:
