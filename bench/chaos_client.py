@@ -98,7 +98,8 @@ class Retrying(grpc.UnaryUnaryClientInterceptor):
 
 
 def log(line: str) -> None:
-    print(f"chaos_client: {line}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"chaos_client: {line}\n")  # one write: the threads' lines never interleave
+    sys.stderr.flush()
 
 
 class Driver:
