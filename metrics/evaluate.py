@@ -1,16 +1,23 @@
-"""The numerics of GetChartData: pure functions over plain lists (no ORM, no clock).
+"""The numerics of GetChartData: pure functions over a series' buckets (no ORM, no clock).
 
 `metrics.data` reads the points (already bucketed to the chart's width in
 SQL) and hands each series here as `Bucket` rows; these functions smooth,
-forecast, aggregate across work units, summarize and bin them. Every one is
-tested against hand-computed values (tests/metrics/test_evaluate.py).
+forecast, aggregate across work units, summarize and bin them. What works on
+whole columns is numpy: the moving average (a difference of cumulative
+sums), the aggregation across work units (a series x steps matrix, NaN where
+a series has no point, reduced along the series with numpy's nan-aware
+reductions) and clipping. The exponential smoothing and Holt's method are
+recurrences, each value depending on the one before: they stay loops.
+Every one is tested against hand-computed values and properties
+(tests/metrics/test_evaluate.py).
 """
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 
 class Bucket(NamedTuple):
@@ -43,14 +50,10 @@ def exponential(values: Sequence[float], alpha: float) -> list[float]:
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:
     """The trailing mean of the last ``window`` values (fewer at the start)."""
-    out: list[float] = []
-    total = 0.0
-    for i, value in enumerate(values):
-        total += value
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    x = np.asarray(values, dtype=np.float64)
+    total = np.cumsum(x)
+    total[window:] = total[window:] - total[:-window]
+    return (total / np.minimum(np.arange(1, len(x) + 1), window)).tolist()
 
 
 def smooth(series: Sequence[Bucket], smoother: Callable[[Sequence[float]], list[float]]) -> list[Bucket]:
@@ -91,20 +94,12 @@ def forecast(series: Sequence[Bucket], alpha: float, beta: float, ahead: int) ->
     return [Bucket(last.step + h * step_gap, last.time_s + h * time_gap, v, v, v) for h, v in enumerate(values, 1)]
 
 
-def _ci95(values: Sequence[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, mean, mean
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
-_AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {
-    "MEAN": statistics.fmean,
-    "MEDIAN": statistics.median,
-    "MIN": min,
-    "MAX": max,
-    "SUM": math.fsum,
+_AGGREGATES: dict[str, Callable[..., npt.NDArray[np.float64]]] = {
+    "MEAN": np.nanmean,
+    "MEDIAN": np.nanmedian,
+    "MIN": np.nanmin,
+    "MAX": np.nanmax,
+    "SUM": np.nansum,
 }
 
 
@@ -112,32 +107,41 @@ def aggregate(series: Sequence[Sequence[Bucket]], how: str) -> list[Bucket]:
     """One series from several (one per work unit), step by step, over the series present at each step.
 
     MEAN, MEDIAN, MIN, MAX, SUM of the avg column; MEAN_CI_95 gives the mean
-    with min/max the bounds of its 95 % confidence interval (1.96 standard errors).
+    with min/max the bounds of its 95 % confidence interval (1.96 standard
+    errors; none with one series at that step). Each step's time is the
+    latest of its buckets.
     """
-    by_step: dict[int, list[Bucket]] = {}
-    for one in series:
-        for bucket in one:
-            by_step.setdefault(bucket.step, []).append(bucket)
-    out = []
-    for step in sorted(by_step):
-        group = by_step[step]
-        values = [b.avg for b in group]
-        time_s = max(b.time_s for b in group)
-        if how == "MEAN_CI_95":
-            mean, low, high = _ci95(values)
-            out.append(Bucket(step, time_s, mean, low, high))
-        else:
-            value = _AGGREGATES[how](values)
-            out.append(Bucket(step, time_s, value, value, value))
-    return out
+    steps = np.unique(np.fromiter((b.step for one in series for b in one), dtype=np.int64))
+    if not len(steps):
+        return []
+    values = np.full((len(series), len(steps)), np.nan)
+    times = np.full((len(series), len(steps)), np.nan)
+    for row, one in enumerate(series):
+        if one:
+            at = np.searchsorted(steps, [b.step for b in one])
+            values[row, at] = [b.avg for b in one]
+            times[row, at] = [b.time_s for b in one]
+    latest = np.nanmax(times, axis=0)
+    if how == "MEAN_CI_95":
+        present = np.count_nonzero(~np.isnan(values), axis=0)
+        mean = np.nanmean(values, axis=0)
+        spread = np.zeros(len(steps))
+        several = present >= 2
+        spread[several] = np.nanstd(values[:, several], axis=0, ddof=1)
+        half = 1.96 * spread / np.sqrt(present)
+        low, high = mean - half, mean + half
+    else:
+        mean = _AGGREGATES[how](values, axis=0)
+        low = high = mean
+    return [Bucket(*row) for row in zip(steps.tolist(), latest.tolist(), mean.tolist(), low.tolist(), high.tolist())]
 
 
 def clip(series: Sequence[Bucket], low: float, high: float) -> list[Bucket]:
     """Clamp every column into [low, high] (the plot's y_min/y_max)."""
-    def c(v: float) -> float:
-        return min(max(v, low), high)
-
-    return [b._replace(avg=c(b.avg), min=c(b.min), max=c(b.max)) for b in series]
+    if not series:
+        return []
+    columns: Any = np.clip(np.array([(b.avg, b.min, b.max) for b in series], dtype=np.float64), low, high)
+    return [b._replace(avg=a, min=lo, max=hi) for b, (a, lo, hi) in zip(series, columns.tolist())]
 
 
 def bin_labels(low: float, high: float, bins: int) -> list[str]:
