@@ -280,7 +280,8 @@ class _ArrayLoader(psycopg.adapt.Loader):
         if ndim == 0:
             return np.empty(0, self.element)
         if ndim != 1 or has_null:
-            raise psycopg.DataError(f"expected a one-dimensional array without nulls, got {ndim} dimensions")
+            raise psycopg.DataError(f"expected a one-dimensional array without nulls, got {ndim} dimensions"
+                                    f"{' with nulls' if has_null else ''}")
         (length,) = struct.unpack_from("!i", data, 12)
         # After the 20-byte header, each element is its length (int32) and its value, big-endian.
         items = np.frombuffer(data, np.dtype([("size", ">i4"), ("value", ">" + self.element)]), length, 20)

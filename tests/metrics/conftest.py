@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 import pytest
 
-from core import pb
+from core import pb, ratelimit
 from metrics import services
 from tests import factories
 from tests.api.grpc_server.conftest import (  # noqa: F401 - the shared session server
@@ -34,6 +34,14 @@ def experiment_for(owner: str, *, readers: tuple[str, ...] = (), writers: tuple[
                           readers=[pb.xid.XidAcls.Role(user=r) for r in readers],
                           writers=[pb.xid.XidAcls.Role(user=w) for w in writers])
     return factories.experiment(owner, title="metrics", acls=acls)
+
+
+def fresh_write_buckets(*units: WorkUnit) -> None:
+    """Forget the metrics:write rate buckets of these units' executions (Redis outlives the test
+    database, whose ids repeat: an earlier test may have drained a bucket of the same id)."""
+    for unit in units:
+        for pk in unit.executions.values_list("pk", flat=True):
+            ratelimit.get_rate_limiter().reset(f"metrics-write:{pk}")
 
 
 def execution_of(work_unit: WorkUnit, eid: int | None = None) -> WorkUnitExecution:

@@ -7,12 +7,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from core import ratelimit
 from core.protos import metrics_pb2
 from metrics import tokens
 from metrics.models import MetricPoint
 from tests import factories
-from tests.metrics.conftest import experiment_for, metadata_for
+from tests.metrics.conftest import experiment_for, fresh_write_buckets, metadata_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,9 +59,7 @@ def test_it_writes_points_with_the_token_idempotently_and_refuses_the_rest(write
 def test_an_execution_writing_too_often_gets_resource_exhausted(write: Any, settings: Any) -> None:
     settings.XMC_METRICS_WRITES_PER_S, settings.XMC_METRICS_WRITES_BURST = 0.001, 1
     exp = experiment_for("alice@example.com")
-    unit = factories.work_unit(exp, wid=1)
-    for pk in unit.executions.values_list("pk", flat=True):  # Redis outlives the test database, whose ids repeat
-        ratelimit.get_rate_limiter().reset(f"metrics-write:{pk}")
+    fresh_write_buckets(factories.work_unit(exp, wid=1))
     token = _bearer(tokens.token_for(exp.id, 1, 1))
     parent = f"experiments/{exp.id}/workUnits/1"
     assert write(P.WriteMetricsRequest(parent=parent, points=[P.MetricPoint(metric="m", step=0, value=1)]),

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 from django.test import Client
 from django.utils import timezone
 
-from core import ratelimit
 from metrics import tokens
 from metrics.models import MetricPoint
 from tests import factories
-from tests.metrics.conftest import experiment_for
+from tests.metrics.conftest import experiment_for, fresh_write_buckets
 from workunits.models import WorkUnit, WorkUnitExecution
 from xmc.auth.tokens import issue_token
 
@@ -186,20 +185,13 @@ def test_what_the_fast_json_parser_refuses_gets_the_same_answers(unit: WorkUnit)
     assert _post(unit.experiment_id, 1, ok.encode(), token).json() == {"written": 1, "duplicates": 0}
 
 
-def _fresh_buckets(*units: WorkUnit) -> None:
-    """Forget the buckets of these executions (Redis outlives the test database, whose ids repeat)."""
-    for one in units:
-        for pk in one.executions.values_list("pk", flat=True):
-            ratelimit.get_rate_limiter().reset(f"metrics-write:{pk}")
-
-
 def test_an_execution_writing_too_often_gets_429_with_retry_after_and_others_still_write(
         unit: WorkUnit, settings: Any) -> None:
     """A bucket of XMC_METRICS_WRITES_BURST calls per execution, refilled at XMC_METRICS_WRITES_PER_S
     (here one that never refills in the test's time): the call over it writes nothing."""
     settings.XMC_METRICS_WRITES_PER_S, settings.XMC_METRICS_WRITES_BURST = 0.001, 3
     other = factories.work_unit(unit.experiment, wid=2)
-    _fresh_buckets(unit, other)
+    fresh_write_buckets(unit, other)
     token = tokens.token_for(unit.experiment_id, 1, 1)
     for step in range(3):
         assert _post(unit.experiment_id, 1, {"points": [{"metric": "m", "step": step, "value": 1}]}, token).status_code == 200
