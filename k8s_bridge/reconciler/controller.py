@@ -606,7 +606,7 @@ class Reconciler:
             self._last_put.clear()  # re-put everything once per resync (level-triggered backstop)
         for js in listed:
             self._mark(key_of(js))
-        repairs = sweep.plan(snap, listed, self.options.namespaces)
+        repairs = sweep.recheck(sweep.plan(snap, listed, self.options.namespaces))
         self._repair(repairs)
         self.resyncs += 1
         return repairs

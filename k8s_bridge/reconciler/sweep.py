@@ -16,6 +16,14 @@ then :func:`plan` compares the two and returns the repairs:
   does not exist -> the JobSet is deleted (UID precondition); its finalizer
   path then finds the write fenced or the work unit missing and lets it go.
 
+The snapshot read before the list is right for everything the list can miss
+(an execution without JobSet) and for an archived execution (a current eid
+only grows), but not for a work unit the snapshot did not see: one created
+after the snapshot can have its JobSet in the list, the more likely the
+longer the list takes (a stalled API server). :func:`recheck` therefore reads
+those work units again *after* the list and drops the deletion of any that
+exists by then; a work unit row always commits before its JobSet is created.
+
 An execution (or work unit) with a create or restart operation still pending
 is never touched, and ``SCHEDULING_PAUSED`` has no JobSet by design. Every
 write goes through the guarded ``update_work_unit_executions``.
@@ -102,6 +110,19 @@ def snapshot(default_namespace: str) -> Snapshot:
         ((x, w), e) for x, w, e in WorkUnit.objects.values_list("experiment_id", "wid", "current_eid")
     )
     return Snapshot(executions, current, busy)
+
+
+def recheck(repairs: Iterable[Repair]) -> list[Repair]:
+    """``repairs`` without the deletions of JobSets whose work unit exists now (read after the list)."""
+    repairs = list(repairs)
+    unseen = {(r.key.xid, r.key.wid) for r in repairs if r.case == "jobset_without_work_unit"}
+    if not unseen:
+        return repairs
+    exists = set(
+        WorkUnit.objects.filter(experiment_id__in={x for x, _ in unseen}, wid__in={w for _, w in unseen})
+        .values_list("experiment_id", "wid")
+    )
+    return [r for r in repairs if r.case != "jobset_without_work_unit" or (r.key.xid, r.key.wid) not in exists]
 
 
 def _error_text(error: Any) -> str:
