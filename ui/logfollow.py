@@ -33,7 +33,6 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
-from django.utils.html import escape
 
 from core.errors import NotFound, PermissionDenied, ResourceExhausted, ServiceError
 from k8s_bridge.logs import service as logs
@@ -47,14 +46,6 @@ log = logging.getLogger(__name__)
 REREAD_LINES = 500
 HEARTBEAT_S = 15.0
 _END = object()
-
-
-def _line_html(line: logs.LogLine, timestamps: bool, needle: str) -> str:
-    pieces = views.highlight(line.text, needle)
-    body = "".join(f"<mark>{escape(piece)}</mark>" if hit else str(escape(piece)) for piece, hit in pieces)
-    stamp = f'<span class="ts">{escape(line.timestamp)} </span>' if timestamps else ""
-    hit = bool(needle) and needle.lower() in line.text.lower()
-    return f'<span class="{"hit" if hit else ""}">{stamp}{body}\n</span>'
 
 
 def _open(request: HttpRequest, xid: int, wid: int) -> logs.LogStream:
@@ -118,7 +109,8 @@ async def _frames(queue: asyncio.Queue[Any], stop: threading.Event, after: str, 
             if after and item.timestamp and item.timestamp <= after:
                 continue  # the page shows it already
             after = item.timestamp or after
-            html = _line_html(item, timestamps, needle).replace("\n", "")  # one data line per event
+            # one data line per event: the line's own newline goes (the page's <pre> has none between spans)
+            html = views.log_line_html(item, needle=needle, timestamps=timestamps).replace("\n", "")
             head = f"id: {item.timestamp}\n" if item.timestamp else ""
             yield f"{head}event: line\ndata: {html}\n\n".encode()
     finally:

@@ -27,7 +27,8 @@ from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
-from django.utils.safestring import mark_safe
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
@@ -373,6 +374,20 @@ def highlight(text: str, needle: str) -> list[tuple[str, bool]]:
     return [piece for piece in out if piece[0]]
 
 
+def log_line_html(line: logs.LogLine, *, needle: str, timestamps: bool, with_replica: bool = False) -> SafeString:
+    """One log line as the panel prints it inside its ``<pre>``: the line's ``<span>`` (class ``hit``
+    when it matches ``needle``), the timestamp and replica when asked, the text escaped with the
+    matches in ``<mark>``, and the newline. The panel and its Follow stream (``ui.logfollow``) both
+    print lines with this."""
+    body = "".join(f"<mark>{escape(piece)}</mark>" if hit else str(escape(piece))
+                   for piece, hit in highlight(line.text, needle))
+    stamp = f'<span class="ts">{escape(line.timestamp)} </span>' if timestamps else ""
+    replica = f'<span class="rep">[{escape(line.replica)}] </span>' if with_replica else ""
+    hit = bool(needle) and needle.lower() in line.text.lower()
+    html = f'<span class="{"hit" if hit else ""}">{stamp}{replica}{body}\n</span>'
+    return mark_safe(html)  # noqa: S308 - every piece of the line is escaped above
+
+
 def log_target(request: HttpRequest, identity: Identity, x: int, w: int
                 ) -> tuple[Any, int, str, str | None, str | None, int]:
     """The executions, the asked (or current) execution id, its namespace, replica, container and pages."""
@@ -403,8 +418,9 @@ def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> 
                                                                     tail_lines=LOG_PAGE * pages + 1))
         got = list(stream.lines)
         more = len(got) > LOG_PAGE * pages
-        lines = [{"ts": line.timestamp, "replica": line.replica, "pieces": highlight(line.text, needle),
-                  "match": bool(needle) and needle.lower() in line.text.lower()}
+        with_replica = stream.replica == logs.ALL_REPLICAS
+        lines = [{"ts": line.timestamp, "match": bool(needle) and needle.lower() in line.text.lower(),
+                  "html": log_line_html(line, needle=needle, timestamps=timestamps, with_replica=with_replica)}
                  for line in got[-LOG_PAGE * pages:]]
     except ServiceError as exc:
         error = str(exc)

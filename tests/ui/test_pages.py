@@ -236,3 +236,16 @@ def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_w
     WorkUnit.objects.filter(id=unit.id).update(executable=unit.executable)
     body = alice.get(f"/experiments/{exp.id}").content.decode()
     assert "Waiting in queue idle-queue: position 3 of 5" in body and "Estimated start" not in body
+
+
+def test_a_log_line_prints_escaped_with_its_matches_timestamp_and_replica_when_asked() -> None:
+    from k8s_bridge.logs.service import LogLine
+    from ui.views import log_line_html
+
+    line = LogLine(replica="worker-1", pod="p", container="main", timestamp="2026-12-03T10:00:00Z",
+                   text="step <b>2</b> Loss 0.5 loss", source="cluster")
+    assert log_line_html(line, needle="", timestamps=False) == (
+        '<span class="">step &lt;b&gt;2&lt;/b&gt; Loss 0.5 loss\n</span>')
+    assert log_line_html(line, needle="loss", timestamps=True, with_replica=True) == (
+        '<span class="hit"><span class="ts">2026-12-03T10:00:00Z </span><span class="rep">[worker-1] </span>'
+        "step &lt;b&gt;2&lt;/b&gt; <mark>Loss</mark> 0.5 <mark>loss</mark>\n</span>")
