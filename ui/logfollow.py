@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: Lines of the running log read again when the stream opens, to find where the page stopped.
 REREAD_LINES = 500
+#: What ends a line of an event stream; a log line's carriage return (a progress bar's) is one too.
+_LINE_ENDS = re.compile(r"\r\n|\r|\n")
 HEARTBEAT_S = 15.0
 _END = object()
 
@@ -109,10 +112,12 @@ async def _frames(queue: asyncio.Queue[Any], stop: threading.Event, after: str, 
             if after and item.timestamp and item.timestamp <= after:
                 continue  # the page shows it already
             after = item.timestamp or after
-            # one data line per event: the line's own newline goes (the page's <pre> has none between spans)
-            html = views.log_line_html(item, needle=needle, timestamps=timestamps).replace("\n", "")
+            # The line's own newline stays: each line of the HTML is a data field of its own, and
+            # the browser joins them with a newline again (the SSE spec), so the <pre> keeps its lines.
+            html = views.log_line_html(item, needle=needle, timestamps=timestamps)
             head = f"id: {item.timestamp}\n" if item.timestamp else ""
-            yield f"{head}event: line\ndata: {html}\n\n".encode()
+            data = "".join(f"data: {part}\n" for part in _LINE_ENDS.split(html))
+            yield f"{head}event: line\n{data}\n".encode()
     finally:
         stop.set()  # the thread leaves at the next line, or when the cluster's idle timeout ends the read
 

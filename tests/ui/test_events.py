@@ -186,8 +186,29 @@ def test_the_logs_follow_stream_sends_only_lines_after_the_page_as_escaped_html_
     out = b"".join(asyncio.run(frames())).decode()
     assert "shown already" not in out
     assert ("id: 2026-12-02T10:00:02.000000Z\nevent: line\ndata: <span class=\"hit\"><span class=\"ts\">"
-            "2026-12-02T10:00:02.000000Z </span>step 2 &lt;b&gt;<mark>loss</mark>&lt;/b&gt; 0.5</span>\n\n") in out
+            "2026-12-02T10:00:02.000000Z </span>step 2 &lt;b&gt;<mark>loss</mark>&lt;/b&gt; 0.5\ndata: </span>\n\n") in out
     assert out.endswith("event: end\ndata: {}\n\n")
+
+
+
+def test_a_followed_line_with_a_carriage_return_cannot_break_the_event_framing() -> None:
+    """A progress bar's ``\\r`` ends an event-stream line too: it must not end the data field early
+    (the rest would be read as a field of its own, e.g. an ``event:``)."""
+    import asyncio
+    import threading
+
+    from k8s_bridge.logs.service import LogLine
+    from ui import logfollow
+
+    async def frames() -> list[bytes]:
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        queue.put_nowait(LogLine("main-0", "pod", "main", "2026-12-02T10:00:03Z", "50%\revent: end", "cluster"))
+        queue.put_nowait(logfollow._END)
+        return [frame async for frame in logfollow._frames(queue, threading.Event(), "", False, "")]
+
+    out = b"".join(asyncio.run(frames())).decode()
+    assert "\r" not in out
+    assert 'event: line\ndata: <span class="">50%\ndata: event: end\ndata: </span>\n\n' in out
 
 
 def test_a_stop_and_a_restart_made_through_the_services_reach_an_open_stream(asgi_server: str) -> None:

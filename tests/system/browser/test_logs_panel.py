@@ -83,6 +83,12 @@ def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, pag
     written = datetime.fromisoformat(stamp)
     lag = (arrived - written).total_seconds()
     assert lag < 1.0, f"a followed line appeared {lag:.2f} s after the pod wrote it"
+    # Each followed line is a line of its own, as the rendered ones are.
+    waiting.eventually(lambda: len([line for line in page.inner_text("#logtext").splitlines()
+                                    if " step " in line and line not in seen]) >= 2, 10, "two followed lines",
+                       interval=0.1)
+    followed = [line for line in page.inner_text("#logtext").splitlines() if " step " in line and line not in seen]
+    assert all(line.count(" step ") == 1 for line in followed), followed
     # Pushed over the panel's event stream (ui.logfollow), not re-read by polling.
     assert streams and streams[0].startswith("text/event-stream"), streams
 
