@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from k8s_bridge.reconciler.mapping import ExecutionKey, execution_key
 from workunits.choices import TERMINAL, ExecutionState, TaskType, WorkUnitState
 from workunits.models import Operation, WorkUnit, WorkUnitExecution
@@ -78,8 +80,26 @@ class Repair:
 
 
 def snapshot(default_namespace: str) -> Snapshot:
-    """Read the current executions (and pending operations) in one go."""
-    rows = (
+    """Read the current executions (and pending operations) as of one point in time.
+
+    The reads are one ``REPEATABLE READ`` transaction: a work unit committed
+    while they run is seen whole (execution, pending create, current eid) or
+    not at all. Under the default READ COMMITTED each query has its own
+    snapshot, and an execution seen by one whose pending create the other
+    missed would be repaired as "created without JobSet".
+    """
+    connection = transaction.get_connection()
+    # Only a transaction of our own can be made REPEATABLE READ (a test's may already be open).
+    own = connection.vendor == "postgresql" and not connection.in_atomic_block
+    with transaction.atomic():
+        if own:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return _read_snapshot(default_namespace)
+
+
+def _read_snapshot(default_namespace: str) -> Snapshot:
+    rows = list(
         WorkUnitExecution.objects.filter(execution_state=ExecutionState.ACTIVE)
         .values_list("work_unit__experiment_id", "work_unit__wid", "eid", "state", "metadata", "state_update_time_ns")
     )
@@ -105,7 +125,8 @@ def snapshot(default_namespace: str) -> Snapshot:
         for oxid, owid, oeid, error in done:
             if (oxid, owid, oeid) in wanted and error:
                 c = executions[(oxid, owid)]
-                executions[(xid, wid)] = Candidate(c.key, c.state, c.namespace, c.pending, _error_text(error))
+                executions[(oxid, owid)] = Candidate(c.key, c.state, c.namespace, c.pending, _error_text(error),
+                                                     c.state_update_time_ns)
     current = dict(
         ((x, w), e) for x, w, e in WorkUnit.objects.values_list("experiment_id", "wid", "current_eid")
     )

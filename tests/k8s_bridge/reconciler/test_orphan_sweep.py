@@ -126,3 +126,57 @@ def test_it_spares_the_jobset_of_a_work_unit_created_between_its_snapshot_and_it
     (wu,) = made
     assert cluster.jobset(wu) is not None
     assert cluster.jobset(wu)["metadata"].get("deletionTimestamp") is None
+
+
+@pytest.mark.parametrize("after_queries", [1, 2, 3, 4])
+def test_its_snapshot_is_one_point_in_time_for_a_work_unit_committed_while_it_reads(
+        cluster: Cluster, make_reconciler, after_queries: int) -> None:
+    """A work unit (with its pending create) committed between the snapshot's queries is seen whole
+    or not at all: its execution without its operation read as a create done without JobSet."""
+    import threading
+
+    from django.db import connection, connections
+
+    rec = make_reconciler()
+    exp = factories.experiment()
+    made = []
+
+    def launch_elsewhere() -> None:
+        try:
+            made.append(factories.work_unit(exp))
+        finally:
+            connections.close_all()
+
+    queries = []
+
+    def after_some_queries(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql, params, many, context)
+        queries.append(sql)
+        if len(queries) == after_queries:
+            thread = threading.Thread(target=launch_elsewhere)
+            thread.start()
+            thread.join()
+        return result
+
+    with connection.execute_wrapper(after_some_queries):
+        repairs = rec.resync()
+    (wu,) = made
+    assert [r for r in repairs if r.key.wid == wu.wid] == []
+    assert state_of(wu) == S.INITIALIZING
+
+
+def test_it_repairs_every_execution_when_one_create_failed_with_an_error(cluster: Cluster, make_reconciler) -> None:
+    """The failed create's error is attached to its own execution, not to another one read after it."""
+    rec = make_reconciler()
+    exp = factories.experiment()
+    failed = factories.work_unit(exp)
+    actuator_finished(failed, TaskType.CREATE, error={"code": 3, "message": "no such image"})
+    stopping = [factories.work_unit(exp) for _ in range(3)]
+    for wu in stopping:
+        actuator_finished(wu, TaskType.CREATE)
+    services.stop_work_units(exp.id, [wu.wid for wu in stopping], batch=True)
+    repairs = rec.resync()
+    assert sorted((r.key.wid, r.case) for r in repairs) == sorted(
+        [(failed.wid, "created_without_jobset")] + [(wu.wid, "stopping_without_jobset") for wu in stopping])
+    assert "no such image" in execution(failed).system_message["userFacingText"]
+    assert all(state_of(wu) == S.STOPPED for wu in stopping)
