@@ -73,6 +73,8 @@ class ExecutionUpdate:
     detailed_status: Mapping[str, Any] | None = None
     mlrun_url: str = ""
     force_status_message_update: bool = False
+    #: The messages explain this update's state change (a sweep repair): written only if it applies.
+    messages_need_state: bool = False
     writer: str = Writer.RECONCILER
     request_id: str = ""
     operation_id: int | None = None
@@ -248,6 +250,8 @@ def merge_execution(current: ExecutionRecord, update: ExecutionUpdate, now_ns: i
             complete_time = now_ns
 
     new_messages: list[tuple[str, Message]] = []
+    if update.messages_need_state and new_state == old_state:
+        mask = tuple(path for path in mask if path not in (SYSTEM_MESSAGE, USER_MESSAGE))
     if SYSTEM_MESSAGE in mask and not defers_to_existing(system, update.system_message, update.force_status_message_update):
         # A re-sent identical message (ignoring createTime) is no change: the
         # stored copy, with its server-stamped createTime, stays.

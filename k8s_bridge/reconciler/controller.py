@@ -639,7 +639,8 @@ class Reconciler:
             updates.append(guards.ExecutionUpdate(
                 xid=r.key.xid, wid=r.key.wid, eid=r.key.eid, mask=mask, state=r.state,
                 state_update_time_ns=self._terminal_time_ns(r.key, r.state_update_time_ns),
-                system_message=message, force_status_message_update=True, writer=Writer.SWEEP,
+                system_message=message, force_status_message_update=True, messages_need_state=True,
+                writer=Writer.SWEEP,
                 extra={"case": r.case},
             ))
         if updates:

@@ -185,6 +185,16 @@ def test_it_replaces_an_existing_error_when_forced() -> None:
     assert merge.new_messages == (("system", ERROR2),)
 
 
+def test_a_repair_writes_its_message_only_with_its_state() -> None:
+    """A sweep repair's message explains its state change: it loses the race together with it."""
+    repair = dict(mask=(state.STATE, state.SYSTEM_MESSAGE), st=S.FAILED, system_message=ERROR2,
+                  force_status_message_update=True, messages_need_state=True)
+    lost = merge_execution(record(S.STOPPED, system_message=INFO), upd(**repair), NOW)
+    assert lost.record.state == S.STOPPED and lost.record.system_message == INFO and not lost.new_messages
+    won = merge_execution(record(S.RUNNING, system_message=INFO), upd(**repair), NOW)
+    assert won.record.state == S.FAILED and won.new_messages == (("system", ERROR2),)
+
+
 def test_it_lets_an_error_replace_a_lower_severity_message() -> None:
     merge = merge_execution(
         record(S.RUNNING, system_message=INFO), upd(mask=(state.SYSTEM_MESSAGE,), system_message=ERROR), NOW
