@@ -38,6 +38,7 @@ from typing import Any
 from urllib.parse import quote
 
 from _django import ROOT, bench_database
+from _signals import exit_on_termination
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--live-rate", type=float, default=0.0,
                         help="creates per second in the live run (default: half the measured drain rate)")
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     n = args.work_units
 
     with bench_database(), tempfile.TemporaryDirectory() as tmp:

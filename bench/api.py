@@ -35,6 +35,7 @@ from concurrent import futures
 from pathlib import Path
 
 from _django import ROOT, bench_database
+from _signals import exit_on_termination
 
 ECHO = "/xmc.bench.Echo/Echo"
 
@@ -120,6 +121,7 @@ def main() -> None:
     parser.add_argument("--rows", default="", help="only the rows whose name contains this (e.g. rest)")
     parser.add_argument("--echo-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     if args.echo_server:
         echo_server(args.echo_server, args.workers)
         return

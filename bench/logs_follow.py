@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from _django import ROOT, bench_database
+from _signals import exit_on_termination
 
 SCRIPT = "pull=1s;log=every:1s:step {n} loss {x};run=600s;exit=0"
 
@@ -172,6 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=30, help="lines each follower waits for (one a second)")
     options = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     import tempfile
 
     with bench_database():

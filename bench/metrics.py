@@ -45,6 +45,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from _django import ROOT, bench_database  # noqa: E402
+from _signals import exit_on_termination
 
 # This file is bench/metrics.py, and its folder is on the path: load the app package under the
 # name `metrics` first, or Django's `import metrics` would find this script.
@@ -139,6 +140,7 @@ def main() -> None:
     parser.add_argument("--work-units", type=int, default=100)
     parser.add_argument("--chart-calls", type=int, default=30)
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     args.work_units = max(args.work_units, 2 * args.clients)  # fresh executions for each ingest run
 
     with bench_database():

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from _django import bench_database
+from _signals import exit_on_termination
 
 
 def receiver() -> tuple[ThreadingHTTPServer, list[float]]:
@@ -107,6 +108,7 @@ def main() -> None:
                         help="XMC_NOTIFY_SEND_CONCURRENCY (default: the setting's)")
     parser.add_argument("--batch", type=int, default=50, help="events per fan-out task")
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     with bench_database():
         from django.conf import settings
         from django.db import connections
@@ -143,7 +145,7 @@ def main() -> None:
         deliveries = list(Delivery.objects.order_by("id").values_list("id", flat=True))
 
         connections.close_all()  # the children open their own
-        children = [multiprocessing.get_context("fork").Process(target=deliver_part,
+        children = [multiprocessing.get_context("fork").Process(target=deliver_part, daemon=True,  # ended with us
                                                                 args=(deliveries[i::args.processes],))
                     for i in range(args.processes)]
         for child in children:

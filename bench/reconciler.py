@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from _django import bench_database
+from _signals import exit_on_termination
 
 NS = "default"
 DEBUG = False
@@ -162,6 +163,7 @@ def main() -> None:
     parser.add_argument("--write-connections", type=int, default=2,
                         help="the batcher's shards and connections (XMC_RECONCILER_WRITE_CONNECTIONS)")
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
 
     with bench_database():
         import tempfile

@@ -23,6 +23,7 @@ import argparse
 import time
 
 from _django import bench_database
+from _signals import exit_on_termination
 
 
 def setup(n: int) -> list:
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500)
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
 
     with bench_database():
         import redis

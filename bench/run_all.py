@@ -5,9 +5,11 @@ Options after the names go to every benchmark named, e.g.
 """
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 HERE = Path(__file__).resolve().parent
 BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery",
@@ -23,10 +25,25 @@ def main(argv: list[str]) -> int:
         print(f"no such benchmark: {', '.join(unknown)} (have: {', '.join(BENCHES)})", file=sys.stderr)
         return 2
     status = 0
+    running: list[subprocess.Popen[bytes]] = []
+    stopped: list[int] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        """SIGTERM / SIGHUP go to the benchmark that runs (it stops what it started); none runs after it."""
+        stopped.append(signum)
+        for child in running:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
     for name in names:
+        if stopped:
+            return 128 + stopped[0]
         print(f"== bench/{name}.py", flush=True)
-        status |= subprocess.call([sys.executable, str(HERE / f"{name}.py"), *options], cwd=HERE)
-    return status
+        child = subprocess.Popen([sys.executable, str(HERE / f"{name}.py"), *options], cwd=HERE)
+        running[:] = [child]
+        status |= child.wait()
+    return 128 + stopped[0] if stopped else status
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ from urllib.parse import urlsplit
 import psutil
 import yaml
 
+from _signals import exit_on_termination
+
 ROOT = Path(__file__).resolve().parents[1]
 _RV_RE = re.compile(rb'"resourceVersion":"(\d+)"')
 
@@ -193,6 +195,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig-out", help=argparse.SUPPRESS)
     parser.add_argument("--commit-log", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     if args.serve:
         serve(args)
         return
@@ -204,65 +207,68 @@ def main() -> None:
          "--kubeconfig-out", str(kubeconfig), "--commit-log", str(commit_log)],
         cwd=ROOT, stdout=open(tmp / "sim.log", "w"), stderr=subprocess.STDOUT,
     )
-    deadline = time.time() + 30
-    while not kubeconfig.exists():
-        if time.time() > deadline or child.poll() is not None:
-            sys.exit(f"simulator did not start; see {tmp / 'sim.log'}")
-        time.sleep(0.1)
-    base = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    sampler = Sampler(child.pid)
-    sampler.start()
-    time.sleep(1.0)
+    try:
+        deadline = time.time() + 30
+        while not kubeconfig.exists():
+            if time.time() > deadline or child.poll() is not None:
+                sys.exit(f"simulator did not start; see {tmp / 'sim.log'}")
+            time.sleep(0.1)
+        base = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        sampler = Sampler(child.pid)
+        sampler.start()
+        time.sleep(1.0)
 
-    # 1. Baseline: bare watch on an idle simulator.
-    lease_path = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
-    rv = request(base, "GET", lease_path)["metadata"]["resourceVersion"]
-    baseline = Watcher(base, f"{lease_path}?watch=true&resourceVersion={rv}")
-    baseline.start()
-    baseline.ready.wait(10)
-    request(base, "POST", lease_path, {"metadata": {"name": "bench"}, "spec": {"holderIdentity": "0"}})
-    idle_cpu0, idle_t0 = sampler.cpu_seconds(), time.time()
-    for i in range(200):
-        request(base, "PATCH", f"{lease_path}/bench", {"spec": {"holderIdentity": str(i + 1)}},
-                "application/merge-patch+json")
-        time.sleep(0.005)
-    time.sleep(0.5)
-    idle_cpu = (sampler.cpu_seconds() - idle_cpu0) / (time.time() - idle_t0)
+        # 1. Baseline: bare watch on an idle simulator.
+        lease_path = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+        rv = request(base, "GET", lease_path)["metadata"]["resourceVersion"]
+        baseline = Watcher(base, f"{lease_path}?watch=true&resourceVersion={rv}")
+        baseline.start()
+        baseline.ready.wait(10)
+        request(base, "POST", lease_path, {"metadata": {"name": "bench"}, "spec": {"holderIdentity": "0"}})
+        idle_cpu0, idle_t0 = sampler.cpu_seconds(), time.time()
+        for i in range(200):
+            request(base, "PATCH", f"{lease_path}/bench", {"spec": {"holderIdentity": str(i + 1)}},
+                    "application/merge-patch+json")
+            time.sleep(0.005)
+        time.sleep(0.5)
+        idle_cpu = (sampler.cpu_seconds() - idle_cpu0) / (time.time() - idle_t0)
 
-    # 2. Load: reconciler-like watches while JobSets run to completion.
-    completed: set[bytes] = set()
-    total = args.jobsets
+        # 2. Load: reconciler-like watches while JobSets run to completion.
+        completed: set[bytes] = set()
+        total = args.jobsets
 
-    def on_jobset(line: bytes) -> None:
-        if b'"terminalState":"Completed"' in line:
-            m = re.search(rb'"name":"(bench-\d+)"', line)
-            if m:
-                completed.add(m.group(1))
+        def on_jobset(line: bytes) -> None:
+            if b'"terminalState":"Completed"' in line:
+                m = re.search(rb'"name":"(bench-\d+)"', line)
+                if m:
+                    completed.add(m.group(1))
 
-    watchers = []
-    for path, hook in (("/apis/jobset.x-k8s.io/v1alpha2/jobsets", on_jobset), ("/apis/batch/v1/jobs", None),
-                       ("/api/v1/pods", None), ("/apis/kueue.x-k8s.io/v1beta2/workloads", None)):
-        list_rv = request(base, "GET", path)["metadata"]["resourceVersion"]
-        w = Watcher(base, f"{path}?watch=true&allowWatchBookmarks=true&resourceVersion={list_rv}", hook)
-        w.start()
-        w.ready.wait(10)
-        watchers.append(w)
+        watchers = []
+        for path, hook in (("/apis/jobset.x-k8s.io/v1alpha2/jobsets", on_jobset), ("/apis/batch/v1/jobs", None),
+                           ("/api/v1/pods", None), ("/apis/kueue.x-k8s.io/v1beta2/workloads", None)):
+            list_rv = request(base, "GET", path)["metadata"]["resourceVersion"]
+            w = Watcher(base, f"{path}?watch=true&allowWatchBookmarks=true&resourceVersion={list_rv}", hook)
+            w.start()
+            w.ready.wait(10)
+            watchers.append(w)
 
-    load_cpu0, t0 = sampler.cpu_seconds(), time.time()
-    create_path = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
-    with ThreadPoolExecutor(args.clients) as pool:
-        list(pool.map(lambda i: request(base, "POST", create_path, jobset(f"bench-{i}", args.pods_per_jobset)),
-                      range(total)))
-    created_s = time.time() - t0
-    while len(completed) < total and time.time() - t0 < args.timeout:
-        time.sleep(0.2)
-    run_s = time.time() - t0
-    load_cpu = sampler.cpu_seconds() - load_cpu0
-    time.sleep(0.5)
+        load_cpu0, t0 = sampler.cpu_seconds(), time.time()
+        create_path = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets"
+        with ThreadPoolExecutor(args.clients) as pool:
+            list(pool.map(lambda i: request(base, "POST", create_path, jobset(f"bench-{i}", args.pods_per_jobset)),
+                          range(total)))
+        created_s = time.time() - t0
+        while len(completed) < total and time.time() - t0 < args.timeout:
+            time.sleep(0.2)
+        run_s = time.time() - t0
+        load_cpu = sampler.cpu_seconds() - load_cpu0
+        time.sleep(0.5)
 
-    sampler.stop_event.set()
-    child.send_signal(signal.SIGTERM)
-    child.wait(timeout=120)
+        sampler.stop_event.set()
+    finally:  # the simulator goes with us, whatever ended the run
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        child.wait(timeout=120)
     for w in [baseline, *watchers]:
         w.close()
     commits = {int(k): v for k, v in json.loads(commit_log.read_text()).items()}

@@ -30,6 +30,7 @@ import time
 import urllib.parse
 
 from _django import ROOT, bench_database
+from _signals import exit_on_termination
 
 
 def free_port() -> int:
@@ -194,6 +195,7 @@ def main() -> None:
     parser.add_argument("--units", type=int, default=1000)
     parser.add_argument("--subscribers", type=int, default=500)
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     with bench_database():
         page_bench(args.units)
         fan_out_bench(args.subscribers)

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from _django import bench_database
+from _signals import exit_on_termination
 
 CYCLE = ["SCHEDULING", "STARTING", "RUNNING", "PARTIALLY_FAILED"]
 
@@ -50,6 +51,7 @@ def main() -> None:
     parser.add_argument("--barrier", action="store_true",
                         help="all parts of a batch finish before the next batch starts")
     args = parser.parse_args()
+    exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
 
     with bench_database():
         from django.db import connection, transaction
