@@ -6,8 +6,9 @@ import tempfile
 
 import pytest
 
-#: The simulator fixtures (api_simulator, api_cluster) and the rjob() builder, for every folder.
-pytest_plugins = ["tests.simulators.fixtures"]
+#: The simulator fixtures (api_simulator, api_cluster) and the rjob() builder, for every folder;
+#: and SIGTERM as Ctrl-C (tests/sigterm.py): fixtures tear down and stop their processes.
+pytest_plugins = ["tests.simulators.fixtures", "tests.sigterm"]
 
 # Servers (and the processes tests start) refuse the public default secret
 # (xmc.checks): the suite signs with a proper test-only key, set before the
