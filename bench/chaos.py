@@ -348,7 +348,8 @@ class Client:
                 event.set()
 
     def ask(self, op: str, timeout_s: float = 600.0, **args: Any) -> dict[str, Any]:
-        event, box = threading.Event(), []
+        event = threading.Event()
+        box: list[dict[str, Any]] = []
         with self.lock:
             self.next_id += 1
             cid = self.next_id
