@@ -374,6 +374,11 @@ def highlight(text: str, needle: str) -> list[tuple[str, bool]]:
     return [piece for piece in out if piece[0]]
 
 
+def line_matches(text: str, needle: str) -> bool:
+    """Whether a log line matches the panel's search (case-insensitive; no search matches nothing)."""
+    return bool(needle) and needle.lower() in text.lower()
+
+
 def log_line_html(line: logs.LogLine, *, needle: str, timestamps: bool, with_replica: bool = False) -> SafeString:
     """One log line as the panel prints it inside its ``<pre>``: the line's ``<span>`` (class ``hit``
     when it matches ``needle``), the timestamp and replica when asked, the text escaped with the
@@ -383,8 +388,7 @@ def log_line_html(line: logs.LogLine, *, needle: str, timestamps: bool, with_rep
                    for piece, hit in highlight(line.text, needle))
     stamp = f'<span class="ts">{escape(line.timestamp)} </span>' if timestamps else ""
     replica = f'<span class="rep">[{escape(line.replica)}] </span>' if with_replica else ""
-    hit = bool(needle) and needle.lower() in line.text.lower()
-    html = f'<span class="{"hit" if hit else ""}">{stamp}{replica}{body}\n</span>'
+    html = f'<span class="{"hit" if line_matches(line.text, needle) else ""}">{stamp}{replica}{body}\n</span>'
     return mark_safe(html)  # noqa: S308 - every piece of the line is escaped above
 
 
@@ -419,7 +423,7 @@ def logs_panel(request: HttpRequest, identity: Identity, xid: str, wid: str) -> 
         got = list(stream.lines)
         more = len(got) > LOG_PAGE * pages
         with_replica = stream.replica == logs.ALL_REPLICAS
-        lines = [{"ts": line.timestamp, "match": bool(needle) and needle.lower() in line.text.lower(),
+        lines = [{"ts": line.timestamp, "match": line_matches(line.text, needle),
                   "html": log_line_html(line, needle=needle, timestamps=timestamps, with_replica=with_replica)}
                  for line in got[-LOG_PAGE * pages:]]
     except ServiceError as exc:
