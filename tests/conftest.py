@@ -5,10 +5,13 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 #: The simulator fixtures (api_simulator, api_cluster) and the rjob() builder, for every folder;
-#: and SIGTERM as Ctrl-C (tests/sigterm.py): fixtures tear down and stop their processes.
-pytest_plugins = ["tests.simulators.fixtures", "tests.sigterm"]
+#: SIGTERM as Ctrl-C (tests/sigterm.py): fixtures tear down and stop their processes; and how the
+#: suite is spread over xdist workers (tests/scheduling.py).
+pytest_plugins = ["tests.simulators.fixtures", "tests.sigterm", "tests.scheduling"]
 
 # Servers (and the processes tests start) refuse the public default secret
 # (xmc.checks): the suite signs with a proper test-only key, set before the
@@ -16,6 +19,10 @@ pytest_plugins = ["tests.simulators.fixtures", "tests.sigterm"]
 os.environ.setdefault("XMC_SECRET_KEY", "xmc-test-suite-secret-key-0123456789abcdefghijklmnopqrstuvwxyz")
 # Reconcilers started by tests archive pod logs into a throw-away folder, not .run/.
 os.environ.setdefault("XMC_LOG_ARCHIVE_URL", f"file://{tempfile.mkdtemp(prefix='xmc-test-log-archive-')}")
+# Property tests judge what the code does, not how fast the machine is: a loaded
+# machine (parallel workers, a second suite) must not fail them by the clock.
+hypothesis_settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("suite")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -49,6 +48,7 @@ class Receiver:
     hang_s: float = 0.0
     port: int = 0
     server: ThreadingHTTPServer | None = None
+    released: threading.Event = field(default_factory=threading.Event)
 
     @property
     def url(self) -> str:
@@ -71,7 +71,7 @@ class Receiver:
                 receiver.requests.append(Received(headers, body, verified, error))
                 if receiver.hang_s:
                     hang, receiver.hang_s = receiver.hang_s, 0.0
-                    time.sleep(hang)
+                    receiver.released.wait(hang)  # stop() ends the hang
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
                 self.send_header("content-length", "2")
@@ -83,14 +83,24 @@ class Receiver:
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 128  # batches send several at a time: the default backlog of 5 refuses some
+            # stop() waits for the handler threads (a hanging one included), so none outlives its
+            # test and writes into a closed connection while a later test runs.
+            daemon_threads = False
+            block_on_close = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A sender that gave up (its timeout, in the hang tests) closes the connection
+                # before the answer: expected here, and a printed traceback from this thread
+                # would race other threads' ast.parse on CPython 3.11 (gh-106905).
+                pass
 
         self.server = Server(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
+        self.released.set()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

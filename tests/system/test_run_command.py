@@ -19,24 +19,19 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ports_env(run_dir: Path) -> dict[str, str]:
     return {
         "XMC_RUN_DIR": str(run_dir),
-        "XMC_WEB_PORT": str(_free_port()),
-        "XMC_SIM_PORT": str(_free_port()),
-        "XMC_GRPC_PORT": str(_free_port()),
-        "XMC_MLRUN_EMULATOR_PORT": str(_free_port()),
-        "XMC_RECONCILER_METRICS_PORT": str(_free_port()),
+        "XMC_WEB_PORT": str(free_port()),
+        "XMC_SIM_PORT": str(free_port()),
+        "XMC_GRPC_PORT": str(free_port()),
+        "XMC_MLRUN_EMULATOR_PORT": str(free_port()),
+        "XMC_RECONCILER_METRICS_PORT": str(free_port()),
     }
 
 
@@ -45,7 +40,7 @@ def _fresh_machine_env(run_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "XMC_SECRET_KEY", "XMC_DEV_EMBEDDED_PG", "XMC_DEV_EMBEDDED_REDIS")}
     env.update(_ports_env(run_dir))
-    env["XMC_EMBEDDED_REDIS_PORT"] = str(_free_port())
+    env["XMC_EMBEDDED_REDIS_PORT"] = str(free_port())
     return env
 
 

@@ -6,18 +6,12 @@ connections must see committed rows).
 """
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -41,7 +35,7 @@ def asgi_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     # (CONN_MAX_AGE) for as long as they live, which holds the test database open:
     # every request closes its connection at its end instead.
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)

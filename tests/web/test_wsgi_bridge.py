@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,12 +21,7 @@ import requests
 import uvicorn
 
 from xmc.wsgi_bridge import ThreadedWSGI
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -36,7 +30,7 @@ def serve() -> Iterator[Callable[..., tuple[str, ThreadedWSGI]]]:
 
     def start(app: Any, max_body: int = 1 << 20) -> tuple[str, ThreadedWSGI]:
         bridge = ThreadedWSGI(app, threads=4, max_body=max_body)
-        port = _free_port()
+        port = free_port()
         server = uvicorn.Server(uvicorn.Config(bridge, host="127.0.0.1", port=port, log_level="warning",
                                                lifespan="off"))
         thread = threading.Thread(target=server.run, daemon=True)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from core.pb import api
 from tests.api.grpc_server.conftest import metadata_for
+from tests.ports import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,15 +47,9 @@ def test_it_counts_each_call_by_method_and_code_and_logs_it(
     assert all(r.duration_ms >= 0 for r in lines)  # type: ignore[attr-defined]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.timeout(120)
 def test_it_serves_metrics_on_a_port_when_asked() -> None:
-    metrics = _free_port()
+    metrics = free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "grpcserver", "--port", "0", "--host", "127.0.0.1",
          "--metrics-port", str(metrics)],

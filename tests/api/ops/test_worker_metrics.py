@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +12,10 @@ from pathlib import Path
 import pytest
 
 from xmc.celery import app
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 QUEUE = "xmc-metrics-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape(port: int) -> str:
@@ -31,7 +25,7 @@ def _scrape(port: int) -> str:
 
 @pytest.mark.timeout(180)
 def test_it_counts_the_tasks_of_every_pool_process(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "XMC_WORKER_METRICS_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
            "XMC_LOG_FORMAT": "json"}
     worker = subprocess.Popen(

@@ -37,6 +37,7 @@ from jobsets.contract import FINALIZER, LABEL_EID
 from k8s_bridge import client
 from tests import factories
 from tests.k8s_bridge.actuator.conftest import NAMESPACE, REAL_DELIVER, Workers, get_jobset
+from tests.ports import free_port
 from tests.waiting import eventually
 from workunits import services
 from workunits.models import DeadLetter, Operation, WorkUnitExecution
@@ -190,12 +191,6 @@ def test_duplicates_of_every_task_change_nothing(workers: Workers, cluster: Any)
     assert not DeadLetter.objects.exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrivateRedis:
     def __init__(self, port: int, workdir: str) -> None:
         self.port = port
@@ -230,7 +225,7 @@ class PrivateRedis:
 
 @pytest.fixture
 def private_redis(tmp_path: Any) -> Iterator[PrivateRedis]:
-    r = PrivateRedis(_free_port(), str(tmp_path))
+    r = PrivateRedis(free_port(), str(tmp_path))
     r.start()
     yield r
     r.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +24,9 @@ import redis
 
 from tests import waiting
 from tests.childenv import child_database_url
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -61,11 +55,11 @@ def system(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytes
         **os.environ,
         "DATABASE_URL": database_url,
         "XMC_RUN_DIR": str(run_dir),
-        "XMC_WEB_PORT": str(_free_port()),
-        "XMC_SIM_PORT": str(_free_port()),
-        "XMC_GRPC_PORT": str(_free_port()),
-        "XMC_MLRUN_EMULATOR_PORT": str(_free_port()),
-        "XMC_RECONCILER_METRICS_PORT": str(_free_port()),
+        "XMC_WEB_PORT": str(free_port()),
+        "XMC_SIM_PORT": str(free_port()),
+        "XMC_GRPC_PORT": str(free_port()),
+        "XMC_MLRUN_EMULATOR_PORT": str(free_port()),
+        "XMC_RECONCILER_METRICS_PORT": str(free_port()),
         **extra,
     }
     env.pop("XMC_MLRUN_ENDPOINT", None)

@@ -12,12 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import connections
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port
 
 
 @contextmanager
@@ -29,7 +24,7 @@ def database_down(mode: str = "refused", *, close: Iterator[None] | None = None)
         listener.listen(64)  # accepted by the kernel, never answered
         port = int(listener.getsockname()[1])
     else:
-        port = _free_port()
+        port = free_port()
     settings = connections.settings["default"]
     saved = (settings["HOST"], settings["PORT"])
     connections.close_all()
