@@ -55,12 +55,31 @@ def _builds_per_module(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
-    return any(defs and defs[-1].scope in _SHARED_SCOPES for defs in info.name2fixturedefs.values())
+    return any(defs and defs[-1].scope in _SHARED_SCOPES and _ours(defs[-1])
+               for defs in info.name2fixturedefs.values())
+
+
+def _ours(fixturedef: object) -> bool:
+    """A fixture of the suite's own (pytest-django's class-scoped autouse set-up is not a build)."""
+    return getattr(getattr(fixturedef, "func", None), "__module__", "").startswith("tests.")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group first: xdist's own hook turns the groups into the node ids it schedules by."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None and _builds_per_module(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    items.sort(key=lambda item: _rank(item.nodeid))
+
+
+class _LongestFirst:
+    """Order last, after pytest-django's sort by kind of database use (a stable sort keeps it
+    within each rank)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        items.sort(key=lambda item: _rank(item.nodeid))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_LongestFirst(), "xmc-longest-first")

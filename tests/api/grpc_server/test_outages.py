@@ -20,7 +20,8 @@ from kombu import pools as kombu_pools
 
 from tests.k8s_bridge.actuator.conftest import REAL_DELIVER_COMMITTED  # imported before any test patches it
 from tests.api.grpc_server.conftest import metadata_for
-from tests.workunits.delivery.outages import _free_port, database_down
+from tests.workunits.delivery.outages import database_down
+from tests.ports import free_port
 from tests.waiting import eventually
 from workunits.models import Operation
 from core import pb
@@ -97,7 +98,7 @@ def test_while_redis_is_down_a_create_commits_and_answers_ok(
 
     md = metadata_for(fresh_email("alice"))
     experiment = ess.CreateExperiment(api.CreateExperimentRequest(), metadata=md, timeout=20)
-    dead = f"redis://127.0.0.1:{_free_port()}/0"
+    dead = f"redis://127.0.0.1:{free_port()}/0"
     old = app.conf.broker_url
     settings.XMC_RATE_LIMIT_PER_S = 5.0  # limiting on, against a dead Redis: it fails open
     settings.REDIS_URL = dead

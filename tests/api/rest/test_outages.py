@@ -12,7 +12,8 @@ from google.protobuf import json_format
 from tests import factories
 from tests.k8s_bridge.actuator.conftest import REAL_DELIVER_COMMITTED  # imported before any test patches it
 from tests.api.rest.conftest import ALICE, Api
-from tests.workunits.delivery.outages import _free_port, database_down
+from tests.workunits.delivery.outages import database_down
+from tests.ports import free_port
 from workunits.models import Operation
 from xmc.celery import app
 
@@ -70,7 +71,7 @@ def test_while_redis_is_down_creates_stops_and_restarts_commit_and_answer_ok(
     factories.work_unit(exp)
     factories.work_unit(exp)
     api = Api(ALICE)
-    dead = f"redis://127.0.0.1:{_free_port()}/0"
+    dead = f"redis://127.0.0.1:{free_port()}/0"
     old = app.conf.broker_url
     settings.REDIS_URL = dead
     settings.XMC_RATE_LIMIT_PER_S = 5.0  # on, against the dead Redis: fails open
