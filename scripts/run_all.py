@@ -16,7 +16,7 @@ reuses all of it.
 SIGINT (Ctrl-C), SIGTERM and SIGHUP stop every process it started (each runs
 in its own process group, so its children go too), and the embedded Postgres
 and Redis that ``./dev run`` started for it (``--stop-postgres DIR``,
-``--stop-redis PORT``); a server that was already running when ``./dev run``
+``--stop-redis DIR``); a server that was already running when ``./dev run``
 began (e.g. the one a ``./dev test`` beside it uses) is never stopped. ``--smoke`` starts everything,
 waits until each process answers, prints the URLs and stops again.
 """
@@ -218,11 +218,11 @@ def stop_all(procs: list[Process]) -> None:
             pass
 
 
-def stop_embedded_services(postgres_dir: str, redis_port: str) -> None:
+def stop_embedded_services(postgres_dir: str, redis_dir: str) -> None:
     """Stop the embedded Postgres / Redis that ./dev started for this run (and only those)."""
     script = ROOT / "scripts" / "devservices.py"
-    if redis_port:
-        subprocess.run([sys.executable, str(script), "stop-redis", redis_port], check=False, timeout=30)
+    if redis_dir:
+        subprocess.run([sys.executable, str(script), "stop-redis", redis_dir], check=False, timeout=30)
     if postgres_dir:
         subprocess.run([sys.executable, str(script), "stop-postgres", postgres_dir], check=False, timeout=60)
 
@@ -263,8 +263,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="start, check, print and stop")
     parser.add_argument("--stop-postgres", default="", metavar="DIR",
                         help="stop the embedded Postgres in DIR on exit (./dev run passes it when it started it)")
-    parser.add_argument("--stop-redis", default="", metavar="PORT",
-                        help="stop the embedded Redis on PORT on exit (likewise)")
+    parser.add_argument("--stop-redis", default="", metavar="DIR",
+                        help="stop the run folder's embedded Redis of DIR on exit (likewise)")
     args = parser.parse_args()
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _stop)

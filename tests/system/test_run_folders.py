@@ -1,0 +1,128 @@
+"""Embedded services belong to their run folder: two checkouts on one machine never share them.
+
+``scripts/devservices.py`` reuses a Redis only when the server itself says
+its directory is the run folder's; otherwise it starts one on a free port and
+records it there. ``./dev manage`` talks to the system of its run folder, and
+to nothing where no system has run.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.system.test_run_command import _admin_sign_in, _fresh_machine_env, _wait_for_line
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = [sys.executable, "scripts/devservices.py"]
+
+
+def _devservices(*args: str) -> str:
+    done = subprocess.run(SCRIPT + list(args), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def two_run_folders(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    first, second = tmp_path / "checkout-a" / ".run", tmp_path / "checkout-b" / ".run"
+    yield first, second
+    for run in (first, second):
+        _devservices("stop-redis", str(run / "redis"))
+
+
+@pytest.mark.timeout(120)
+def test_it_gives_each_run_folder_its_own_redis_even_on_the_same_asked_for_port(
+    two_run_folders: tuple[Path, Path],
+) -> None:
+    first, second = two_run_folders
+    port = _free_port()
+    url_a, how_a = _devservices("redis", str(first / "redis"), str(port)).split()
+    # The second checkout asks for the same port, where the first one's Redis answers.
+    url_b, how_b = _devservices("redis", str(second / "redis"), str(port)).split()
+    assert (how_a, how_b) == ("started", "started")
+    assert url_a == f"redis://127.0.0.1:{port}/0" and url_b != url_a
+    a, b = redis.Redis.from_url(url_a), redis.Redis.from_url(url_b)
+    assert a.config_get("dir")["dir"] == str((first / "redis").resolve())
+    assert b.config_get("dir")["dir"] == str((second / "redis").resolve())
+    a.set("lockout:alice", "5")
+    assert b.get("lockout:alice") is None
+    # Each is found again by its own folder, through the port recorded there.
+    assert (second / "redis" / "port").read_text().strip() == url_b.rsplit(":", 1)[1].split("/")[0]
+    assert _devservices("redis", str(first / "redis"), str(port)).split() == [url_a, "reused"]
+    assert _devservices("redis", str(second / "redis"), str(port)).split() == [url_b, "reused"]
+    # Stopping one folder's Redis leaves the other's up.
+    _devservices("stop-redis", str(second / "redis"))
+    assert a.ping()
+    with pytest.raises(redis.ConnectionError):
+        b.ping()
+
+
+@pytest.mark.timeout(120)
+def test_it_refuses_manage_with_one_line_where_no_system_has_run(tmp_path: Path) -> None:
+    env = _fresh_machine_env(tmp_path / "never-run")
+    done = subprocess.run(["./dev", "manage", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=110, check=False)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"dev manage: no system has run in {tmp_path / 'never-run'}")
+    assert "./dev run" in last
+    # Nothing was started there: no Postgres, no Redis.
+    assert not (tmp_path / "never-run" / "pg").exists()
+    assert not (tmp_path / "never-run" / "redis").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(600)
+def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_throttle(tmp_path: Path) -> None:
+    # Two checkouts: two run folders, the same first-choice Redis port (6390 for both, as on a real machine).
+    envs = [_fresh_machine_env(tmp_path / name) for name in ("a", "b")]
+    envs[1]["XMC_EMBEDDED_REDIS_PORT"] = envs[0]["XMC_EMBEDDED_REDIS_PORT"]
+    for env in envs:
+        env["XMC_ADMIN_PASSWORD"] = "the-right-password"
+    procs = [subprocess.Popen(["./dev", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for env in envs]
+    try:
+        outs = [_wait_for_line(proc, "stops everything", timeout=420) for proc in procs]
+        apis = [next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("export XMC_API_URL="))
+                for out in outs]
+        brokers = [(tmp_path / name / "redis" / "port").read_text().strip() for name in ("a", "b")]
+        assert brokers[0] != brokers[1]
+        # Five wrong passwords lock the admin of system a; system b's admin signs in.
+        for _ in range(5):
+            assert "Please enter the correct username" in _admin_sign_in(apis[0], "admin", "wrong")
+        assert "Too many failed sign-ins" in _admin_sign_in(apis[0], "admin", "the-right-password")
+        assert "Too many failed sign-ins" not in _admin_sign_in(apis[1], "admin", "the-right-password")
+        # Each broker is its run folder's own Redis, and each system's processes are connected to it.
+        for name, port in zip(("a", "b"), brokers):
+            own = redis.Redis(host="127.0.0.1", port=int(port))
+            assert own.config_get("dir")["dir"] == str((tmp_path / name / "redis").resolve())
+            assert len(own.client_list()) > 1
+        # ./dev manage in each folder reaches that folder's system.
+        for env, name in zip(envs, ("a", "b")):
+            done = subprocess.run(["./dev", "manage", "shell", "-c",
+                                   "from django.conf import settings; print(settings.REDIS_URL)"],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip().splitlines()[-1] == f"redis://127.0.0.1:{brokers[0 if name == 'a' else 1]}/0"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
