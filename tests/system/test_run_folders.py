@@ -3,16 +3,19 @@
 ``scripts/devservices.py`` reuses a Redis only when the server itself says
 its directory is the run folder's; otherwise it starts one on a free port and
 records it there. ``./dev manage`` talks to the system of its run folder, and
-to nothing where no system has run.
+to nothing where no system has run. ``scripts/run_all.py`` gives each process
+the port it had last time in the run folder when that port is free.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import redis
@@ -82,6 +85,44 @@ def test_it_refuses_manage_with_one_line_where_no_system_has_run(tmp_path: Path)
     # Nothing was started there: no Postgres, no Redis.
     assert not (tmp_path / "never-run" / "pg").exists()
     assert not (tmp_path / "never-run" / "redis").exists()
+
+
+def _run_all(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("XMC_RUN_DIR", str(run_dir))
+    spec = importlib.util.spec_from_file_location("run_all_under_test", ROOT / "scripts" / "run_all.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    monkeypatch.delenv("XMC_WEB_PORT", raising=False)
+    run_all = _run_all(tmp_path, monkeypatch)
+    with socket.socket() as taken:  # the default is someone else's
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        default = taken.getsockname()[1]
+        first = run_all.stable_port("web", "XMC_WEB_PORT", default)
+    assert first != default
+    # The restart: the default is free again, but the URLs printed last time name `first`.
+    assert run_all.stable_port("web", "XMC_WEB_PORT", default) == first
+    assert _run_all(tmp_path, monkeypatch).stable_port("web", "XMC_WEB_PORT", default) == first
+    # Only when it is taken does the port move (and the new one is kept from then on).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        moved = run_all.stable_port("web", "XMC_WEB_PORT", default)
+    assert moved != first
+    assert run_all.stable_port("web", "XMC_WEB_PORT", default) == moved
+    # An explicit setting wins over what was recorded.
+    explicit = _free_port()
+    monkeypatch.setenv("XMC_WEB_PORT", str(explicit))
+    assert run_all.stable_port("web", "XMC_WEB_PORT", default) == explicit
 
 
 @pytest.mark.django_db
