@@ -179,7 +179,12 @@ def _live(xid: int, wid: int, eid: int, pod: podlogs.PodRef, query: LogQuery,
                 if archived:
                     return None
                 raise FailedPrecondition(f"{pod.replica}: {message}", field="previous") from None
-            # Waiting to start (image pull, creating): nothing to read yet, and that is the answer.
+            # Waiting to start: the pod cannot serve this execution's log. When the archive holds
+            # the replica's log -- the pod was restored (a restarted cluster, its containers not
+            # started in this cluster life) or stands in again for one that ran -- the archive wins.
+            if any(r.replica == pod.replica for r in rows):
+                return None
+            # Otherwise (image pull, creating) there is nothing to read yet, and that is the answer.
             return LogStream("cluster", [], pod.replica, pod.name, container, list(pod.containers), iter(()),
                              pod.namespace, note=message,
                              console_url=console_url(pod.namespace, pod.name, container, xid, wid, eid))
