@@ -87,6 +87,26 @@ def test_it_refuses_manage_with_one_line_where_no_system_has_run(tmp_path: Path)
     assert not (tmp_path / "never-run" / "redis").exists()
 
 
+@pytest.mark.timeout(240)
+def test_it_has_manage_talk_to_the_run_folders_services_whatever_the_shell_points_at(tmp_path: Path) -> None:
+    run = tmp_path / "ran-once"
+    run.mkdir()
+    # What ./dev run leaves behind when it ran on the embedded services: no DATABASE_URL / REDIS_URL in env.
+    (run / "env").write_text("export XMC_SECRET_KEY=kept-by-the-run\n")
+    env = _fresh_machine_env(run)
+    env.update(DATABASE_URL="postgres://postgres@127.0.0.1:1/elsewhere", REDIS_URL="redis://127.0.0.1:1/0")
+    try:
+        done = subprocess.run(["./dev", "manage", "shell", "-c",
+                               "from django.conf import settings; print(settings.REDIS_URL, settings.SECRET_KEY)"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=200, check=False)
+        assert done.returncode == 0, done.stderr
+        port = (run / "redis" / "port").read_text().strip()
+        assert done.stdout.strip().splitlines()[-1] == f"redis://127.0.0.1:{port}/0 kept-by-the-run"
+    finally:
+        _devservices("stop-redis", str(run / "redis"))
+        _devservices("stop-postgres", str(run / "pg"))
+
+
 def _run_all(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("XMC_RUN_DIR", str(run_dir))
     spec = importlib.util.spec_from_file_location("run_all_under_test", ROOT / "scripts" / "run_all.py")
