@@ -31,6 +31,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from artifacts import wire as artifact_wire
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
@@ -196,7 +197,7 @@ def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[
         "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
         "filter": filter_text, "rollup": present.rollup(counts), "units": sum(int(v) for v in counts.values()),
         "can_write": role >= Role.WRITER, "links": present.links(exp["urls"]),
-        "artifacts": [{**a, "href": present.safe_url((a["url"] or {}).get("url")),
+        "artifacts": [{**a, "href": present.safe_url(artifact_wire.served_url(a["url"] or {}).get("url")),
                        "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"}
                       for a in reads.artifacts(xid)],
         "duration": present.duration(exp["create_time"], exp["complete_time"] or now),
@@ -311,7 +312,7 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
         "state": state, "words": present.words(state), "messages": messages,
         "args": present.job_args(unit["executable"]), "env": present.job_env(unit["executable"]),
         "queue": present.queue_name(unit["executable"]), "links": present.links(unit["urls"]),
-        "artifacts": [{**a, "href": present.safe_url((a["url"] or {}).get("url")),
+        "artifacts": [{**a, "href": present.safe_url(artifact_wire.served_url(a["url"] or {}).get("url")),
                        "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"}
                       for a in reads.artifacts(xid, wid)],
         "can_write": role >= Role.WRITER, "stoppable": state not in present.TERMINAL and state != "STOPPING",
