@@ -43,6 +43,9 @@ def test_logs_prints_the_pod_output_and_follows_new_lines(xmc: Xmc, system: Syst
     assert len(tail) == 1 and tail[0]["replica"] == "main-0" and tail[0]["source"] == "cluster"
     assert tail[0]["text"].startswith("step ") and tail[0]["timestamp"].endswith("Z")
     assert xmc("logs", f"{xid}/1", "--since", "1d", "--timestamps", token=alice).ok().stdout.startswith("20")
+    # An answer without a line is never silent.
+    none = xmc("logs", f"{xid}/1", "--tail", "0", token=alice).ok()
+    assert none.stdout == "" and f"No log lines for execution 1 of work unit {xid}/1 in this window" in none.stderr
 
     # -f: the command keeps reading and prints a line the pod writes after it started.
     follow = xmc.popen("logs", f"{xid}/1", "-f", "--tail", "0", token=alice)
