@@ -187,3 +187,27 @@ def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_t
                 proc.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
+
+
+@pytest.mark.timeout(600)
+def test_it_runs_dev_test_in_two_checkouts_at_once_each_on_its_own_services(tmp_path: Path) -> None:
+    # Two checkouts' ./dev test: two test run folders, the same first-choice Redis port (6391 on a real machine).
+    envs = []
+    port = str(_free_port())
+    for name in ("a", "b"):
+        env = _fresh_machine_env(tmp_path / name)
+        env["XMC_TEST_RUN_DIR"] = str(tmp_path / name / "test")
+        env["XMC_TEST_REDIS_PORT"] = port
+        envs.append(env)
+    argv = ["./dev", "test", "tests/api/auth/test_login_throttle.py", "-q", "-p", "no:cacheprovider"]
+    try:
+        procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for env in envs]
+        outs = [proc.communicate(timeout=540)[0] for proc in procs]
+        assert [proc.returncode for proc in procs] == [0, 0], outs
+        ports = [(tmp_path / name / "test" / "redis" / "port").read_text().strip() for name in ("a", "b")]
+        assert ports[0] != ports[1] and port in ports
+    finally:
+        for name in ("a", "b"):
+            _devservices("stop-redis", str(tmp_path / name / "test" / "redis"))
+            _devservices("stop-postgres", str(tmp_path / name / "test" / "pg"))
