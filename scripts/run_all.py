@@ -173,7 +173,8 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
         # The MachineLearningRun API emulator stands in for the real service locally.
         mlrun_port = stable_port("mlrun", "XMC_MLRUN_EMULATOR_PORT", 8790)
         procs.append(Process(
-            "mlrun", [sys.executable, "-m", "simulators.mlrun", "--port", str(mlrun_port)],
+            "mlrun", [sys.executable, "-m", "simulators.mlrun", "--port", str(mlrun_port),
+                      "--state-file", str(RUN / "mlrun.json")],
             url=f"http://127.0.0.1:{mlrun_port} (MachineLearningRun emulator; /emulator/runs lists the runs)",
             ready_url=f"http://127.0.0.1:{mlrun_port}/emulator/runs",
         ))
