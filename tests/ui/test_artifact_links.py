@@ -47,3 +47,30 @@ def test_it_keeps_a_link_into_the_site_relative_and_serves_it_from_the_current_o
     page = pages.signed_in("alice", client).get(f"/experiments/{exp.id}/workUnits/1").content.decode()
     assert f'href="http://127.0.0.1:8123/experiments/{exp.id}/workUnits/1?tab=logs"' in page
     assert "127.0.0.1:8000" not in page
+
+
+def test_it_opens_a_code_source_and_sends_the_xprof_chip_to_the_profile(settings: Any, client: Client) -> None:
+    settings.XMC_PUBLIC_URL = "http://127.0.0.1:8000"
+    settings.XMC_MLRUN_PROJECT, settings.XMC_MLRUN_LOCATION = "proj", "us-central1"
+    exp = factories.experiment(creator="alice@example.com")
+    factories.work_unit(exp, wid=1)
+    unit_page = f"http://127.0.0.1:8000/experiments/{exp.id}/workUnits/1"  # the client's default link
+    code = artifact_services.create_artifact(exp.id, 1, pb.artifact.Artifact(
+        url=pb.url.Url(url=unit_page, display_name="launch.py"),
+        payload=pb.artifact.ArtifactPayload(code_source=pb.artifact.CodeSourceArtifact(
+            title="launch.py", code_block="import xm\nprint('<b>hi</b>')\n"))))
+    profile = artifact_services.create_artifact(exp.id, 1, pb.artifact.Artifact(
+        url=pb.url.Url(url=unit_page, display_name="profile"),
+        payload=pb.artifact.ArtifactPayload(managed_xprof=pb.artifact.ManagedXprofArtifact(display_name="profile"))))
+    alice = pages.signed_in("alice", client)
+    page = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert f'href="/experiments/{exp.id}/artifacts/{code.id}"' in page
+    xprof_href = "https://console.cloud.google.com/kubernetes/aiml/run/us-central1/"
+    assert f'href="{xprof_href}xmc-{exp.id}-1-1?project=proj"' in page  # not the unit's own page
+    opened = alice.get(f"/experiments/{exp.id}/artifacts/{code.id}")
+    assert opened.status_code == 200
+    body = opened.content.decode()
+    assert "import xm\nprint(&#x27;&lt;b&gt;hi&lt;/b&gt;&#x27;)" in body and "launch.py" in body
+    # Someone else's artifact reads as a missing one.
+    assert pages.signed_in("bob").get(f"/experiments/{exp.id}/artifacts/{code.id}").status_code == 404
+    assert alice.get(f"/experiments/{exp.id}/artifacts/{profile.id + 100}").status_code == 404
