@@ -139,3 +139,13 @@ def test_logs_previous_without_a_restart_says_so_and_follow_restarts_goes_on_to_
     assert follow.returncode == 0, (out, err)
     assert out.count("hello from a pod") == 2, (out, err)
     assert f"{xid}/1 restarted: following execution 2." in err, err
+
+
+def test_logs_follow_with_tail_0_prints_only_what_comes_after_to_the_last_line(
+        xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    xid = rest.experiment(system.api, alice, "tail 0", [rest.work_unit("pull=1s;print=written before;run=6s;exit=0")])
+    _wait_running(xmc, xid, alice)
+    run = xmc("logs", f"{xid}/1", "-f", "--tail", "0", token=alice, timeout=120).ok()
+    assert "written before" not in run.stdout, run.stdout
+    assert run.stdout.splitlines()[-1:] == ["[sim] main: exiting with code 0"], run.stdout

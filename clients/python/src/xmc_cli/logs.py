@@ -248,9 +248,11 @@ def _follow_execution(ctx: Any, args: argparse.Namespace, xid: int, wid: int, ei
     # The followed stream ends when the container stops, and may end before its last lines were
     # sent: read once more, from the newest line printed, and print what is new.
     for replica in [served, *others]:
-        catch_up = argparse.Namespace(**{**vars(args), "follow": False, "tail": None, "since": None})
-        params = _query(catch_up, replica)
         since = seen.since(replica)
+        # From the newest line printed; with none printed, the window asked for (--tail 0 stays empty).
+        catch_up = argparse.Namespace(**{**vars(args), "follow": False,
+                                         **({"tail": None, "since": None} if since else {})})
+        params = _query(catch_up, replica)
         if since:
             params["sinceTime"] = since
         try:
