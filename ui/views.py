@@ -31,6 +31,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from artifacts import wire as artifact_wire
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
@@ -179,6 +180,46 @@ def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dic
     }
 
 
+def _artifact_chips(xid: int, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each artifact as a chip and what it opens.
+
+    A managed xprof artifact opens its profile (the xprof URL the API returns),
+    not its own link, which the client sets to the work unit's page; a code
+    source opens the code (`artifact`); anything else its link, if http(s).
+    """
+    chips = []
+    for a in rows:
+        own = present.safe_url(artifact_wire.served_url(a["url"] or {}).get("url"))
+        if a["payload_kind"] == "managed_xprof":
+            href = present.safe_url(a["xprof_url"]) or own
+        elif a["payload_kind"] == "code_source":
+            href = reverse("ui-artifact", args=[xid, a["id"]])
+        else:
+            href = own
+        chips.append({**a, "href": href,
+                      "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"})
+    return chips
+
+
+@require_GET
+@signed_in
+def artifact(request: HttpRequest, identity: Identity, xid: str, aid: str) -> HttpResponse:
+    """One artifact's content (a code source's code, a text), for readers of its experiment."""
+    x, a = _ids(xid, aid)
+    reads.role(identity, x)  # the read check first: someone else's artifact is the 404 of a missing one
+    row = reads.artifact(x, a)
+    payload = row.payload or {}
+    code = payload.get("codeSource") or {}
+    context = {
+        "xid": x, "wid": row.work_unit.wid if row.work_unit else None, "artifact": row,
+        "label": (row.url or {}).get("displayName") or code.get("title") or row.notes or f"artifact {row.id}",
+        "code": str(code.get("codeBlock") or ""), "code_title": str(code.get("title") or ""),
+        "text": str((payload.get("text") or {}).get("text") or "") if isinstance(payload.get("text"), dict) else "",
+        "other": "" if code or payload.get("text") else present.pretty_json(payload),
+    }
+    return render(request, "ui/artifact.html", context)
+
+
 def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[str, Any]:
     role, exp = reads.role(identity, xid)
     error = ""
@@ -196,9 +237,7 @@ def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[
         "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
         "filter": filter_text, "rollup": present.rollup(counts), "units": sum(int(v) for v in counts.values()),
         "can_write": role >= Role.WRITER, "links": present.links(exp["urls"]),
-        "artifacts": [{**a, "href": present.safe_url((a["url"] or {}).get("url")),
-                       "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"}
-                      for a in reads.artifacts(xid)],
+        "artifacts": _artifact_chips(xid, reads.artifacts(xid)),
         "duration": present.duration(exp["create_time"], exp["complete_time"] or now),
         "events_url": f"{reverse('ui-experiment-events', args=[xid])}?{urlencode({'since': live.top_id()})}",
         # "Notify me", or a link to the caller's subscription to this experiment when there is one.
@@ -311,9 +350,7 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
         "state": state, "words": present.words(state), "messages": messages,
         "args": present.job_args(unit["executable"]), "env": present.job_env(unit["executable"]),
         "queue": present.queue_name(unit["executable"]), "links": present.links(unit["urls"]),
-        "artifacts": [{**a, "href": present.safe_url((a["url"] or {}).get("url")),
-                       "label": (a["url"] or {}).get("displayName") or a["notes"] or f"artifact {a['id']}"}
-                      for a in reads.artifacts(xid, wid)],
+        "artifacts": _artifact_chips(xid, reads.artifacts(xid, wid)),
         "can_write": role >= Role.WRITER, "stoppable": state not in present.TERMINAL and state != "STOPPING",
         "executable": present.pretty_json(unit["executable"]),
         "events_url": f"{reverse('ui-experiment-events', args=[xid])}?"

@@ -12,8 +12,9 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -210,16 +211,21 @@ class PausedTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("task_type", "resolution_status", "skip_reason")
 
 
+def _requeue(dead: DeadLetter) -> None:
+    """Send a dead letter's work again (through the service); ServiceError says why not."""
+    if dead.message_id is not None:  # a lifecycle event or resumption run (workunits.delivery)
+        delivery.requeue_message(dead.message_id)
+        DeadLetter.objects.filter(id=dead.id).update(requeued_time=timezone.now())
+    else:
+        services.requeue_dead_letter(dead.id)
+
+
 @admin.action(description="Re-queue the operations of selected dead letters")
 def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
     done, failed = 0, []
     for dead in queryset.order_by("id"):
         try:
-            if dead.message_id is not None:  # a lifecycle event or resumption run (workunits.delivery)
-                delivery.requeue_message(dead.message_id)
-                DeadLetter.objects.filter(id=dead.id).update(requeued_time=timezone.now())
-            else:
-                services.requeue_dead_letter(dead.id)
+            _requeue(dead)
             done += 1
         except ServiceError as exc:
             failed.append(f"dead letter {dead.id}: {exc.message}")
@@ -247,6 +253,27 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                        "created_time", "requeued_time", "task")
     exclude = ("payload",)
     actions = [requeue_dead_letters]
+    #: The record's own page has a Re-queue button too (templates/admin/workunits/deadletter/change_form.html).
+    change_form_template = "admin/workunits/deadletter/change_form.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        mine = [path("<path:object_id>/requeue/", self.admin_site.admin_view(self.requeue_view),
+                     name="workunits_deadletter_requeue")]
+        return mine + super().get_urls()
+
+    def requeue_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST from the Re-queue button: the same service call as the list's action, back to the page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        dead = self.get_object(request, object_id)
+        if dead is None or not self.has_view_permission(request, dead):
+            raise Http404("no such dead letter")
+        try:
+            _requeue(dead)
+            self.message_user(request, f"Re-queued dead letter {dead.id}.", messages.SUCCESS)
+        except ServiceError as exc:
+            self.message_user(request, f"dead letter {dead.id}: {exc.message}", messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:workunits_deadletter_change", args=[dead.id]))
 
     @admin.display(description="task (decoded)")
     def task(self, obj: DeadLetter) -> str:

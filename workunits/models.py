@@ -251,6 +251,7 @@ class SchedulingSwitch(models.Model):
 
     class Meta:
         constraints = [models.CheckConstraint(condition=models.Q(id=1), name="scheduling_switch_singleton")]
+        verbose_name_plural = "scheduling switches"  # not Django's "switchs"
 
     def __str__(self) -> str:
         return "paused" if self.paused else "running"

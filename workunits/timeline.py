@@ -44,12 +44,20 @@ class Segment:
 
 
 def segments(history: Sequence[tuple[datetime, str]], end: datetime) -> list[Segment]:
-    """Bands from ``(time, to_state)`` rows in time order; the last lasts until ``end``."""
+    """Bands from ``(time, to_state)`` rows in time order; the last lasts until ``end``.
+
+    A row that keeps the state (a status update within it: new scheduling
+    information, a message) extends the band instead of starting one: one
+    band per state the execution was in, not per update.
+    """
     rows = sorted(history, key=lambda row: row[0])
-    out = []
+    out: list[Segment] = []
     for i, (start, state) in enumerate(rows):
         stop = rows[i + 1][0] if i + 1 < len(rows) else max(end, start)
-        out.append(Segment(state, start, stop))
+        if out and out[-1].state == state:
+            out[-1] = Segment(state, out[-1].start, stop)
+        else:
+            out.append(Segment(state, start, stop))
     return out
 
 

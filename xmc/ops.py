@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
@@ -199,3 +200,14 @@ def readyz(request: HttpRequest) -> JsonResponse:
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text exposition of this process (or of all workers in multiprocess mode)."""
     return HttpResponse(generate_latest(metrics_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+_FAVICON = Path(__file__).parent / "static" / "xmc" / "favicon.svg"
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``: the site's icon (the one the pages link as ``xmc/favicon.svg``), asked for by every browser."""
+    response = HttpResponse(_FAVICON.read_bytes(), content_type="image/svg+xml")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response

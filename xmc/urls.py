@@ -12,6 +12,7 @@ urlpatterns = [
     path("healthz", ops.healthz, name="healthz"),
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics, name="metrics"),
+    path("favicon.ico", ops.favicon, name="favicon"),
     path("api/cli/", include("xmc.auth.urls")),
     path("", include("xmc.api.rest_urls")),
     # The researcher's pages (ui), registered from its AppConfig.ready(): /experiments, /login.

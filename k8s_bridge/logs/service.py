@@ -76,6 +76,9 @@ class LogStream:
     note: str = ""
     console_url: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    #: no container of the replica has started yet (no pod, or its container waiting to start): a
+    #: follower asks again rather than ending
+    waiting: bool = False
 
 
 def _ts(stamp: str) -> str:
@@ -135,7 +138,7 @@ def open_logs(xid: int, wid: int, eid: int, namespace: str, query: LogQuery) -> 
         return _all_replicas(xid, wid, eid, namespace, query, live, rows, replicas)
     if not replicas:
         return LogStream("none", [], "", "", "", [], iter(()), namespace,
-                         note="no pod of this execution has started yet, and nothing is archived")
+                         note="no pod of this execution has started yet, and nothing is archived", waiting=True)
     replica = query.replica or replicas[0]
     if replica not in replicas:
         raise NotFound(f"replica {replica!r} not found; this execution has {', '.join(replicas)}", field="replica")
@@ -179,9 +182,14 @@ def _live(xid: int, wid: int, eid: int, pod: podlogs.PodRef, query: LogQuery,
                 if archived:
                     return None
                 raise FailedPrecondition(f"{pod.replica}: {message}", field="previous") from None
-            # Waiting to start (image pull, creating): nothing to read yet, and that is the answer.
+            # Waiting to start: the pod cannot serve this execution's log. When the archive holds
+            # the replica's log -- the pod was restored (a restarted cluster, its containers not
+            # started in this cluster life) or stands in again for one that ran -- the archive wins.
+            if any(r.replica == pod.replica for r in rows):
+                return None
+            # Otherwise (image pull, creating) there is nothing to read yet, and that is the answer.
             return LogStream("cluster", [], pod.replica, pod.name, container, list(pod.containers), iter(()),
-                             pod.namespace, note=message,
+                             pod.namespace, note=message, waiting=True,
                              console_url=console_url(pod.namespace, pod.name, container, xid, wid, eid))
         raise Unavailable(f"the cluster did not answer: {exc.status} {exc.reason}") from None
     except Exception as exc:  # noqa: BLE001 - unreachable: 503, never 500
@@ -258,6 +266,7 @@ def _all_replicas(xid: int, wid: int, eid: int, namespace: str, query: LogQuery,
         raise InvalidArgument("follow needs one replica (replica=all reads what is there)", field="follow")
     streams: list[list[LogLine]] = []
     sources: set[str] = set()
+    skipped: list[str] = []
     for replica in replicas:
         sub = LogQuery(replica=replica, container=query.container, previous=query.previous,
                        tail_lines=query.tail_lines, since=query.since)
@@ -268,10 +277,14 @@ def _all_replicas(xid: int, wid: int, eid: int, namespace: str, query: LogQuery,
                 if not any(r.replica == replica for r in rows):
                     continue
                 got = _archived(xid, wid, eid, namespace, replica, sub, rows)
-        except (NotFound, FailedPrecondition):
+        except (NotFound, FailedPrecondition) as exc:
+            skipped.append(str(exc))
             continue  # this replica has no such container / instance
         sources.add(got.source)
         streams.append(list(got.lines))
     merged = heapq.merge(*streams, key=lambda ln: (ln.timestamp, ln.replica))
     source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "none")
-    return LogStream(source, list(replicas), ALL_REPLICAS, "", query.container or "", [], iter(merged), namespace)
+    # With nothing to serve, the answer says why (e.g. no replica has a previous instance).
+    note = "; ".join(skipped)[:400] if not streams else ""
+    return LogStream(source, list(replicas), ALL_REPLICAS, "", query.container or "", [], iter(merged), namespace,
+                     note=note)

@@ -33,7 +33,8 @@ Response headers say what was chosen: ``X-XMC-Log-Source`` (``cluster`` or
 ``X-XMC-Log-Replicas`` (all of them, comma-separated), ``X-XMC-Log-Pod``,
 ``X-XMC-Log-Container``, ``X-XMC-Log-Containers``, ``X-XMC-Log-Archived-At``,
 ``X-XMC-Log-Truncated``, ``X-XMC-Log-Note`` (why there are no lines, e.g.
-still pulling the image) and ``X-XMC-Logs-Console-URL`` (the cluster's log
+still pulling the image), ``X-XMC-Log-Waiting`` (``true``: no container has
+started yet, so a follower asks again) and ``X-XMC-Logs-Console-URL`` (the cluster's log
 explorer, from ``XMC_LOGS_CONSOLE_URL_TEMPLATE``).
 """
 from __future__ import annotations
@@ -200,6 +201,8 @@ def headers(stream: LogStream) -> dict[str, str]:
         out["X-XMC-Log-Note"] = stream.note.encode("ascii", "replace").decode()[:500]
     if stream.console_url:
         out["X-XMC-Logs-Console-URL"] = stream.console_url
+    if stream.waiting:
+        out["X-XMC-Log-Waiting"] = "true"
     return {k: v for k, v in out.items() if v != ""}
 
 
@@ -301,7 +304,7 @@ def openapi_paths() -> dict[str, Any]:
     error = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     header_names = ["X-XMC-Log-Source", "X-XMC-Log-Replica", "X-XMC-Log-Replicas", "X-XMC-Log-Pod",
                     "X-XMC-Log-Container", "X-XMC-Log-Containers", "X-XMC-Log-Archived-At", "X-XMC-Log-Truncated",
-                    "X-XMC-Log-Note", "X-XMC-Logs-Console-URL"]
+                    "X-XMC-Log-Note", "X-XMC-Log-Waiting", "X-XMC-Logs-Console-URL"]
     return {"/v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs": {"get": {
         "operationId": "GetExecutionLogs",
         "x-path-template": "/v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs",

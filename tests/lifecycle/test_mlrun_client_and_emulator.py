@@ -117,6 +117,42 @@ def test_it_serves_the_emulator_command_and_stops_on_sigterm() -> None:
             proc.wait()
 
 
+def test_it_keeps_the_emulators_runs_across_a_restart_of_the_command(tmp_path: Path) -> None:
+    """``./dev run`` restarted: the MachineLearningRuns it made are still there (``--state-file``)."""
+    state = tmp_path / "mlrun.json"
+
+    def serve() -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen([sys.executable, "-m", "simulators.mlrun", "--port", "0", "--state-file", str(state)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        assert proc.stdout is not None
+        match = re.search(r"serving (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
+        assert match
+        return proc, match.group(1)
+
+    proc, url = serve()
+    try:
+        client = MLRunClient("p", "us-central1", endpoint=url, credentials=StaticToken("t"))
+        created = client.create("run-kept", RUN)
+        client.create("run-gone", RUN)
+        client.delete("run-gone")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    proc, url = serve()
+    try:
+        client = MLRunClient("p", "us-central1", endpoint=url, credentials=StaticToken("t"))
+        again = client.get("run-kept")
+        assert (again["etag"], again["createTime"], again["state"]) == (
+            created["etag"], created["createTime"], "STATE_ACTIVE")
+        with pytest.raises(MLRunError) as caught:
+            client.get("run-gone")
+        assert caught.value.not_found
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
 def test_it_refuses_to_start_a_worker_with_the_flag_on_and_no_project() -> None:
     env = {**os.environ, "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "", "XMC_MLRUN_LOCATION": ""}
     started = time.monotonic()

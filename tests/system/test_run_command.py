@@ -101,7 +101,7 @@ def test_it_leaves_alone_the_services_it_found_running(tmp_path: Path) -> None:
                                capture_output=True, text=True, timeout=60)
         assert again.stdout.split()[-1] == "reused"
     finally:
-        subprocess.run(script + ["stop-redis", port], cwd=ROOT, env=env, timeout=60)
+        subprocess.run(script + ["stop-redis", str(tmp_path / "redis")], cwd=ROOT, env=env, timeout=60)
         subprocess.run(script + ["stop-postgres", str(tmp_path / "pg")], cwd=ROOT, env=env, timeout=60)
     assert not _redis_answers(int(port))
 

@@ -7,6 +7,8 @@ subscription to the open stream.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import threading
 import time
 from collections.abc import Iterator
@@ -189,6 +191,42 @@ def test_the_logs_follow_stream_sends_only_lines_after_the_page_as_escaped_html_
             "2026-12-02T10:00:02.000000Z </span>step 2 &lt;b&gt;<mark>loss</mark>&lt;/b&gt; 0.5\ndata: </span>\n\n") in out
     assert out.endswith("event: end\ndata: {}\n\n")
 
+
+
+def test_the_follow_keeps_the_last_line_when_the_stream_closes_before_sending_it() -> None:
+    """The cluster's followed stream may close as the container stops, before its last line went out:
+    the log is read once more from the newest line sent, and only what is new reaches the page."""
+    import asyncio
+    import threading
+
+    from k8s_bridge.logs import views as log_views
+    from k8s_bridge.logs.service import LogLine
+    from ui import logfollow
+
+    def line(ts: str, text: str) -> LogLine:
+        return LogLine("main-0", "pod", "main", ts, text, "cluster")
+
+    # The last line and the exit line share the time of the last progress line, as the simulator's do.
+    one, two, last = (line("2026-12-02T10:00:01.000000Z", "step 1"), line("2026-12-02T10:00:02.000000Z", "step 2"),
+                      line("2026-12-02T10:00:02.000000Z", "the last line"))
+    asked: list[str] = []
+
+    def catch_up(after: str) -> Any:
+        asked.append(after)
+        return iter([two, last])  # sinceTime is inclusive: the newest line sent comes again
+
+    async def frames() -> list[bytes]:
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        stop = threading.Event()
+        assert log_views._follows().acquire(blocking=False)  # the slot the pump gives back
+        threading.Thread(target=logfollow._pump, args=(iter([one, two]), asyncio.get_running_loop(), queue, stop,
+                                                       catch_up), daemon=True).start()
+        return [frame async for frame in logfollow._frames(queue, stop, "", False, "")]
+
+    out = b"".join(asyncio.run(frames())).decode()
+    assert asked == ["2026-12-02T10:00:02.000000Z"]
+    assert out.count("step 2") == 1 and "the last line" in out
+    assert out.index("the last line") < out.index("event: end")
 
 
 def test_a_followed_line_with_a_carriage_return_cannot_break_the_event_framing() -> None:

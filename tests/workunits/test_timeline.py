@@ -17,6 +17,13 @@ def test_it_makes_one_band_per_history_row_lasting_until_the_next() -> None:
         ("INITIALIZING", 30), ("SCHEDULING", 60), ("RUNNING", 60)]
 
 
+
+def test_it_draws_status_updates_within_a_state_as_one_band() -> None:
+    rows = [(T0, "SCHEDULING"), (T0 + timedelta(seconds=10), "SCHEDULING"), (T0 + timedelta(seconds=20), "SCHEDULING"),
+            (T0 + timedelta(seconds=30), "RUNNING"), (T0 + timedelta(seconds=35), "RUNNING")]
+    bands = timeline.segments(rows, end=T0 + timedelta(seconds=60))
+    assert [(b.state, b.duration.total_seconds()) for b in bands] == [("SCHEDULING", 30), ("RUNNING", 30)]
+
 def test_it_draws_widths_in_proportion_and_caps_a_terminal_state() -> None:
     rows = [(T0, "SCHEDULING"), (T0 + timedelta(seconds=10), "RUNNING"), (T0 + timedelta(seconds=40), "FAILED")]
     svg = ElementTree.fromstring(timeline.svg(timeline.segments(rows, T0 + timedelta(seconds=40)), title="t"))

@@ -86,3 +86,15 @@ def test_it_counts_rest_calls_per_rpc_and_code_and_times_them(world: World, alic
     assert ('xmc_rpc_requests_total{code="OK",method="GetExperiment",'
             f'service="{ESS}",transport="rest"}}') in text
     assert "xmc_rpc_duration_seconds_bucket{" in text
+
+
+
+def test_it_serves_the_favicon_browsers_ask_every_page_for(client: Any, settings: Any) -> None:
+    settings.ROOT_URLCONF = "xmc.urls"  # the whole site, not the API's URLconf of these tests
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/svg+xml"
+    assert response.content.startswith(b"<svg")
+    # The pages link the same icon, so no browser asks a 404 for it.
+    for page in ("/login", "/api/cli/signin"):
+        assert b'rel="icon" href="/static/xmc/favicon.svg"' in client.get(page).content, page

@@ -61,3 +61,33 @@ def test_it_refuses_to_requeue_a_dead_letter_without_an_operation(operator: Clie
                              {"action": "requeue_dead_letters", "_selected_action": [dead.id]}, follow=True)
     assert "no operation to send again" in response.content.decode()
     assert operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").status_code == 200
+
+
+def test_it_requeues_a_dead_letter_from_its_own_page(operator: Client, cluster: Any, delivered: list[list[int]],
+                                                    django_capture_on_commit_callbacks: Any) -> None:
+    create, dead = _dead_create(cluster)
+    page = operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").content.decode()
+    action = f"/admin/workunits/deadletter/{dead.id}/requeue/"
+    assert f'action="{action}"' in page and ">Re-queue</button>" in page
+    assert operator.get(action).status_code == 405  # a button, not a link: nothing is sent by a GET
+    with django_capture_on_commit_callbacks(execute=True):
+        back = operator.post(action, follow=True)
+    assert back.redirect_chain[-1][0] == f"/admin/workunits/deadletter/{dead.id}/change/"
+    assert f"Re-queued dead letter {dead.id}." in back.content.decode()
+    assert delivered[-1] == [create]
+    assert not Operation.objects.get(id=create).done
+    assert ">Re-queue again</button>" in back.content.decode()
+
+
+def test_it_says_why_a_dead_letter_cannot_be_requeued_on_its_own_page(operator: Client) -> None:
+    dead = services.record_dead_letter(task_name="xmc.actuator.create", task_type="CREATE", payload=b"junk",
+                                       operation_id=None, error_code="INVALID_ARGUMENT", error_message="bad",
+                                       attempts=1)
+    back = operator.post(f"/admin/workunits/deadletter/{dead.id}/requeue/", follow=True)
+    assert back.status_code == 200 and "no operation to send again" in back.content.decode()
+    assert operator.post("/admin/workunits/deadletter/999999/requeue/").status_code == 404
+
+
+def test_it_names_the_scheduling_switches_in_english(operator: Client) -> None:
+    index = operator.get("/admin/").content.decode()
+    assert "Scheduling switches" in index and "switchs" not in index

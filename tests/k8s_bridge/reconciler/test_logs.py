@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import urllib3
 from django.test import Client
+from django.utils import timezone
 
 from k8s_bridge import client
 from k8s_bridge.logs import archive as logarchive
@@ -375,3 +376,29 @@ def test_a_cluster_out_of_reach_is_503_and_a_pod_not_started_says_why(cluster: C
     client.reset()
     unreachable = get(url(wu))
     assert unreachable.status_code == 503 and unreachable.json()["error"]["status"] == "UNAVAILABLE"
+
+
+def test_the_archive_wins_when_the_pod_cannot_serve_the_executions_log(
+        cluster: Cluster, logs_reconciler, archive_url: str) -> None:
+    # As after a restart of the simulator: the execution's pod is there again but its container has
+    # not started in this cluster life ("waiting to start"), and its log was archived before.
+    logs_reconciler()
+    wu = factories.work_unit(factories.experiment())
+    cluster.create_jobset(wu, script="pull=fail:ImagePullBackOff")
+
+    def waiting() -> Any:
+        response = get(url(wu))
+        return response if response.status_code == 200 and response.get("X-XMC-Log-Note") else None
+
+    assert "waiting to start" in eventually(waiting, timeout=60, what="a pod waiting to start")["X-XMC-Log-Note"]
+    wu.refresh_from_db()
+    inst = logarchive.Instance(wu.experiment_id, wu.wid, wu.current_eid, "default", "xmc-restored-main-0", "uid-0",
+                               "main", 0, "main-0", previous=False, finished=True, exit_code=0, reason="Completed")
+    written = logarchive.write_object(archive_url, inst, b"2026-12-01T10:00:00.000000Z step 1\n"
+                                                         b"2026-12-01T10:00:01.000000Z the last line\n")
+    PodLogArchive.objects.create(xid=inst.xid, wid=inst.wid, eid=inst.eid, namespace="default",
+                                 pod_name=inst.pod_name, pod_uid=inst.pod_uid, container="main", replica="main-0",
+                                 status=PodLogArchive.Status.ARCHIVED, url=written, archived_at=timezone.now())
+    served = get(url(wu))
+    assert served.status_code == 200 and served["X-XMC-Log-Source"] == "archive"
+    assert body(served) == "step 1\nthe last line\n"

@@ -104,3 +104,40 @@ def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, pag
         page.click("a:has-text('Download')")
     body = open(download.value.path()).read()
     assert "hello <b>from</b> main" in body and "step 1 loss " in body
+
+
+def _open_unit(system: System, page: Any, script: str, state: str) -> int:  # noqa: F811
+    token = system.exports["XMC_AUTH_TOKEN"]
+    xid = rest.experiment(system.api, token, "panel", [rest.work_unit(script)])
+
+    def reached() -> bool:
+        unit = rest.call(system.api, token, "GET", f"/v1/experiments/{xid}/workUnits/1")
+        return (unit.get("currentWorkUnitExecution") or {}).get("status", {}).get("state") == state
+
+    waiting.eventually(reached, 120, f"the unit {state}", interval=0.5)
+    page.goto(f"{system.exports['XMANAGER_UI_URL']}/experiments/{xid}/workUnits/1")
+    page.wait_for_selector("#logtext")
+    return xid
+
+
+def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: Any) -> None:  # noqa: F811
+    chatty = ";".join(f"print=line {n:03d}" for n in range(80)) + ";log=every:1s:step {n};run=600s;exit=0"
+    _open_unit(system, page, chatty, "RUNNING")
+    waiting.eventually(lambda: "line 079" in (page.reload() and page.wait_for_selector("#logtext") and
+                                              page.inner_text("#logtext")), 60, "the printed lines", interval=1.0)
+    page.wait_for_timeout(300)
+    at = page.evaluate("(() => { const p = document.getElementById('logtext');"
+                       " return [p.scrollTop + p.clientHeight, p.scrollHeight, p.clientHeight]; })()")
+    assert at[1] > at[2] * 1.5, at  # the log is longer than the panel ...
+    assert at[0] >= at[1] - 2, at  # ... and the panel shows its end
+
+
+def test_it_follows_a_container_to_its_last_line(system: System, page: Any) -> None:  # noqa: F811
+    _open_unit(system, page, "pull=1s;log=every:1s:step {n};run=6s;exit=0;stderr=the very last line", "RUNNING")
+    page.check("input[name=follow]")
+    page.wait_for_selector("#logtext[data-follow]")
+    page.wait_for_selector("#logtext[data-follow-ended]", timeout=30000)
+    shown = page.inner_text("#logtext").splitlines()
+    # The last lines share the time of the last progress line: each of them is kept, none twice.
+    assert shown[-2:] == ["the very last line", "[sim] main: exiting with code 0"], shown
+    assert len(shown) == len(set(shown)), shown

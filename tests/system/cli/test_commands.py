@@ -198,6 +198,10 @@ def test_stop_and_restart_wait_for_the_operations_and_report_each_unit(xmc: Xmc,
     one = xmc("stop", f"{xid}/1", token=alice, timeout=120).ok()
     assert f"{xid}/1" in one.stdout and "✓ stopped" in one.stdout
     wait_states(xmc, xid, alice, lambda s: s[1] == "STOPPED", "unit 1 stopped")
+    # Stopping it again is what the user wanted already: said plainly, not a red failure, exit 0.
+    again = xmc("stop", f"{xid}/1", token=alice, timeout=120).ok()
+    assert "already stopped" in again.stdout and "failed" not in again.stdout, again.stdout
+    assert xmc("stop", f"{xid}/1", "--json", token=alice).ok().json["results"][0]["result"] == "already"
 
     restarted = xmc("restart", f"{xid}/1", "--json", token=alice, timeout=120).ok().json
     assert restarted["verb"] == "restart"

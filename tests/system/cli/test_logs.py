@@ -43,6 +43,9 @@ def test_logs_prints_the_pod_output_and_follows_new_lines(xmc: Xmc, system: Syst
     assert len(tail) == 1 and tail[0]["replica"] == "main-0" and tail[0]["source"] == "cluster"
     assert tail[0]["text"].startswith("step ") and tail[0]["timestamp"].endswith("Z")
     assert xmc("logs", f"{xid}/1", "--since", "1d", "--timestamps", token=alice).ok().stdout.startswith("20")
+    # An answer without a line is never silent.
+    none = xmc("logs", f"{xid}/1", "--tail", "0", token=alice).ok()
+    assert none.stdout == "" and f"No log lines for execution 1 of work unit {xid}/1 in this window" in none.stderr
 
     # -f: the command keeps reading and prints a line the pod writes after it started.
     follow = xmc.popen("logs", f"{xid}/1", "-f", "--tail", "0", token=alice)
@@ -100,3 +103,49 @@ def test_logs_of_several_replicas_are_prefixed_and_a_stopped_units_log_is_read_f
     assert {r["source"] for r in records} == {"archive"} and {r["replica"] for r in records} == {"main-0", "main-1"}
     missing = xmc("logs", f"{xid}/1", "--execution", "2", token=alice)
     assert missing.returncode == 4 and "execution 2 of work unit" in missing.stderr and "not found" in missing.stderr
+
+
+def test_logs_follow_right_after_a_launch_waits_for_the_pod_and_prints_every_line_the_last_included(
+        xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    script = "pull=3s;print=the first line;log=every:1s:step {n};run=4s;exit=0;stderr=the very last line"
+    xid = rest.experiment(system.api, alice, "first minute", [rest.work_unit(script)])
+    run = xmc("logs", f"{xid}/1", "-f", token=alice, timeout=180).ok()
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("[sim] main: started") and lines[1] == "the first line", run.stdout
+    assert lines[-2:] == ["the very last line", "[sim] main: exiting with code 0"], run.stdout
+    steps = [line for line in lines if line.startswith("step ")]
+    assert len(steps) >= 3 and steps == [f"step {n}" for n in range(1, len(steps) + 1)], run.stdout  # none twice
+    # It said what it waited for, on stderr (stdout is the log alone).
+    assert f"Waiting for the first pod of execution 1 of {xid}/1" in run.stderr, run.stderr
+
+
+def test_logs_previous_without_a_restart_says_so_and_follow_restarts_goes_on_to_the_next_execution(
+        xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    xid = rest.experiment(system.api, alice, "restarts", [rest.work_unit("pull=1s;print=hello from a pod;run=8s;exit=0")])
+    follow = xmc.popen("logs", f"{xid}/1", "--follow-restarts", token=alice)
+    try:
+        _wait_running(xmc, xid, alice)
+        previous = xmc("logs", f"{xid}/1", "--previous", token=alice)
+        assert previous.returncode == 4, (previous.stdout, previous.stderr)
+        assert "no previous instance of the container of execution 1" in previous.stderr, previous.stderr
+        xmc("restart", f"{xid}/1", token=alice, timeout=120).ok()
+        out, err = follow.communicate(timeout=180)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, (out, err)
+    assert out.count("hello from a pod") == 2, (out, err)
+    assert f"{xid}/1 restarted: following execution 2." in err, err
+
+
+def test_logs_follow_with_tail_0_prints_only_what_comes_after_to_the_last_line(
+        xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+    alice = tokens[ALICE]
+    xid = rest.experiment(system.api, alice, "tail 0", [rest.work_unit("pull=1s;print=written before;run=6s;exit=0")])
+    _wait_running(xmc, xid, alice)
+    run = xmc("logs", f"{xid}/1", "-f", "--tail", "0", token=alice, timeout=120).ok()
+    assert "written before" not in run.stdout, run.stdout
+    assert run.stdout.splitlines()[-1:] == ["[sim] main: exiting with code 0"], run.stdout

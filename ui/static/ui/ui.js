@@ -97,9 +97,10 @@
 
   // Logs panel: keep a followed log scrolled to the end as lines arrive (ui/logfollow.py pushes
   // them), drop the "no lines yet" placeholder at the first, and say when the stream ended.
+  // A live log (data-end: a running pod's, not "Show older lines") opens at its newest line too.
   function followedLog() { return document.querySelector(".logtext[data-follow]"); }
   document.addEventListener("htmx:afterSettle", function () {
-    var pre = followedLog();
+    var pre = document.querySelector(".logtext[data-follow], .logtext[data-end]");
     if (pre) pre.scrollTop = pre.scrollHeight;
   });
   document.addEventListener("htmx:sseMessage", function (event) {

@@ -34,11 +34,15 @@ class Unit:
     done: bool = False
     error: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    #: stop: the unit had ended before (its final state): nothing to do, and not a failure
+    already: str = ""
 
     @property
     def result(self) -> str:
         if self.error:
             return "failed"
+        if self.already:
+            return "already"
         return "done" if self.done else "pending"
 
 
@@ -90,17 +94,34 @@ def cmd_act(ctx: Any, args: argparse.Namespace) -> int:
         except CliError as exc:
             if exc.status in ("UNAUTHENTICATED",):
                 raise
-            unit.error = exc.message
+            state = _final_state(ctx, unit) if verb == "stop" and exc.status == "FAILED_PRECONDITION" else ""
+            if state:
+                unit.already = state  # stopping what has ended is what the user wanted: done already
+            else:
+                unit.error = exc.message
             continue
         unit.operation = str(operation.get("name") or "")
         unit.detail = operation
         if operation.get("done"):
             unit.done = True
             if operation.get("error"):
-                unit.error = _error_text(operation["error"])
+                state = _final_state(ctx, unit) if verb == "stop" and operation["error"].get("code") == 9 else ""
+                if state:  # 9: FAILED_PRECONDITION, the unit had ended
+                    unit.already = state
+                else:
+                    unit.error = _error_text(operation["error"])
     if not args.no_wait:
         _wait(ctx, units, verb, args.timeout)
     return _report(ctx, units, verb, args)
+
+
+def _final_state(ctx: Any, unit: Unit) -> str:
+    """The unit's state when it has ended (COMPLETED, FAILED, STOPPED), else ""."""
+    try:
+        state = present.state_of(ctx.api.work_unit(unit.xid, unit.wid))
+    except CliError:
+        return ""
+    return state if state in present.TERMINAL else ""
 
 
 def _wait(ctx: Any, units: list[Unit], verb: str, timeout: float) -> None:
@@ -132,7 +153,8 @@ def _report(ctx: Any, units: list[Unit], verb: str, args: argparse.Namespace) ->
     if args.json:
         ctx.json({"verb": verb, "results": [
             {"xid": u.xid, "wid": u.wid, "operation": u.operation or None, "done": u.done,
-             "result": u.result, "error": u.error or None} for u in units]})
+             "result": u.result, "error": u.error or None, **({"state": u.already} if u.already else {})}
+            for u in units]})
         return EXIT_FAILED if failed else EXIT_OK
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     table.add_column("UNIT", no_wrap=True)
@@ -141,10 +163,12 @@ def _report(ctx: Any, units: list[Unit], verb: str, args: argparse.Namespace) ->
     for u in units:
         if u.error:
             result = Text("✗ failed", style="bold red")
+        elif u.already:
+            result = Text(f"– already {u.already.lower()}", style="dim")
         elif u.done:
             result = Text(f"✓ {DONE_WORDS[verb]}", style="green")
         else:
             result = Text("… requested", style="yellow")
-        table.add_row(f"{u.xid}/{u.wid}", result, u.error or u.operation)
+        table.add_row(f"{u.xid}/{u.wid}", result, u.error or ("nothing to stop" if u.already else u.operation))
     ctx.out.print(render.fit(table, ctx.out))
     return EXIT_FAILED if failed else EXIT_OK

@@ -152,50 +152,85 @@ def _note(ctx: Any, headers: httpx.Headers, json_mode: bool) -> None:
         ctx.err.print(f"Full logs: {console}", style="dim", highlight=False)
 
 
-def cmd_logs(ctx: Any, args: argparse.Namespace) -> int:
-    target = parse(args.target, need_wid=True, one_wid=True)
-    xid, wid = target.xid, target.wids[0]
-    if args.follow and args.previous:
-        raise CliError("-f and --previous do not go together: a previous instance has ended")
-    eid = args.execution
-    if eid is None:
-        execution = ctx.api.work_unit(xid, wid).get("currentWorkUnitExecution") or {}
-        eid = present.last_id(execution.get("name", ""))
-        if not eid:
-            raise CliError(f"work unit {xid}/{wid} has no execution yet")
+def _waiting(headers: httpx.Headers) -> bool:
+    """No container of the replica has started yet: a follower asks again instead of ending."""
+    return headers.get("X-XMC-Log-Waiting") == "true" or headers.get("X-XMC-Log-Source") == "none"
+
+
+def _current_eid(ctx: Any, xid: int, wid: int) -> tuple[int, dict[str, Any]]:
+    unit = ctx.api.work_unit(xid, wid)
+    execution = unit.get("currentWorkUnitExecution") or {}
+    return present.last_id(execution.get("name", "")), unit
+
+
+def _say(ctx: Any, args: argparse.Namespace, text: str) -> None:
+    """A line about the command itself (never data): stderr, and not in --json mode's stdout."""
+    ctx.err.print(text, style="dim", highlight=False)
+
+
+class Seen:
+    """What has been printed of each replica, so a catch-up read prints only what came after it."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[str, set[str]]] = {}
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def new(self, record: dict[str, Any]) -> bool:
+        replica, stamp, text = str(record.get("replica") or ""), str(record.get("timestamp") or ""), str(record.get("text", ""))
+        with self.lock:
+            last_stamp, texts = self.last.get(replica, ("", set()))
+            if stamp and stamp < last_stamp:
+                return False
+            if stamp and stamp == last_stamp:
+                if text in texts:
+                    return False
+                texts.add(text)
+            else:
+                self.last[replica] = (stamp, {text})
+            self.count += 1
+            return True
+
+    def since(self, replica: str) -> str | None:
+        with self.lock:
+            stamp = self.last.get(replica, ("", set()))[0]
+        return stamp or None
+
+
+def _follow_execution(ctx: Any, args: argparse.Namespace, xid: int, wid: int, eid: int,
+                      seen: Seen, printer: Printer | None) -> tuple[bool, Printer | None]:
+    """Follow execution ``eid`` to its last line. False when the unit ended before any pod started."""
     what = f"execution {eid} of work unit {xid}/{wid}"
     path = f"/v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs"
-    if not args.follow:
-        stream = Stream(ctx, path, _query(args, args.replica or "all"), what)
-        replicas = [r for r in stream.headers.get("X-XMC-Log-Replicas", "").split(",") if r]
-        printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps,
-                          prefix=not args.replica and len(replicas) > 1)
-        _note(ctx, stream.headers, args.json)
-        for record in stream.records():
-            printer.line(record)
-        return EXIT_OK
     first = Stream(ctx, path, _query(args, args.replica), what)
-    noted = False
-    while first.headers.get("X-XMC-Log-Source") == "none":  # -f before the pod started: wait for it
-        if not noted:
-            _note(ctx, first.headers, args.json)
-            noted = True
+    said = ""
+    while _waiting(first.headers):  # -f before the pod started: wait for it, saying what for
         first.close()
-        if present.state_of(ctx.api.work_unit(xid, wid)) in present.TERMINAL:
-            return EXIT_OK
+        current, unit = _current_eid(ctx, xid, wid)
+        state = present.state_of(unit)
+        if state in present.TERMINAL or current != eid:
+            return False, printer
+        reasons = present.why(unit)
+        note = first.headers.get("X-XMC-Log-Note", "")
+        line = (f"Waiting for the first pod of execution {eid} of {xid}/{wid} ({state.lower()}): "
+                f"{reasons[0] if reasons else ''}" + (f" {note}." if note and state not in ("SCHEDULING",) else ""))
+        if line != said:
+            _say(ctx, args, line)
+            said = line
         time.sleep(WAIT_FOR_POD_S)
         first = Stream(ctx, path, _query(args, args.replica), what)
     replicas = [r for r in first.headers.get("X-XMC-Log-Replicas", "").split(",") if r]
     served = first.headers.get("X-XMC-Log-Replica", "")
     others = [] if args.replica else [r for r in replicas if r != served][: MAX_FOLLOWED_REPLICAS - 1]
-    printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps, prefix=bool(others))
-    if not noted:
-        _note(ctx, first.headers, args.json)
+    if printer is None:
+        printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps, prefix=bool(others))
+    _note(ctx, first.headers, args.json)
     problems: list[str] = []
 
     def pump(stream: Stream) -> None:
         for record in stream.records():
-            printer.line(record)
+            if seen.new(record):
+                printer.line(record)
 
     def follow(replica: str) -> None:
         try:
@@ -210,6 +245,94 @@ def cmd_logs(ctx: Any, args: argparse.Namespace) -> int:
     for thread in threads:
         while thread.is_alive():
             thread.join(0.5)
+    # The followed stream ends when the container stops, and may end before its last lines were
+    # sent: read once more, from the newest line printed, and print what is new.
+    for replica in [served, *others]:
+        since = seen.since(replica)
+        # From the newest line printed; with none printed, the window asked for (--tail 0 stays empty).
+        catch_up = argparse.Namespace(**{**vars(args), "follow": False,
+                                         **({"tail": None, "since": None} if since else {})})
+        params = _query(catch_up, replica)
+        if since:
+            params["sinceTime"] = since
+        try:
+            pump(Stream(ctx, path, params, what))
+        except CliError as exc:
+            problems.append(f"{replica}: {exc.message}")
     for problem in problems:
         ctx.err.print(f"xmc: {problem}", style="yellow", highlight=False)
-    return EXIT_OK
+    return True, printer
+
+
+def cmd_logs(ctx: Any, args: argparse.Namespace) -> int:
+    target = parse(args.target, need_wid=True, one_wid=True)
+    xid, wid = target.xid, target.wids[0]
+    if args.follow and args.previous:
+        raise CliError("-f and --previous do not go together: a previous instance has ended")
+    if getattr(args, "follow_restarts", False) and not args.follow:
+        args.follow = True  # --follow-restarts is a kind of -f
+    if getattr(args, "follow_restarts", False) and args.execution is not None:
+        raise CliError("--follow-restarts follows the current execution and those after it: leave out --execution")
+    eid = args.execution
+    if eid is None:
+        eid, _ = _current_eid(ctx, xid, wid)
+        if not eid:
+            raise CliError(f"work unit {xid}/{wid} has no execution yet")
+    what = f"execution {eid} of work unit {xid}/{wid}"
+    path = f"/v1/experiments/{xid}/workUnits/{wid}/executions/{eid}/logs"
+    if not args.follow:
+        stream = Stream(ctx, path, _query(args, args.replica or "all"), what)
+        if args.previous and stream.headers.get("X-XMC-Log-Source") == "none":
+            stream.close()
+            note = stream.headers.get("X-XMC-Log-Note", "")
+            raise CliError(f"no previous instance of the container of {what}: "
+                           + (note or "it has not restarted"))
+        replicas = [r for r in stream.headers.get("X-XMC-Log-Replicas", "").split(",") if r]
+        printer = Printer(ctx, as_json=args.json, timestamps=args.timestamps,
+                          prefix=not args.replica and len(replicas) > 1)
+        _note(ctx, stream.headers, args.json)
+        printed = 0
+        for record in stream.records():
+            printer.line(record)
+            printed += 1
+        if not printed:
+            _empty(ctx, args, stream.headers, what)
+        return EXIT_OK
+    seen = Seen()
+    printer: Printer | None = None
+    while True:
+        started, printer = _follow_execution(ctx, args, xid, wid, eid, seen, printer)
+        current, unit = _current_eid(ctx, xid, wid)
+        if not args.follow_restarts:
+            if not started:
+                _say(ctx, args, f"{xid}/{wid} is {present.state_of(unit).lower()}: no pod of execution {eid} "
+                                "started, so there is no log to follow.")
+            elif not seen.count:
+                _say(ctx, args, f"No log lines: the container of execution {eid} of {xid}/{wid} wrote nothing.")
+            return EXIT_OK
+        # --follow-restarts: on to the next execution, once there is one; done when the unit has ended.
+        while current == eid and present.state_of(unit) not in present.TERMINAL:
+            time.sleep(WAIT_FOR_POD_S)
+            current, unit = _current_eid(ctx, xid, wid)
+        if current == eid:
+            if not seen.count:
+                _say(ctx, args, f"No log lines: {xid}/{wid} is {present.state_of(unit).lower()} and wrote nothing.")
+            return EXIT_OK
+        _say(ctx, args, f"{xid}/{wid} restarted: following execution {current}.")
+        eid = current
+
+
+def _empty(ctx: Any, args: argparse.Namespace, headers: httpx.Headers, what: str) -> None:
+    """An answer without a line is never silent: say why there is nothing."""
+    if headers.get("X-XMC-Log-Source") == "none":
+        return  # _note said "No logs yet" and why
+    note = headers.get("X-XMC-Log-Note", "")
+    if args.previous:
+        _say(ctx, args, f"No log lines in the previous instance of the container of {what}"
+                        + (f": {note}" if note else "."))
+    elif note and _waiting(headers):
+        _say(ctx, args, f"No log lines yet: {note}")
+    else:
+        _say(ctx, args, f"No log lines for {what}" + (" in this window (--tail / --since)."
+                                                       if args.tail is not None or args.since is not None
+                                                       else ": the container wrote nothing."))

@@ -242,7 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="XID/WID")
     p.add_argument("--replica", help="replica (main-0, ...; default: all of them, or the first with -f)")
     p.add_argument("--container", help="container (default: the pod's first)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the container ends")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="wait for the first pod, then keep printing new lines until the container ends")
+    p.add_argument("--follow-restarts", action="store_true",
+                   help="as -f, then on to the next execution after each restart, until the unit ends")
     p.add_argument("--tail", type=_non_negative, metavar="N", help="the last N lines")
     p.add_argument("--since", type=since_arg, metavar="DURATION", help="lines of the last 10m, 2h, 1d, ...")
     p.add_argument("--execution", type=_positive, metavar="E", help="an earlier execution (default: the current one)")

@@ -1,0 +1,213 @@
+"""Embedded services belong to their run folder: two checkouts on one machine never share them.
+
+``scripts/devservices.py`` reuses a Redis only when the server itself says
+its directory is the run folder's; otherwise it starts one on a free port and
+records it there. ``./dev manage`` talks to the system of its run folder, and
+to nothing where no system has run. ``scripts/run_all.py`` gives each process
+the port it had last time in the run folder when that port is free.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import redis
+
+from tests.system.test_run_command import _admin_sign_in, _fresh_machine_env, _wait_for_line
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = [sys.executable, "scripts/devservices.py"]
+
+
+def _devservices(*args: str) -> str:
+    done = subprocess.run(SCRIPT + list(args), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def two_run_folders(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    first, second = tmp_path / "checkout-a" / ".run", tmp_path / "checkout-b" / ".run"
+    yield first, second
+    for run in (first, second):
+        _devservices("stop-redis", str(run / "redis"))
+
+
+@pytest.mark.timeout(120)
+def test_it_gives_each_run_folder_its_own_redis_even_on_the_same_asked_for_port(
+    two_run_folders: tuple[Path, Path],
+) -> None:
+    first, second = two_run_folders
+    port = _free_port()
+    url_a, how_a = _devservices("redis", str(first / "redis"), str(port)).split()
+    # The second checkout asks for the same port, where the first one's Redis answers.
+    url_b, how_b = _devservices("redis", str(second / "redis"), str(port)).split()
+    assert (how_a, how_b) == ("started", "started")
+    assert url_a == f"redis://127.0.0.1:{port}/0" and url_b != url_a
+    a, b = redis.Redis.from_url(url_a), redis.Redis.from_url(url_b)
+    assert a.config_get("dir")["dir"] == str((first / "redis").resolve())
+    assert b.config_get("dir")["dir"] == str((second / "redis").resolve())
+    a.set("lockout:alice", "5")
+    assert b.get("lockout:alice") is None
+    # Each is found again by its own folder, through the port recorded there.
+    assert (second / "redis" / "port").read_text().strip() == url_b.rsplit(":", 1)[1].split("/")[0]
+    assert _devservices("redis", str(first / "redis"), str(port)).split() == [url_a, "reused"]
+    assert _devservices("redis", str(second / "redis"), str(port)).split() == [url_b, "reused"]
+    # Stopping one folder's Redis leaves the other's up.
+    _devservices("stop-redis", str(second / "redis"))
+    assert a.ping()
+    with pytest.raises(redis.ConnectionError):
+        b.ping()
+
+
+@pytest.mark.timeout(120)
+def test_it_refuses_manage_with_one_line_where_no_system_has_run(tmp_path: Path) -> None:
+    env = _fresh_machine_env(tmp_path / "never-run")
+    done = subprocess.run(["./dev", "manage", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=110, check=False)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"dev manage: no system has run in {tmp_path / 'never-run'}")
+    assert "./dev run" in last
+    # Nothing was started there: no Postgres, no Redis.
+    assert not (tmp_path / "never-run" / "pg").exists()
+    assert not (tmp_path / "never-run" / "redis").exists()
+
+
+@pytest.mark.timeout(240)
+def test_it_has_manage_talk_to_the_run_folders_services_whatever_the_shell_points_at(tmp_path: Path) -> None:
+    run = tmp_path / "ran-once"
+    run.mkdir()
+    # What ./dev run leaves behind when it ran on the embedded services: no DATABASE_URL / REDIS_URL in env.
+    (run / "env").write_text("export XMC_SECRET_KEY=kept-by-the-run\n")
+    env = _fresh_machine_env(run)
+    env.update(DATABASE_URL="postgres://postgres@127.0.0.1:1/elsewhere", REDIS_URL="redis://127.0.0.1:1/0")
+    try:
+        done = subprocess.run(["./dev", "manage", "shell", "-c",
+                               "from django.conf import settings; print(settings.REDIS_URL, settings.SECRET_KEY)"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=200, check=False)
+        assert done.returncode == 0, done.stderr
+        port = (run / "redis" / "port").read_text().strip()
+        assert done.stdout.strip().splitlines()[-1] == f"redis://127.0.0.1:{port}/0 kept-by-the-run"
+    finally:
+        _devservices("stop-redis", str(run / "redis"))
+        _devservices("stop-postgres", str(run / "pg"))
+
+
+def _run_all(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("XMC_RUN_DIR", str(run_dir))
+    spec = importlib.util.spec_from_file_location("run_all_under_test", ROOT / "scripts" / "run_all.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    monkeypatch.delenv("XMC_WEB_PORT", raising=False)
+    run_all = _run_all(tmp_path, monkeypatch)
+    with socket.socket() as taken:  # the default is someone else's
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        default = taken.getsockname()[1]
+        first = run_all.stable_port("web", "XMC_WEB_PORT", default)
+    assert first != default
+    # The restart: the default is free again, but the URLs printed last time name `first`.
+    assert run_all.stable_port("web", "XMC_WEB_PORT", default) == first
+    assert _run_all(tmp_path, monkeypatch).stable_port("web", "XMC_WEB_PORT", default) == first
+    # Only when it is taken does the port move (and the new one is kept from then on).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", first))
+        taken.listen()
+        moved = run_all.stable_port("web", "XMC_WEB_PORT", default)
+    assert moved != first
+    assert run_all.stable_port("web", "XMC_WEB_PORT", default) == moved
+    # An explicit setting wins over what was recorded.
+    explicit = _free_port()
+    monkeypatch.setenv("XMC_WEB_PORT", str(explicit))
+    assert run_all.stable_port("web", "XMC_WEB_PORT", default) == explicit
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(600)
+def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_throttle(tmp_path: Path) -> None:
+    # Two checkouts: two run folders, the same first-choice Redis port (6390 for both, as on a real machine).
+    envs = [_fresh_machine_env(tmp_path / name) for name in ("a", "b")]
+    envs[1]["XMC_EMBEDDED_REDIS_PORT"] = envs[0]["XMC_EMBEDDED_REDIS_PORT"]
+    for env in envs:
+        env["XMC_ADMIN_PASSWORD"] = "the-right-password"
+    procs = [subprocess.Popen(["./dev", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for env in envs]
+    try:
+        outs = [_wait_for_line(proc, "stops everything", timeout=420) for proc in procs]
+        apis = [next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("export XMC_API_URL="))
+                for out in outs]
+        brokers = [(tmp_path / name / "redis" / "port").read_text().strip() for name in ("a", "b")]
+        assert brokers[0] != brokers[1]
+        # Five wrong passwords lock the admin of system a; system b's admin signs in.
+        for _ in range(5):
+            assert "Please enter the correct username" in _admin_sign_in(apis[0], "admin", "wrong")
+        assert "Too many failed sign-ins" in _admin_sign_in(apis[0], "admin", "the-right-password")
+        assert "Too many failed sign-ins" not in _admin_sign_in(apis[1], "admin", "the-right-password")
+        # Each broker is its run folder's own Redis, and each system's processes are connected to it.
+        for name, port in zip(("a", "b"), brokers):
+            own = redis.Redis(host="127.0.0.1", port=int(port))
+            assert own.config_get("dir")["dir"] == str((tmp_path / name / "redis").resolve())
+            assert len(own.client_list()) > 1
+        # ./dev manage in each folder reaches that folder's system.
+        for env, name in zip(envs, ("a", "b")):
+            done = subprocess.run(["./dev", "manage", "shell", "-c",
+                                   "from django.conf import settings; print(settings.REDIS_URL)"],
+                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip().splitlines()[-1] == f"redis://127.0.0.1:{brokers[0 if name == 'a' else 1]}/0"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+
+
+@pytest.mark.timeout(600)
+def test_it_runs_dev_test_in_two_checkouts_at_once_each_on_its_own_services(tmp_path: Path) -> None:
+    # Two checkouts' ./dev test: two test run folders, the same first-choice Redis port (6391 on a real machine).
+    envs = []
+    port = str(_free_port())
+    for name in ("a", "b"):
+        env = _fresh_machine_env(tmp_path / name)
+        env["XMC_TEST_RUN_DIR"] = str(tmp_path / name / "test")
+        env["XMC_TEST_REDIS_PORT"] = port
+        envs.append(env)
+    argv = ["./dev", "test", "tests/api/auth/test_login_throttle.py", "-q", "-p", "no:cacheprovider"]
+    try:
+        procs = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for env in envs]
+        outs = [proc.communicate(timeout=540)[0] for proc in procs]
+        assert [proc.returncode for proc in procs] == [0, 0], outs
+        ports = [(tmp_path / name / "test" / "redis" / "port").read_text().strip() for name in ("a", "b")]
+        assert ports[0] != ports[1] and port in ports
+    finally:
+        for name in ("a", "b"):
+            _devservices("stop-redis", str(tmp_path / name / "test" / "redis"))
+            _devservices("stop-postgres", str(tmp_path / name / "test" / "pg"))
