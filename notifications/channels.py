@@ -2,17 +2,21 @@
 
 Each ``send`` gets the subscription, the frozen payload and the message id and
 returns a :class:`SendResult`; it never raises for a failure of the receiver.
-Every HTTP call has a timeout and follows no redirect; the URL is checked for
-SSRF on a fresh resolution right before the call.
+Every HTTP call has a timeout and follows no redirect; the URL's host is
+resolved once right before the call, every address checked
+(``notifications.ssrf.resolve``), and the connection made to the checked
+address itself, with the URL's host as ``Host`` header and TLS SNI.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import requests
+import certifi
+import urllib3
 from django.conf import settings
 from django.core import mail
 
@@ -36,21 +40,48 @@ class ChannelAdapter(Protocol):
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult: ...
 
 
+def _ca_bundle() -> str:
+    """The CA certificates HTTPS sends trust: ``REQUESTS_CA_BUNDLE`` / ``SSL_CERT_FILE`` when set
+    (as the requests library honoured them), else certifi's bundle."""
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or certifi.where()
+
+
+def _pool(target: ssrf.Target) -> urllib3.HTTPConnectionPool:
+    """A connection pool to the checked address itself (never the name: no second DNS lookup);
+    for HTTPS the URL's host is the SNI and the name the certificate must carry."""
+    timeout = urllib3.Timeout(connect=settings.XMC_WEBHOOK_TIMEOUT_S, read=settings.XMC_WEBHOOK_TIMEOUT_S)
+    if target.scheme == "https":
+        return urllib3.HTTPSConnectionPool(
+            target.address, target.port, timeout=timeout, retries=False, maxsize=1,
+            server_hostname=target.host, assert_hostname=target.host, cert_reqs="CERT_REQUIRED",
+            ca_certs=_ca_bundle())
+    return urllib3.HTTPConnectionPool(target.address, target.port, timeout=timeout, retries=False, maxsize=1)
+
+
 def _post(url: str, data: bytes, headers: dict[str, str]) -> SendResult:
+    """POST ``data`` to ``url``: resolved once, checked (notifications.ssrf), connected to that
+    address; no redirect followed, at most 500 characters of a failure's answer kept."""
     try:
-        ssrf.check_url(url, field="url")
+        target = ssrf.resolve(url, field="url")
     except InvalidArgument as exc:
         return SendResult(False, None, exc.message, retryable=False)
+    pool = _pool(target)
     try:
-        response = requests.post(url, data=data, headers=headers, timeout=settings.XMC_WEBHOOK_TIMEOUT_S,
-                                 allow_redirects=False)
-    except requests.RequestException as exc:
+        response = pool.urlopen("POST", target.path, body=data, headers={**headers, "host": target.host_header},
+                                redirect=False, retries=False, assert_same_host=False, preload_content=False)
+        try:
+            status, answer = response.status, response.read(2000, decode_content=True)
+        finally:
+            response.release_conn()
+    except urllib3.exceptions.HTTPError as exc:
         return SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
-    if 200 <= response.status_code < 300:
-        return SendResult(True, response.status_code)
-    if 300 <= response.status_code < 400:
-        return SendResult(False, response.status_code, "redirect not followed")
-    return SendResult(False, response.status_code, response.text[:500])
+    finally:
+        pool.close()
+    if 200 <= status < 300:
+        return SendResult(True, status)
+    if 300 <= status < 400:
+        return SendResult(False, status, "redirect not followed")
+    return SendResult(False, status, answer.decode("utf-8", "replace")[:500])
 
 
 def subscription_secrets(subscription: Subscription, now_ts: float | None = None) -> list[str]:
