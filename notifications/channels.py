@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,9 +36,14 @@ class SendResult:
 
 
 class ChannelAdapter(Protocol):
-    def endpoint(self, subscription: Subscription) -> str: ...
-
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult: ...
+
+
+def breaker_key(subscription: Subscription) -> str:
+    """What a circuit breaker counts failures by: the subscription. One subscriber's failing
+    receiver (or a message their own data breaks) never holds back anyone else's, even on the
+    same host, the same Slack or the same mail server."""
+    return f"subscriptions/{subscription.id}"
 
 
 def _ca_bundle() -> str:
@@ -94,9 +100,6 @@ def subscription_secrets(subscription: Subscription, now_ts: float | None = None
 
 
 class Webhook:
-    def endpoint(self, subscription: Subscription) -> str:
-        return ssrf.endpoint_of(subscription.url)
-
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         timestamp = int(time.time())
         headers = {"content-type": "application/json", "user-agent": "xmc-notifications/1",
@@ -105,9 +108,6 @@ class Webhook:
 
 
 class Slack:
-    def endpoint(self, subscription: Subscription) -> str:
-        return ssrf.endpoint_of(subscription.url)
-
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         message = payloads.slack(json.loads(body))
         return _post(subscription.url, json.dumps(message).encode(), {"content-type": "application/json"})
@@ -121,17 +121,28 @@ def group_members(group: str) -> list[str]:
                    .values_list("email", flat=True)})
 
 
-class Email:
-    def endpoint(self, subscription: Subscription) -> str:
-        return "email"
+#: Longest subject line (RFC 5322 recommends 78 characters a line; folding handles the rest).
+SUBJECT_MAX = 200
 
+
+def header_text(value: str, limit: int = SUBJECT_MAX) -> str:
+    """``value`` as one header line: every line break and control character (CR, LF, the Unicode
+    line and paragraph separators, NUL, ...) becomes a space, runs of spaces one, at most
+    ``limit`` characters. A title with a line break can neither add a header nor fail the send
+    (Django refuses headers with a newline)."""
+    text = "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+class Email:
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         payload = json.loads(body)
         recipients = group_members(subscription.group) if subscription.group else [subscription.email or subscription.owner]
         if not recipients:
             return SendResult(True, 250, "the group has no active member with an email")
         message = mail.EmailMessage(
-            subject=f"[XMC] {payloads.title(payload)}", body=payloads.text(payload),
+            subject=header_text(f"[XMC] {payloads.title(payload)}"), body=payloads.text(payload),
             to=recipients[:1], bcc=recipients[1:],
             headers={"Message-ID": f"<{message_id}@xmc>", "X-XMC-Event-Type": str(payload["type"])})
         try:

@@ -2,7 +2,7 @@
 the outbox of messages to send (Delivery, one per subscription and coalescing window),
 which events each message carries (DeliveryEvent: one row per event and subscription,
 unique, so an event reaches a subscription at most once), every try (DeliveryAttempt)
-and the per-endpoint circuit breaker (EndpointHealth).
+and the per-subscription circuit breaker (EndpointHealth).
 
 docs/architecture/notifications.md describes the whole mechanism.
 """
@@ -166,7 +166,8 @@ class DeliveryAttempt(models.Model):
 
 
 class EndpointHealth(models.Model):
-    """The circuit breaker of one endpoint (scheme://host:port, or ``email``)."""
+    """The circuit breaker of one subscription: ``endpoint`` is ``notifications.channels.breaker_key``
+    (``subscriptions/{id}``), so one subscriber's failures never hold back another's."""
 
     endpoint = models.CharField(max_length=512, unique=True)
     consecutive_failures = models.IntegerField(default=0)

@@ -12,8 +12,10 @@ Delivery guarantees (docs/architecture/notifications.md, "Delivery"):
   ``message_id`` (``webhook-id``) and the same body again;
 * failures retry with exponential backoff and full jitter up to
   ``XMC_NOTIFY_MAX_ATTEMPTS`` tries, then the delivery is a dead letter (DEAD);
-* an endpoint failing ``XMC_NOTIFY_BREAKER_FAILURES`` times in a row opens its
-  circuit for ``XMC_NOTIFY_BREAKER_OPEN_S``: its deliveries wait, uncounted;
+* a subscription whose sends fail ``XMC_NOTIFY_BREAKER_FAILURES`` times in a row
+  opens its circuit for ``XMC_NOTIFY_BREAKER_OPEN_S``: its deliveries wait,
+  uncounted; the breaker is per subscription (``channels.breaker_key``), so one
+  subscriber's failing receiver never delays another's;
 * the experiment's ACLs decide at send time: a subscriber who may not read the
   experiment gets nothing (SUPPRESSED).
 """
@@ -583,7 +585,8 @@ def _rate_limited(sub: Subscription, sent_last_hour: int, first_sent: datetime |
 
 
 def _record_failure(endpoint: str, now: datetime) -> None:
-    """A failure counts towards opening the endpoint's circuit (a success: :func:`_record_sent`)."""
+    """A failure counts towards opening the subscription's circuit (``endpoint`` is its
+    ``channels.breaker_key``; a success closes it: :func:`_record_sent`)."""
     row, _ = EndpointHealth.objects.select_for_update().get_or_create(endpoint=endpoint,
                                                                       defaults={"update_time": now})
     row.consecutive_failures += 1
@@ -725,7 +728,7 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
                         continue
                     in_batch[sub.id] = in_batch.get(sub.id, 0) + 1
             adapter = channels.adapter(sub)
-            candidates.append((f, adapter, adapter.endpoint(sub)))
+            candidates.append((f, adapter, channels.breaker_key(sub)))
         opened: dict[str, datetime] = {
             endpoint: until for endpoint, until in EndpointHealth.objects.filter(
                 endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")

@@ -171,9 +171,3 @@ def check_url(url: str, *, field: str) -> str:
     subscription is written; a send checks again, on the address it connects to)."""
     return resolve(url, field=field).url
 
-
-def endpoint_of(url: str) -> str:
-    """``scheme://host:port``: the unit the circuit breaker counts failures by."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"

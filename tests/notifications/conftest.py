@@ -47,6 +47,8 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)
     #: Seconds to hang before answering the next request (then 0).
     hang_s: float = 0.0
+    #: Paths answered 500 every time (one subscriber's broken receiver on a shared host).
+    failing_paths: set[str] = field(default_factory=set)
     port: int = 0
     server: ThreadingHTTPServer | None = None
 
@@ -73,6 +75,8 @@ class Receiver:
                     hang, receiver.hang_s = receiver.hang_s, 0.0
                     time.sleep(hang)
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
+                if self.path.split("?", 1)[0] in receiver.failing_paths:
+                    status = 500
                 self.send_response(status)
                 self.send_header("content-length", "2")
                 self.end_headers()
@@ -115,6 +119,15 @@ class _Sink:
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.recipients: list[list[str]] = []
+        #: Addresses the server refuses (550), e.g. one subscriber's full mailbox.
+        self.refuse: set[str] = set()
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,  # noqa: N802
+                          rcpt_options: list[str]) -> str:
+        if address in self.refuse:
+            return "550 mailbox unavailable"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
         self.messages.append(message_from_bytes(envelope.content))
@@ -130,6 +143,10 @@ class Smtp:
     @property
     def messages(self) -> list[Message]:
         return self.sink.messages
+
+    @property
+    def refuse(self) -> set[str]:
+        return self.sink.refuse
 
     @property
     def recipients(self) -> list[list[str]]:

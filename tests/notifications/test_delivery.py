@@ -138,13 +138,12 @@ def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> 
     assert {r.headers["webhook-id"] for r in receiver.requests} == {d.message_id}
 
 
-def test_an_endpoint_that_keeps_failing_opens_its_circuit(receiver, outbox, settings) -> None:
+def test_a_subscription_that_keeps_failing_opens_its_circuit(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_BREAKER_FAILURES = 2
     settings.XMC_NOTIFY_BREAKER_OPEN_S = 3600
     receiver.statuses = [500] * 10
     exps = [launched() for _ in range(3)]
-    for exp in exps:
-        webhook_sub(receiver, exp)
+    _, receiver.secret = subscribe(allMyExperiments=True, webhook={"url": receiver.url})
     for exp in exps:
         fail(factories.work_unit(exp))
     outbox.pump()
