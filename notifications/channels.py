@@ -110,7 +110,12 @@ class Webhook:
 class Slack:
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         message = payloads.slack(json.loads(body))
-        return _post(subscription.url, json.dumps(message).encode(), {"content-type": "application/json"})
+        return _post(slack_url(subscription), json.dumps(message).encode(), {"content-type": "application/json"})
+
+
+def slack_url(subscription: Subscription) -> str:
+    """The Slack incoming-webhook URL, decrypted (stored encrypted: it is the channel's secret)."""
+    return crypto.decrypt(subscription.url_encrypted) if subscription.url_encrypted else subscription.url
 
 
 def group_members(group: str) -> list[str]:

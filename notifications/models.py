@@ -57,7 +57,10 @@ class Subscription(models.Model):
     filter = models.TextField(blank=True, default="", help_text="AIP-160 filter over experiments (scope FILTER).")
     events = models.JSONField(default=list, help_text="EventType names.")
     channel = models.CharField(max_length=16, choices=Channel.choices)
-    url = models.CharField(max_length=2048, blank=True, default="", help_text="Webhook or Slack URL.")
+    url = models.CharField(max_length=2048, blank=True, default="",
+                           help_text="Webhook URL; for Slack only a redacted form (the URL is the secret).")
+    #: Fernet-encrypted Slack incoming-webhook URL (whoever holds it may post to the channel).
+    url_encrypted = models.TextField(blank=True, default="")
     email = models.CharField(max_length=320, blank=True, default="", help_text="Email address (default: the owner).")
     #: Fernet-encrypted ``whsec_...`` (webhook channel); never returned after creation.
     secret_encrypted = models.TextField(blank=True, default="")

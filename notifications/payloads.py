@@ -14,6 +14,7 @@ says how many, ``workUnits`` lists the first :data:`MAX_LISTED`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -104,21 +105,34 @@ def text(payload: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def slack_escape(value: str) -> str:
+    """Text for Slack's ``mrkdwn`` (and the ``text`` fallback), escaped by Slack's rules: ``&``,
+    ``<`` and ``>`` as ``&amp;``, ``&lt;``, ``&gt;``, so a title cannot mention ``<!channel>``,
+    ``<@U123>`` or hide a link as ``<http://x|disguised>``."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack(payload: dict[str, Any]) -> dict[str, Any]:
-    """Slack Block Kit message: a header (title), a section (state and counts), a link."""
+    """Slack Block Kit message: a header (title), a section (state and counts), a link.
+
+    Everything in ``mrkdwn`` and the ``text`` fallback is escaped (:func:`slack_escape`); the
+    header is ``plain_text``, which Slack shows as written."""
     data = payload.get("data", {})
     fields = []
     if "count" in data:
         fields.append({"type": "mrkdwn", "text": f"*Count*\n{data['count']}"})
     if "stateCounts" in data:
-        fields += [{"type": "mrkdwn", "text": f"*{state}*\n{count}"} for state, count in data["stateCounts"].items()]
+        fields += [{"type": "mrkdwn", "text": f"*{slack_escape(str(state))}*\n{count}"} for state, count in data["stateCounts"].items()]
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": title(payload)[:150]}}]
     detail = text(payload).split("\n", 2)[2].strip() if "\n" in text(payload) else ""
     if fields:
         blocks.append({"type": "section", "fields": fields[:10]})
     if detail:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": detail[:2900]}})
+        escaped = slack_escape(detail)
+        if len(escaped) > 2900:  # Slack's limit is 3000; never cut an entity in half
+            escaped = re.sub(r"&[a-z]*$", "", escaped[:2900])
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": escaped}})
     if "experiment" in data:
         blocks.append({"type": "actions", "elements": [{"type": "button", "text": {"type": "plain_text",
                        "text": "Open experiment"}, "url": data["experiment"]["url"]}]})
-    return {"text": title(payload), "blocks": blocks}
+    return {"text": slack_escape(title(payload)), "blocks": blocks}

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from datetime import time as dtime
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import current_app as app
 from django.conf import settings
@@ -71,6 +72,18 @@ STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESU
 COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG})
 SUBSCRIBABLE = sorted((EXPERIMENT_EVENTS | STAFF_EVENTS))
 ROTATION_OVERLAP = timedelta(hours=24)
+
+
+def overlap_note(sub: Subscription, now: datetime | None = None) -> str:
+    """What a rotation's answer says (REST and the page): until when the previous secret signs.
+    Empty when no previous secret signs any more."""
+    until = sub.previous_secret_expires
+    if not sub.previous_secret_encrypted or until is None or until <= (now or timezone.now()):
+        return ""
+    hours = int(ROTATION_OVERLAP.total_seconds() // 3600)
+    return (f"The previous secret keeps signing beside the new one until {until:%Y-%m-%d %H:%M} UTC "
+            f"({hours} h after the rotation): every request carries both signatures until then. "
+            "Switch your receiver to the new secret before that time.")
 #: The longest countdown a deliver task is sent with (well under XMC_CELERY_VISIBILITY_TIMEOUT_S).
 MAX_COUNTDOWN_S = 600.0
 MAX_SUBSCRIPTIONS_PER_OWNER = 100
@@ -177,6 +190,21 @@ def _int(data: Mapping[str, Any], key: str, field: str, low: int, high: int, def
     return value
 
 
+def redacted(url: str) -> str:
+    """What is shown of a Slack webhook URL: its origin and the last four characters."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/…{url[-4:]}"
+
+
+def _set_url(sub: Subscription, url: str) -> None:
+    """A webhook's URL is stored as is; a Slack URL is the secret that lets anyone post to the
+    channel, so it is stored encrypted (like webhook secrets) and only its redacted form shown."""
+    if sub.channel == Channel.SLACK:
+        sub.url, sub.url_encrypted = redacted(url), crypto.encrypt(url)
+    else:
+        sub.url, sub.url_encrypted = url, ""
+
+
 def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, creating: bool) -> str | None:
     """Validate the JSON fields in ``data`` onto ``sub``; the new secret when one was made."""
     secret: str | None = None
@@ -244,7 +272,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
                 raise InvalidArgument("email.address must be an email address", field="email.address")
         else:
             sub.channel = Channel.WEBHOOK if kind == "webhook" else Channel.SLACK
-            sub.url = ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url")
+            _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
             if kind == "webhook":
                 secret = signing.new_secret()
                 sub.secret_encrypted = crypto.encrypt(secret)
@@ -259,7 +287,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
                 conf = data[kind]
                 if not isinstance(conf, dict) or set(conf) - {"url"}:
                     raise InvalidArgument(f"{kind} must be an object with a url", field=kind)
-                sub.url = ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url")
+                _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
     sub.queued_minutes = _int(data, "queuedMinutes", "queuedMinutes", 1, 7 * 24 * 60, sub.queued_minutes)
     sub.rate_limit_per_hour = _int(data, "rateLimitPerHour", "rateLimitPerHour", 1, 10_000, sub.rate_limit_per_hour)
     if "quietHours" in data:

@@ -33,6 +33,7 @@ class Received:
     body: bytes
     verified: bool
     error: str = ""
+    path: str = ""
 
     @property
     def json(self) -> Any:
@@ -70,7 +71,7 @@ class Receiver:
                         verified = True
                     except WebhookVerificationError as exc:
                         error = str(exc)
-                receiver.requests.append(Received(headers, body, verified, error))
+                receiver.requests.append(Received(headers, body, verified, error, self.path))
                 if receiver.hang_s:
                     hang, receiver.hang_s = receiver.hang_s, 0.0
                     time.sleep(hang)
