@@ -529,6 +529,7 @@ def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
             asked |= Q(events__contains=[kind])
         candidates = list(Subscription.objects.filter(asked, enabled=True).order_by("id"))
         readable: dict[tuple[int, int | None], bool] = {}
+        recipient: dict[int, tuple[str, str]] = {}  # by subscription (a Slack URL is decrypted once a chunk)
         pairs: list[tuple[Event, Subscription]] = []
         # An event reaches a subscription once (the unique row): pairs already recorded are skipped.
         had = set(DeliveryEvent.objects.filter(event_id__in=[e.id for e in events])
@@ -550,10 +551,11 @@ def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
                     readable[key] = _may_read(sub, event.xid, experiment.acls if experiment else None)
                 if not readable[key]:
                     continue
-                recipient = recipient_of(sub)
-                if recipient in recipients:
+                if sub.id not in recipient:
+                    recipient[sub.id] = recipient_of(sub)
+                if recipient[sub.id] in recipients:
                     continue
-                recipients.add(recipient)
+                recipients.add(recipient[sub.id])
                 if (event.id, sub.id) not in had:
                     pairs.append((event, sub))
         # Coalescing subscribers, and those told an experiment finished (its summary folds in
