@@ -14,3 +14,9 @@ class K8sBridgeConfig(AppConfig):
         from xmc.api import extensions
 
         extensions.register(views.urlpatterns, views.openapi_paths)
+        # How a failed execution's containers ended (exit code, reason, last log line), from
+        # the log archive: what the notifications put in a failure message.
+        from k8s_bridge.logs import archive
+        from workunits import hooks
+
+        hooks.set_termination_provider(archive.terminations)

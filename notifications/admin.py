@@ -17,7 +17,7 @@ class SubscriptionAdmin(admin.ModelAdmin):
     list_display = ("id", "owner", "scope", "experiment_id", "channel", "url", "enabled", "create_time")
     list_filter = ("channel", "scope", "enabled")
     search_fields = ("owner", "url", "email")
-    exclude = ("secret_encrypted", "previous_secret_encrypted")
+    exclude = ("secret_encrypted", "previous_secret_encrypted", "url_encrypted")
     readonly_fields = ("create_time", "update_time", "previous_secret_expires")
     actions = ["send_test_event"]
 

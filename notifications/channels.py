@@ -2,17 +2,22 @@
 
 Each ``send`` gets the subscription, the frozen payload and the message id and
 returns a :class:`SendResult`; it never raises for a failure of the receiver.
-Every HTTP call has a timeout and follows no redirect; the URL is checked for
-SSRF on a fresh resolution right before the call.
+Every HTTP call has a timeout and follows no redirect; the URL's host is
+resolved once right before the call, every address checked
+(``notifications.ssrf.resolve``), and the connection made to the checked
+address itself, with the URL's host as ``Host`` header and TLS SNI.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import requests
+import certifi
+import urllib3
 from django.conf import settings
 from django.core import mail
 
@@ -31,26 +36,58 @@ class SendResult:
 
 
 class ChannelAdapter(Protocol):
-    def endpoint(self, subscription: Subscription) -> str: ...
-
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult: ...
 
 
+def breaker_key(subscription: Subscription) -> str:
+    """What a circuit breaker counts failures by: the subscription. One subscriber's failing
+    receiver (or a message their own data breaks) never holds back anyone else's, even on the
+    same host, the same Slack or the same mail server."""
+    return f"subscriptions/{subscription.id}"
+
+
+def _ca_bundle() -> str:
+    """The CA certificates HTTPS sends trust: ``REQUESTS_CA_BUNDLE`` / ``SSL_CERT_FILE`` when set
+    (as the requests library honoured them), else certifi's bundle."""
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or certifi.where()
+
+
+def _pool(target: ssrf.Target) -> urllib3.HTTPConnectionPool:
+    """A connection pool to the checked address itself (never the name: no second DNS lookup);
+    for HTTPS the URL's host is the SNI and the name the certificate must carry."""
+    timeout = urllib3.Timeout(connect=settings.XMC_WEBHOOK_TIMEOUT_S, read=settings.XMC_WEBHOOK_TIMEOUT_S)
+    if target.scheme == "https":
+        return urllib3.HTTPSConnectionPool(
+            target.address, target.port, timeout=timeout, retries=False, maxsize=1,
+            server_hostname=target.host, assert_hostname=target.host, cert_reqs="CERT_REQUIRED",
+            ca_certs=_ca_bundle())
+    return urllib3.HTTPConnectionPool(target.address, target.port, timeout=timeout, retries=False, maxsize=1)
+
+
 def _post(url: str, data: bytes, headers: dict[str, str]) -> SendResult:
+    """POST ``data`` to ``url``: resolved once, checked (notifications.ssrf), connected to that
+    address; no redirect followed, at most 500 characters of a failure's answer kept."""
     try:
-        ssrf.check_url(url, field="url")
+        target = ssrf.resolve(url, field="url")
     except InvalidArgument as exc:
         return SendResult(False, None, exc.message, retryable=False)
+    pool = _pool(target)
     try:
-        response = requests.post(url, data=data, headers=headers, timeout=settings.XMC_WEBHOOK_TIMEOUT_S,
-                                 allow_redirects=False)
-    except requests.RequestException as exc:
+        response = pool.urlopen("POST", target.path, body=data, headers={**headers, "host": target.host_header},
+                                redirect=False, retries=False, assert_same_host=False, preload_content=False)
+        try:
+            status, answer = response.status, response.read(2000, decode_content=True)
+        finally:
+            response.release_conn()
+    except urllib3.exceptions.HTTPError as exc:
         return SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
-    if 200 <= response.status_code < 300:
-        return SendResult(True, response.status_code)
-    if 300 <= response.status_code < 400:
-        return SendResult(False, response.status_code, "redirect not followed")
-    return SendResult(False, response.status_code, response.text[:500])
+    finally:
+        pool.close()
+    if 200 <= status < 300:
+        return SendResult(True, status)
+    if 300 <= status < 400:
+        return SendResult(False, status, "redirect not followed")
+    return SendResult(False, status, answer.decode("utf-8", "replace")[:500])
 
 
 def subscription_secrets(subscription: Subscription, now_ts: float | None = None) -> list[str]:
@@ -63,9 +100,6 @@ def subscription_secrets(subscription: Subscription, now_ts: float | None = None
 
 
 class Webhook:
-    def endpoint(self, subscription: Subscription) -> str:
-        return ssrf.endpoint_of(subscription.url)
-
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         timestamp = int(time.time())
         headers = {"content-type": "application/json", "user-agent": "xmc-notifications/1",
@@ -74,12 +108,14 @@ class Webhook:
 
 
 class Slack:
-    def endpoint(self, subscription: Subscription) -> str:
-        return ssrf.endpoint_of(subscription.url)
-
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         message = payloads.slack(json.loads(body))
-        return _post(subscription.url, json.dumps(message).encode(), {"content-type": "application/json"})
+        return _post(slack_url(subscription), json.dumps(message).encode(), {"content-type": "application/json"})
+
+
+def slack_url(subscription: Subscription) -> str:
+    """The Slack incoming-webhook URL, decrypted (stored encrypted: it is the channel's secret)."""
+    return crypto.decrypt(subscription.url_encrypted) if subscription.url_encrypted else subscription.url
 
 
 def group_members(group: str) -> list[str]:
@@ -90,17 +126,28 @@ def group_members(group: str) -> list[str]:
                    .values_list("email", flat=True)})
 
 
-class Email:
-    def endpoint(self, subscription: Subscription) -> str:
-        return "email"
+#: Longest subject line (RFC 5322 recommends 78 characters a line; folding handles the rest).
+SUBJECT_MAX = 200
 
+
+def header_text(value: str, limit: int = SUBJECT_MAX) -> str:
+    """``value`` as one header line: every line break and control character (CR, LF, the Unicode
+    line and paragraph separators, NUL, ...) becomes a space, runs of spaces one, at most
+    ``limit`` characters. A title with a line break can neither add a header nor fail the send
+    (Django refuses headers with a newline)."""
+    text = "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+class Email:
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         payload = json.loads(body)
         recipients = group_members(subscription.group) if subscription.group else [subscription.email or subscription.owner]
         if not recipients:
             return SendResult(True, 250, "the group has no active member with an email")
         message = mail.EmailMessage(
-            subject=f"[XMC] {payloads.title(payload)}", body=payloads.text(payload),
+            subject=header_text(f"[XMC] {payloads.title(payload)}"), body=payloads.text(payload),
             to=recipients[:1], bcc=recipients[1:],
             headers={"Message-ID": f"<{message_id}@xmc>", "X-XMC-Event-Type": str(payload["type"])})
         try:

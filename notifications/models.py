@@ -2,7 +2,7 @@
 the outbox of messages to send (Delivery, one per subscription and coalescing window),
 which events each message carries (DeliveryEvent: one row per event and subscription,
 unique, so an event reaches a subscription at most once), every try (DeliveryAttempt)
-and the per-endpoint circuit breaker (EndpointHealth).
+and the per-subscription circuit breaker (EndpointHealth).
 
 docs/architecture/notifications.md describes the whole mechanism.
 """
@@ -57,7 +57,10 @@ class Subscription(models.Model):
     filter = models.TextField(blank=True, default="", help_text="AIP-160 filter over experiments (scope FILTER).")
     events = models.JSONField(default=list, help_text="EventType names.")
     channel = models.CharField(max_length=16, choices=Channel.choices)
-    url = models.CharField(max_length=2048, blank=True, default="", help_text="Webhook or Slack URL.")
+    url = models.CharField(max_length=2048, blank=True, default="",
+                           help_text="Webhook URL; for Slack only a redacted form (the URL is the secret).")
+    #: Fernet-encrypted Slack incoming-webhook URL (whoever holds it may post to the channel).
+    url_encrypted = models.TextField(blank=True, default="")
     email = models.CharField(max_length=320, blank=True, default="", help_text="Email address (default: the owner).")
     #: Fernet-encrypted ``whsec_...`` (webhook channel); never returned after creation.
     secret_encrypted = models.TextField(blank=True, default="")
@@ -166,7 +169,8 @@ class DeliveryAttempt(models.Model):
 
 
 class EndpointHealth(models.Model):
-    """The circuit breaker of one endpoint (scheme://host:port, or ``email``)."""
+    """The circuit breaker of one subscription: ``endpoint`` is ``notifications.channels.breaker_key``
+    (``subscriptions/{id}``), so one subscriber's failures never hold back another's."""
 
     endpoint = models.CharField(max_length=512, unique=True)
     consecutive_failures = models.IntegerField(default=0)

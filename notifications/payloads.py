@@ -14,7 +14,9 @@ says how many, ``workUnits`` lists the first :data:`MAX_LISTED`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,27 +32,44 @@ def _time(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
+def page_url(xid: int, wid: int | None = None) -> str:
+    """The researcher's page (never the REST resource): ``$XMANAGER_UI_URL/experiments/<xid>``
+    and ``.../workUnits/<wid>``, built when the message is (its first try)."""
+    base = f"{settings.XMC_UI_URL.rstrip('/')}/experiments/{xid}"
+    return base if wid is None else f"{base}/workUnits/{wid}"
+
+
 def experiment_json(xid: int, title: str = "") -> dict[str, Any]:
-    return {"name": f"experiments/{xid}", "title": title,
-            "url": f"{settings.XMC_PUBLIC_URL.rstrip('/')}/v1/experiments/{xid}"}
+    return {"name": f"experiments/{xid}", "title": title, "url": page_url(xid)}
 
 
-def build(type_: str, events: Sequence[Event], now: datetime) -> dict[str, Any]:
-    """The payload of one message carrying ``events`` (all of one type, one experiment or none)."""
+#: What ``notifications.details.failure_details`` says of one failed execution, by (wid, eid).
+Details = Mapping[tuple[int, int], Mapping[str, Any]]
+
+
+def build(type_: str, events: Sequence[Event], now: datetime, details: Details | None = None) -> dict[str, Any]:
+    """The payload of one message carrying ``events`` (all of one type, one experiment or none);
+    ``details`` add the job name, differing args, reason and last line of failed units."""
     events = sorted(events, key=lambda e: e.id)
     data: dict[str, Any] = {}
-    first = events[0] if events else None
+    # An "experiment finished" message may carry the failures it follows (fan-out folds an open
+    # failure message into it, so the summary never arrives before them): those are listed.
+    own = [e for e in events if e.type == type_] or events
+    first = own[0] if own else None
     if first is not None and first.xid is not None:
         data["experiment"] = experiment_json(first.xid, str(first.data.get("title", "")))
-    if type_ in (EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG):
-        data["count"] = len(events)
+    units = [e for e in events if e.type in (EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG)]
+    if type_ in (EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG) or units:
+        data["count"] = len(units)
         data["workUnits"] = [
             {"name": f"experiments/{e.xid}/workUnits/{e.wid}", "executionId": e.eid,
              "state": e.data.get("state", ""), "previousState": e.data.get("previousState", ""),
-             **({"queuedMinutes": e.data["queuedMinutes"]} if "queuedMinutes" in e.data else {})}
-            for e in events[:MAX_LISTED]]
-        data["truncated"] = len(events) > MAX_LISTED
-    elif type_ == EventType.EXPERIMENT_FINISHED and first is not None:
+             **({"url": page_url(e.xid, e.wid)} if e.xid is not None and e.wid is not None else {}),
+             **({"queuedMinutes": e.data["queuedMinutes"]} if "queuedMinutes" in e.data else {}),
+             **{k: v for k, v in (details or {}).get((e.wid or 0, e.eid or 0), {}).items() if v}}
+            for e in units[:MAX_LISTED]]
+        data["truncated"] = len(units) > MAX_LISTED
+    if type_ == EventType.EXPERIMENT_FINISHED and first is not None:
         data["activeState"] = "INACTIVE"
         data["stateCounts"] = dict(sorted(first.data.get("stateCounts", {}).items()))
     elif type_ in (EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESUMED) and first is not None:
@@ -74,11 +93,14 @@ def title(payload: dict[str, Any]) -> str:
     kind = payload.get("type")
     if kind == "workUnit.failed":
         n = data.get("count", 0)
-        return f"{n} work unit{'s' if n != 1 else ''} failed in {label}"
+        units = data.get("workUnits") or []
+        reason = f": {units[0]['reason']}" if n == 1 and units and units[0].get("reason") else ""
+        return f"{n} work unit{'s' if n != 1 else ''} failed in {label}{reason}"
     if kind == "workUnit.queuedTooLong":
         return f"{data.get('count', 0)} work unit(s) of {label} waiting in the queue"
     if kind == "experiment.finished":
-        return f"{label} finished"
+        failed = (data.get("stateCounts") or {}).get("FAILED", 0)
+        return f"{label} finished" + (f", {failed} work unit{'s' if failed != 1 else ''} failed" if failed else "")
     if kind == "scheduling.paused":
         return f"Scheduling paused by {data.get('changedBy', '')}"
     if kind == "scheduling.resumed":
@@ -86,39 +108,106 @@ def title(payload: dict[str, Any]) -> str:
     return "XMC test notification"
 
 
+#: Plain-text lines are wrapped to this width (a phone's mail app shows ~40-70 characters).
+WRAP = 68
+
+
+def _unit_label(wu: Mapping[str, Any]) -> str:
+    wid = str(wu.get("name", "")).rsplit("/", 1)[-1]
+    job = wu.get("jobName") or ""
+    return f"{job} (work unit {wid})" if job else f"work unit {wid}"
+
+
+def _unit_lines(wu: Mapping[str, Any]) -> list[str]:
+    """What the reader needs of one work unit, most useful first (no URL: the caller links)."""
+    lines = []
+    if wu.get("args"):
+        lines.append(", ".join(f"{k}={v}" for k, v in wu["args"].items()))
+    if wu.get("reason"):
+        lines.append(str(wu["reason"]))
+    elif wu.get("queuedMinutes"):
+        lines.append(f"waiting in the queue for more than {wu['queuedMinutes']} min")
+    elif wu.get("state"):
+        lines.append(f"{wu.get('previousState') or '?'} → {wu['state']}")
+    if wu.get("lastLogLine"):
+        lines.append(f"last line: {wu['lastLogLine']}")
+    return lines
+
+
+def _wrap(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(text, WRAP, initial_indent=indent, subsequent_indent=indent,
+                         break_long_words=True, break_on_hyphens=False) or [indent]
+
+
 def text(payload: dict[str, Any]) -> str:
-    """Plain text (email body): the title, the counts, the first work units, the link."""
+    """Plain text (the email body), readable on a phone: short wrapped lines, the title, each
+    work unit with its job, differing args, reason, last line and page link, the counts, the
+    experiment's page last. URLs stay whole (a mail app links them)."""
     data = payload.get("data", {})
-    lines = [title(payload), ""]
+    lines = [*_wrap(title(payload), ""), ""]
     if "stateCounts" in data:
-        lines += [f"  {state}: {count}" for state, count in data["stateCounts"].items()]
+        lines += [f"  {state.lower()}: {count}" for state, count in data["stateCounts"].items()]
+        lines.append("")
     for wu in data.get("workUnits", []):
-        lines.append(f"  {wu['name']} (execution {wu['executionId']}): {wu.get('previousState', '')} -> {wu['state']}")
+        lines += _wrap(f"• {_unit_label(wu)}", "")
+        for line in _unit_lines(wu):
+            lines += _wrap(line, "  ")
+        if wu.get("url"):
+            lines.append(f"  {wu['url']}")
+        lines.append("")
     if data.get("truncated"):
-        lines.append(f"  ... and {data['count'] - len(data['workUnits'])} more")
+        lines += [f"... and {data['count'] - len(data['workUnits'])} more", ""]
     if data.get("reason"):
-        lines.append(f"  reason: {data['reason']}")
+        lines += [*_wrap(f"reason: {data['reason']}", ""), ""]
     if "experiment" in data:
-        lines += ["", data["experiment"]["url"]]
-    lines += ["", f"({payload['type']}, {payload['timestamp']})"]
+        lines += ["Open the experiment:", data["experiment"]["url"], ""]
+    lines += [f"({payload['type']}, {payload['timestamp']})"]
     return "\n".join(lines) + "\n"
 
 
+def slack_escape(value: str) -> str:
+    """Text for Slack's ``mrkdwn`` (and the ``text`` fallback), escaped by Slack's rules: ``&``,
+    ``<`` and ``>`` as ``&amp;``, ``&lt;``, ``&gt;``, so a title cannot mention ``<!channel>``,
+    ``<@U123>`` or hide a link as ``<http://x|disguised>``."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack(payload: dict[str, Any]) -> dict[str, Any]:
-    """Slack Block Kit message: a header (title), a section (state and counts), a link."""
+    """Slack Block Kit message, one short block each (a phone shows them stacked): a header
+    (title), the counts, one section per work unit (a link to its page, differing args, reason,
+    last line), a button to the experiment's page.
+
+    Everything in ``mrkdwn`` and the ``text`` fallback is escaped (:func:`slack_escape`); the
+    header is ``plain_text``, which Slack shows as written."""
     data = payload.get("data", {})
     fields = []
     if "count" in data:
         fields.append({"type": "mrkdwn", "text": f"*Count*\n{data['count']}"})
     if "stateCounts" in data:
-        fields += [{"type": "mrkdwn", "text": f"*{state}*\n{count}"} for state, count in data["stateCounts"].items()]
+        fields += [{"type": "mrkdwn", "text": f"*{slack_escape(str(state)).lower()}*\n{count}"}
+                   for state, count in data["stateCounts"].items()]
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": title(payload)[:150]}}]
-    detail = text(payload).split("\n", 2)[2].strip() if "\n" in text(payload) else ""
     if fields:
         blocks.append({"type": "section", "fields": fields[:10]})
-    if detail:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": detail[:2900]}})
+    for wu in data.get("workUnits", []):
+        label = slack_escape(_unit_label(wu))
+        head = f"*<{slack_escape(wu['url'])}|{label}>*" if wu.get("url") else f"*{label}*"
+        body = [slack_escape(line) for line in _unit_lines(wu)]
+        section = "\n".join([head, *body])
+        if len(section) > 2900:  # Slack's limit is 3000; never cut an entity in half
+            section = re.sub(r"&[a-z]*$", "", section[:2900])
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": section}})
+    extra = []
+    if data.get("truncated"):
+        extra.append(f"… and {data['count'] - len(data['workUnits'])} more")
+    if data.get("reason"):
+        extra.append(f"reason: {data['reason']}")
+    if data.get("message"):
+        extra.append(str(data["message"]))
+    if extra:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn",
+                                                     "text": slack_escape("\n".join(extra))[:2900]}})
     if "experiment" in data:
         blocks.append({"type": "actions", "elements": [{"type": "button", "text": {"type": "plain_text",
                        "text": "Open experiment"}, "url": data["experiment"]["url"]}]})
-    return {"text": title(payload), "blocks": blocks}
+    return {"text": slack_escape(title(payload)), "blocks": blocks[:50]}

@@ -57,6 +57,10 @@ def subscription_json(sub: Subscription, secret: str | None = None) -> dict[str,
         out["quietHours"] = {"start": sub.quiet_start.strftime("%H:%M"), "end": sub.quiet_end.strftime("%H:%M")}
     if secret is not None:
         out["webhookSecret"] = secret  # only in the answer of create and rotateSecret
+    note = services.overlap_note(sub)
+    if note:  # a rotation's overlap: the previous secret still signs until then
+        out["previousSecretExpireTime"] = _time(sub.previous_secret_expires)
+        out["previousSecretNote"] = note
     return out
 
 

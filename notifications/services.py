@@ -12,8 +12,10 @@ Delivery guarantees (docs/architecture/notifications.md, "Delivery"):
   ``message_id`` (``webhook-id``) and the same body again;
 * failures retry with exponential backoff and full jitter up to
   ``XMC_NOTIFY_MAX_ATTEMPTS`` tries, then the delivery is a dead letter (DEAD);
-* an endpoint failing ``XMC_NOTIFY_BREAKER_FAILURES`` times in a row opens its
-  circuit for ``XMC_NOTIFY_BREAKER_OPEN_S``: its deliveries wait, uncounted;
+* a subscription whose sends fail ``XMC_NOTIFY_BREAKER_FAILURES`` times in a row
+  opens its circuit for ``XMC_NOTIFY_BREAKER_OPEN_S``: its deliveries wait,
+  uncounted; the breaker is per subscription (``channels.breaker_key``), so one
+  subscriber's failing receiver never delays another's;
 * the experiment's ACLs decide at send time: a subscriber who may not read the
   experiment gets nothing (SUPPRESSED).
 """
@@ -29,6 +31,7 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from datetime import time as dtime
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import current_app as app
 from django.conf import settings
@@ -40,7 +43,7 @@ from core.queues import Queue
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
-from notifications import channels, crypto, payloads, signing, ssrf
+from notifications import channels, crypto, details, payloads, signing, ssrf
 from notifications.models import (
     Channel,
     Delivery,
@@ -69,6 +72,18 @@ STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESU
 COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG})
 SUBSCRIBABLE = sorted((EXPERIMENT_EVENTS | STAFF_EVENTS))
 ROTATION_OVERLAP = timedelta(hours=24)
+
+
+def overlap_note(sub: Subscription, now: datetime | None = None) -> str:
+    """What a rotation's answer says (REST and the page): until when the previous secret signs.
+    Empty when no previous secret signs any more."""
+    until = sub.previous_secret_expires
+    if not sub.previous_secret_encrypted or until is None or until <= (now or timezone.now()):
+        return ""
+    hours = int(ROTATION_OVERLAP.total_seconds() // 3600)
+    return (f"The previous secret keeps signing beside the new one until {until:%Y-%m-%d %H:%M} UTC "
+            f"({hours} h after the rotation): every request carries both signatures until then. "
+            "Switch your receiver to the new secret before that time.")
 #: The longest countdown a deliver task is sent with (well under XMC_CELERY_VISIBILITY_TIMEOUT_S).
 MAX_COUNTDOWN_S = 600.0
 MAX_SUBSCRIPTIONS_PER_OWNER = 100
@@ -175,6 +190,21 @@ def _int(data: Mapping[str, Any], key: str, field: str, low: int, high: int, def
     return value
 
 
+def redacted(url: str) -> str:
+    """What is shown of a Slack webhook URL: its origin and the last four characters."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/…{url[-4:]}"
+
+
+def _set_url(sub: Subscription, url: str) -> None:
+    """A webhook's URL is stored as is; a Slack URL is the secret that lets anyone post to the
+    channel, so it is stored encrypted (like webhook secrets) and only its redacted form shown."""
+    if sub.channel == Channel.SLACK:
+        sub.url, sub.url_encrypted = redacted(url), crypto.encrypt(url)
+    else:
+        sub.url, sub.url_encrypted = url, ""
+
+
 def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, creating: bool) -> str | None:
     """Validate the JSON fields in ``data`` onto ``sub``; the new secret when one was made."""
     secret: str | None = None
@@ -242,7 +272,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
                 raise InvalidArgument("email.address must be an email address", field="email.address")
         else:
             sub.channel = Channel.WEBHOOK if kind == "webhook" else Channel.SLACK
-            sub.url = ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url")
+            _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
             if kind == "webhook":
                 secret = signing.new_secret()
                 sub.secret_encrypted = crypto.encrypt(secret)
@@ -257,7 +287,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
                 conf = data[kind]
                 if not isinstance(conf, dict) or set(conf) - {"url"}:
                     raise InvalidArgument(f"{kind} must be an object with a url", field=kind)
-                sub.url = ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url")
+                _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
     sub.queued_minutes = _int(data, "queuedMinutes", "queuedMinutes", 1, 7 * 24 * 60, sub.queued_minutes)
     sub.rate_limit_per_hour = _int(data, "rateLimitPerHour", "rateLimitPerHour", 1, 10_000, sub.rate_limit_per_hour)
     if "quietHours" in data:
@@ -406,6 +436,28 @@ def _may_read(sub: Subscription, xid: int | None, acls: Mapping[str, Any] | None
     return acls is not None and acl.role_of(identity, acls) >= Role.READER
 
 
+def happened_at(event: Event) -> datetime:
+    """When the fact happened: the experiment's end for EXPERIMENT_FINISHED (the sweep may record
+    it minutes later), else when the event was recorded (right after the writer's commit)."""
+    when = event.data.get("time") if isinstance(event.data, dict) else None
+    if isinstance(when, str):
+        try:
+            return datetime.fromisoformat(when)
+        except ValueError:
+            pass
+    return event.create_time
+
+
+def recipient_of(sub: Subscription) -> tuple[str, str]:
+    """Who a subscription's messages reach: an email address (or a group), a webhook URL, a
+    Slack URL. Two subscriptions with the same recipient get one message per event."""
+    if sub.channel == Channel.EMAIL:
+        return ("group", sub.group) if sub.group else ("email", (sub.email or sub.owner).lower())
+    if sub.channel == Channel.SLACK:
+        return ("slack", channels.slack_url(sub))
+    return ("webhook", sub.url)
+
+
 def _matching(event: Event, experiment: Experiment | None, candidates: Sequence[Subscription]) -> list[Subscription]:
     """The enabled subscriptions (``candidates``) that ask for ``event``."""
     subs = [s for s in candidates if event.type in s.events]
@@ -477,30 +529,51 @@ def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
             asked |= Q(events__contains=[kind])
         candidates = list(Subscription.objects.filter(asked, enabled=True).order_by("id"))
         readable: dict[tuple[int, int | None], bool] = {}
+        recipient: dict[int, tuple[str, str]] = {}  # by subscription (a Slack URL is decrypted once a chunk)
         pairs: list[tuple[Event, Subscription]] = []
         # An event reaches a subscription once (the unique row): pairs already recorded are skipped.
         had = set(DeliveryEvent.objects.filter(event_id__in=[e.id for e in events])
                   .values_list("event_id", "subscription_id"))
         for event in events:
             experiment = experiments.get(event.xid) if event.xid is not None else None
-            for sub in _matching(event, experiment, candidates):
+            happened = happened_at(event)
+            recipients: set[tuple[str, str]] = set()
+            # Per recipient, one message per event however many of their subscriptions match:
+            # the one that also wants EXPERIMENT_FINISHED first (so the summary can fold in the
+            # failures), then the oldest.
+            matching = sorted(_matching(event, experiment, candidates),
+                              key=lambda s: (EventType.EXPERIMENT_FINISHED not in s.events, s.id))
+            for sub in matching:
+                if happened < sub.create_time:
+                    continue  # a subscription never hears of what happened before it existed
                 key = (sub.id, event.xid)
                 if key not in readable:  # checked again at send time
                     readable[key] = _may_read(sub, event.xid, experiment.acls if experiment else None)
-                if readable[key] and (event.id, sub.id) not in had:
+                if not readable[key]:
+                    continue
+                if sub.id not in recipient:
+                    recipient[sub.id] = recipient_of(sub)
+                if recipient[sub.id] in recipients:
+                    continue
+                recipients.add(recipient[sub.id])
+                if (event.id, sub.id) not in had:
                     pairs.append((event, sub))
-        coalescing = sorted({sub.id for event, sub in pairs if event.type in COALESCED})
-        if coalescing:  # one fan-out per coalescing subscriber at a time
+        # Coalescing subscribers, and those told an experiment finished (its summary folds in
+        # their open failure message), are locked in id order: one fan-out per subscriber at a time.
+        coalescing = sorted({sub.id for event, sub in pairs
+                             if event.type in COALESCED or event.type == EventType.EXPERIMENT_FINISHED})
+        if coalescing:
             list(Subscription.objects.select_for_update().filter(id__in=coalescing).order_by("id")
                  .values_list("id", flat=True))
         open_messages: dict[tuple[int, int | None, str], Delivery] = {}
         if coalescing:
-            for d in (Delivery.objects.filter(subscription_id__in=coalescing, xid__in=xids,
-                                              type__in=sorted(COALESCED), status=DeliveryStatus.PENDING,
-                                              attempts=0, not_before__gt=now).order_by("id")):
+            for d in (Delivery.objects.select_for_update(of=("self",))
+                      .filter(subscription_id__in=coalescing, xid__in=xids, type__in=sorted(COALESCED),
+                              status=DeliveryStatus.PENDING, attempts=0, not_before__gt=now).order_by("id")):
                 open_messages.setdefault((d.subscription_id, d.xid, d.type), d)
         new: list[Delivery] = []
         links: list[tuple[Event, Subscription, Delivery]] = []
+        folded: list[tuple[Delivery, Delivery]] = []  # (open failure message already stored, the summary)
         for event, sub in pairs:
             group = (sub.id, event.xid, event.type)
             delivery = open_messages.get(group) if event.type in COALESCED else None
@@ -511,9 +584,21 @@ def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
                 new.append(delivery)
                 if event.type in COALESCED and start > now:
                     open_messages[group] = delivery  # later events of this chunk join it
+            if event.type == EventType.EXPERIMENT_FINISHED:
+                # "Finished" must not overtake the failures still waiting out their coalescing
+                # window: the open failure message is folded into it (one message, failures listed).
+                waiting = open_messages.pop((sub.id, event.xid, EventType.WORK_UNIT_FAILED), None)
+                if waiting is not None and waiting.pk is None:
+                    new.remove(waiting)
+                    links = [(e, s, delivery if d is waiting else d) for e, s, d in links]
+                elif waiting is not None:
+                    folded.append((waiting, delivery))
             links.append((event, sub, delivery))
         Delivery.objects.bulk_create(new)
         DeliveryEvent.objects.bulk_create([DeliveryEvent(delivery=d, event=e, subscription=s) for e, s, d in links])
+        for waiting, summary in folded:  # both rows are locked: no claim can be sending ``waiting``
+            DeliveryEvent.objects.filter(delivery=waiting).update(delivery=summary)
+            waiting.delete()
         Event.objects.filter(id__in=[e.id for e in events]).update(fanned_out=True)
         due = [d.id for d in new if d.not_before <= now]
         later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
@@ -583,7 +668,8 @@ def _rate_limited(sub: Subscription, sent_last_hour: int, first_sent: datetime |
 
 
 def _record_failure(endpoint: str, now: datetime) -> None:
-    """A failure counts towards opening the endpoint's circuit (a success: :func:`_record_sent`)."""
+    """A failure counts towards opening the subscription's circuit (``endpoint`` is its
+    ``channels.breaker_key``; a success closes it: :func:`_record_sent`)."""
     row, _ = EndpointHealth.objects.select_for_update().get_or_create(endpoint=endpoint,
                                                                       defaults={"update_time": now})
     row.consecutive_failures += 1
@@ -620,6 +706,18 @@ def _events_of(delivery_ids: Sequence[int]) -> dict[int, list[Event]]:
                      .order_by("event_id")):
             found.setdefault(item.delivery_id, []).append(item.event)
     return found
+
+
+def _failure_details(events: Mapping[int, Sequence[Event]]) -> dict[int, dict[tuple[int, int], dict[str, Any]]]:
+    """By experiment, what the messages being built say of their listed failed units (job, args
+    that differ, reason, last line): one read per experiment, however many messages list it."""
+    wanted: dict[int, set[tuple[int, int]]] = {}
+    for mine in events.values():
+        failed = [e for e in sorted(mine, key=lambda e: e.id) if e.type == EventType.WORK_UNIT_FAILED]
+        for e in failed[:payloads.MAX_LISTED]:
+            if e.xid is not None and e.wid is not None and e.eid is not None:
+                wanted.setdefault(e.xid, set()).add((e.wid, e.eid))
+    return {xid: details.failure_details(xid, units) for xid, units in sorted(wanted.items())}
 
 
 @dataclass(frozen=True)
@@ -725,13 +823,14 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
                         continue
                     in_batch[sub.id] = in_batch.get(sub.id, 0) + 1
             adapter = channels.adapter(sub)
-            candidates.append((f, adapter, adapter.endpoint(sub)))
+            candidates.append((f, adapter, channels.breaker_key(sub)))
         opened: dict[str, datetime] = {
             endpoint: until for endpoint, until in EndpointHealth.objects.filter(
                 endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")
             if until is not None}
         bodies = [c[0] for c in candidates if c[2] not in opened and not c[0].delivery.body]
         events = _events_of([f.delivery.id for f in bodies])
+        unit_details = _failure_details(events)
         for f, adapter, endpoint in candidates:
             d = f.delivery
             if endpoint in opened:
@@ -742,7 +841,7 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
                 if f.experiment is not None:
                     for e in mine:
                         e.data = {**e.data, "title": f.experiment.title}
-                d.body = payloads.dumps(payloads.build(d.type, mine, now))
+                d.body = payloads.dumps(payloads.build(d.type, mine, now, unit_details.get(d.xid or 0)))
                 d.timestamp = int(now.timestamp())
             d.status = DeliveryStatus.DELIVERING
             d.attempts += 1

@@ -56,7 +56,7 @@ def events_for(transitions: Sequence[Any], *, finished: bool = True) -> list[Eve
         if t.new_state == WorkUnitState.FAILED and t.old_state != WorkUnitState.FAILED:
             rows.append(Event(key=f"wu-failed/{t.xid}/{t.wid}/{t.eid}", type=EventType.WORK_UNIT_FAILED,
                               xid=t.xid, wid=t.wid, eid=t.eid, create_time=now,
-                              data={"state": t.new_state, "previousState": t.old_state}))
+                              data={"state": t.new_state, "previousState": t.old_state, "time": now.isoformat()}))
     ended = sorted({t.xid for t in transitions if t.new_state in TERMINAL}) if finished else []
     if ended:
         rows += finished_events(Experiment.objects.filter(id__in=ended, active_state=ActiveState.INACTIVE))
@@ -69,7 +69,8 @@ def finished_events(experiments: Any) -> list[Event]:
     is restarted and finishes again a new one."""
     now = timezone.now()
     return [Event(key=f"xp-finished/{xid}/{done.isoformat() if done else '0'}", type=EventType.EXPERIMENT_FINISHED,
-                  xid=xid, create_time=now, data={"stateCounts": dict(counts or {})})
+                  xid=xid, create_time=now,
+                  data={"stateCounts": dict(counts or {}), **({"time": done.isoformat()} if done else {})})
             for xid, counts, done in experiments.values_list("id", "child_state_counts", "complete_time")]
 
 

@@ -164,7 +164,8 @@ def _no_store(response: HttpResponse) -> HttpResponse:
 def _detail_context(identity: Identity, sub: Subscription, post: QueryDict | None = None,
                     errors: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     """The settings form (as saved, or as posted when the service refused it) and the delivery log."""
-    saved = {"url": sub.url, "rate": str(sub.rate_limit_per_hour), "queued": str(sub.queued_minutes),
+    # A Slack URL is a secret stored encrypted: the form starts empty (empty: unchanged).
+    saved = {"url": sub.url if sub.channel != Channel.SLACK else "", "rate": str(sub.rate_limit_per_hour), "queued": str(sub.queued_minutes),
              "quiet_start": f"{sub.quiet_start:%H:%M}" if sub.quiet_start is not None else "",
              "quiet_end": f"{sub.quiet_end:%H:%M}" if sub.quiet_end is not None else ""}
     values = {k: post.get(k, "") for k in saved} if post is not None else saved
@@ -211,7 +212,8 @@ def subscription_act(request: HttpRequest, identity: Identity, sid: str) -> Http
             log.info("ui.subscription.test", extra={"subscription": s, "delivery": delivery.message_id})
         elif action == "rotate":
             rotated = services.rotate_secret(identity, s)
-            context = _detail_context(identity, rotated.subscription, secret=rotated.secret)
+            context = _detail_context(identity, rotated.subscription, secret=rotated.secret,
+                                      overlap=services.overlap_note(rotated.subscription))
             return _no_store(render(request, "ui/subscription.html", context))
         elif action == "delete":
             services.delete(identity, s)

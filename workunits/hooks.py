@@ -18,7 +18,11 @@ Apps above (the artifact lifecycle) register into these in their
   the STOPPING / RESTARTING they write), registered by the notifications
   app and the pages' live updates (``ui.live.publish``);
 * :data:`scheduling_hooks`: called after a pause or resume of scheduling
-  commits (:func:`on_scheduling_changed`, from ``workunits.scheduling``).
+  commits (:func:`on_scheduling_changed`, from ``workunits.scheduling``);
+* the termination provider (:func:`set_termination_provider`): asked by the
+  notifications for how a failed execution's containers ended (exit code,
+  reason, last log line; :func:`termination_of`), registered by ``k8s_bridge``,
+  whose log archive knows.
 
 A failing hook is logged and never fails the caller.
 """
@@ -61,6 +65,35 @@ def on_execution_superseded(xid: int, wid: int, eid: int) -> None:
             hook(xid, wid, eid)
         except Exception:  # a failing rule must not fail the restart
             log.exception("lifecycle.superseded_hook_failed", extra={"xid": xid, "wid": wid, "eid": eid})
+
+
+class Termination(NamedTuple):
+    """How one container of an execution ended, as far as is known."""
+
+    container: str
+    exit_code: int | None
+    reason: str
+    last_line: str
+
+
+TerminationProvider = Callable[[int, int, int], list[Termination]]
+_termination_provider: list[TerminationProvider] = []
+
+
+def set_termination_provider(provider: TerminationProvider | None) -> None:
+    """Register the one termination provider (None: none; :func:`termination_of` answers [])."""
+    _termination_provider[:] = [provider] if provider is not None else []
+
+
+def termination_of(xid: int, wid: int, eid: int) -> list[Termination]:
+    """How the containers of execution ``(xid, wid, eid)`` ended ([]: not known, or the provider failed)."""
+    if not _termination_provider:
+        return []
+    try:
+        return list(_termination_provider[0](xid, wid, eid))
+    except Exception:  # a message without the last line is better than none
+        log.exception("workunits.termination_provider_failed", extra={"xid": xid, "wid": wid, "eid": eid})
+        return []
 
 
 def set_notify_when_provider(provider: NotifyWhenProvider | None) -> None:

@@ -315,6 +315,9 @@ XMC_NOTIFY_BREAKER_OPEN_S = env.float("XMC_NOTIFY_BREAKER_OPEN_S", default=60.0)
 XMC_NOTIFY_SWEEP_INTERVAL_S = env.float("XMC_NOTIFY_SWEEP_INTERVAL_S", default=15.0)
 #: Links in messages point here (the web process' address).
 XMC_PUBLIC_URL = env.str("XMC_PUBLIC_URL", default="http://127.0.0.1:8000")
+#: The researcher's pages, which notification links open ($XMANAGER_UI_URL/experiments/<xid>):
+#: XMANAGER_UI_URL when the pages live elsewhere, else the web origin.
+XMC_UI_URL = env.str("XMANAGER_UI_URL", default="") or XMC_PUBLIC_URL
 
 # Metrics (metrics/, docs/architecture/metrics.md).
 #: The base URL pods reach the web service at: every container gets XMC_METRICS_URL from it

@@ -18,6 +18,7 @@ PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "
 ALLOWED: dict[tuple[str, str, str], str] = {
     ("k8s_bridge/apps.py", "ready", "k8s_bridge.logs"): "app registry: the logs view imports models",
     ("k8s_bridge/apps.py", "ready", "xmc.api"): "app registry: registers the logs endpoint into xmc.api.extensions",
+    ("k8s_bridge/apps.py", "ready", "workunits"): "app registry: registers the termination provider into workunits.hooks",
     ("lifecycle/apps.py", "ready", "artifacts"): "app registry: registers into artifacts.hooks once the apps are loaded",
     ("lifecycle/apps.py", "ready", "lifecycle"): "app registry: services and stamping import models",
     ("lifecycle/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",

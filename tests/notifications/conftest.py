@@ -32,6 +32,7 @@ class Received:
     body: bytes
     verified: bool
     error: str = ""
+    path: str = ""
 
     @property
     def json(self) -> Any:
@@ -46,6 +47,8 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)
     #: Seconds to hang before answering the next request (then 0).
     hang_s: float = 0.0
+    #: Paths answered 500 every time (one subscriber's broken receiver on a shared host).
+    failing_paths: set[str] = field(default_factory=set)
     port: int = 0
     server: ThreadingHTTPServer | None = None
     released: threading.Event = field(default_factory=threading.Event)
@@ -68,11 +71,13 @@ class Receiver:
                         verified = True
                     except WebhookVerificationError as exc:
                         error = str(exc)
-                receiver.requests.append(Received(headers, body, verified, error))
+                receiver.requests.append(Received(headers, body, verified, error, self.path))
                 if receiver.hang_s:
                     hang, receiver.hang_s = receiver.hang_s, 0.0
                     receiver.released.wait(hang)  # stop() ends the hang
                 status = receiver.statuses.pop(0) if receiver.statuses else 200
+                if self.path.split("?", 1)[0] in receiver.failing_paths:
+                    status = 500
                 self.send_response(status)
                 self.send_header("content-length", "2")
                 self.end_headers()
@@ -125,6 +130,15 @@ class _Sink:
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.recipients: list[list[str]] = []
+        #: Addresses the server refuses (550), e.g. one subscriber's full mailbox.
+        self.refuse: set[str] = set()
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,  # noqa: N802
+                          rcpt_options: list[str]) -> str:
+        if address in self.refuse:
+            return "550 mailbox unavailable"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
         self.messages.append(message_from_bytes(envelope.content))
@@ -140,6 +154,10 @@ class Smtp:
     @property
     def messages(self) -> list[Message]:
         return self.sink.messages
+
+    @property
+    def refuse(self) -> set[str]:
+        return self.sink.refuse
 
     @property
     def recipients(self) -> list[list[str]]:

@@ -45,12 +45,12 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.django_db
 def test_a_batch_holds_a_subscribers_rate_limit_and_records_each_outcome(receiver, no_broker, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
-    failures(6)
     subscribe(receiver, allMyExperiments=True, rateLimitPerHour=4)
     refused = Receiver(statuses=[500] * 10).start()
     try:
         services.create(Identity(ALICE), {"events": ["WORK_UNIT_FAILED"], "allMyExperiments": True,
                                           "webhook": {"url": refused.url}})
+        failures(6)  # after the subscriptions: none hears of events from before it existed
         ids = services.fan_out_many(list(Event.objects.values_list("id", flat=True)))
         outcomes = services.deliver_many(ids)
     finally:
@@ -71,8 +71,8 @@ def test_a_batch_holds_a_subscribers_rate_limit_and_records_each_outcome(receive
 @pytest.mark.django_db(transaction=True)
 def test_workers_racing_over_the_same_batch_send_every_message_once(receiver, no_broker, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
-    failures(40)
     subscribe(receiver, allMyExperiments=True, rateLimitPerHour=1000)
+    failures(40)
     ids = services.fan_out_many(list(Event.objects.values_list("id", flat=True)))
     errors = race(services.deliver_many, (ids, ids[::-1], ids[::3]))
 

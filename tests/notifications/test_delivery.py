@@ -64,10 +64,12 @@ def test_a_failed_work_unit_gives_exactly_one_verified_delivery_per_subscription
     assert body["data"]["experiment"]["name"] == f"experiments/{exp.id}"
     assert body["data"]["count"] == 1
     assert body["data"]["workUnits"] == [{"name": f"experiments/{exp.id}/workUnits/{wu.wid}", "executionId": 1,
-                                          "state": "FAILED", "previousState": "INITIALIZING"}]
+                                          "state": "FAILED", "previousState": "INITIALIZING", "jobName": "trainer",
+                                          "url": f"http://127.0.0.1:8000/experiments/{exp.id}/workUnits/{wu.wid}"}]
     assert len(smtp.messages) == 1
     assert "1 work unit failed" in smtp.messages[0]["Subject"]
-    assert f"/v1/experiments/{exp.id}" in smtp.messages[0].get_payload()
+    assert f"/experiments/{exp.id}/workUnits/{wu.wid}" in smtp.messages[0].get_payload()
+    assert "/v1/" not in smtp.messages[0].get_payload()  # the page, not the REST resource
     assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 2
 
 
@@ -138,13 +140,12 @@ def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> 
     assert {r.headers["webhook-id"] for r in receiver.requests} == {d.message_id}
 
 
-def test_an_endpoint_that_keeps_failing_opens_its_circuit(receiver, outbox, settings) -> None:
+def test_a_subscription_that_keeps_failing_opens_its_circuit(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_BREAKER_FAILURES = 2
     settings.XMC_NOTIFY_BREAKER_OPEN_S = 3600
     receiver.statuses = [500] * 10
     exps = [launched() for _ in range(3)]
-    for exp in exps:
-        webhook_sub(receiver, exp)
+    _, receiver.secret = subscribe(allMyExperiments=True, webhook={"url": receiver.url})
     for exp in exps:
         fail(factories.work_unit(exp))
     outbox.pump()
@@ -242,7 +243,7 @@ def test_slack_gets_blocks_with_title_counts_and_a_link(receiver, outbox, settin
     assert message["blocks"][0] == {"type": "header", "text": {"type": "plain_text",
                                                                "text": "2 work units failed in resnet"}}
     assert {"type": "mrkdwn", "text": "*Count*\n2"} in message["blocks"][1]["fields"]
-    assert message["blocks"][-1]["elements"][0]["url"].endswith(f"/v1/experiments/{exp.id}")
+    assert message["blocks"][-1]["elements"][0]["url"] == f"http://127.0.0.1:8000/experiments/{exp.id}"
 
 
 def test_quiet_hours_hold_messages_until_they_end(receiver, outbox) -> None:

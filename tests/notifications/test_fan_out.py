@@ -19,6 +19,8 @@ ALICE, BOB = factories.ALICE, factories.BOB
 def subscribe(owner: str, **data: Any) -> int:
     data.setdefault("events", ["WORK_UNIT_FAILED"])
     data.setdefault("email", {})
+    if data["email"] is None:  # another channel: another recipient
+        del data["email"]
     return services.create(Identity(owner), data).subscription.id
 
 
@@ -33,7 +35,7 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
     mine, bobs = factories.experiment(title="mine", creator=ALICE), factories.experiment(title="bobs", creator=BOB)
     one = subscribe(ALICE, experiment=f"experiments/{mine.id}")
-    all_mine = subscribe(ALICE, allMyExperiments=True)
+    all_mine = subscribe(ALICE, allMyExperiments=True, webhook={"url": "http://127.0.0.1:9/all"}, email=None)
     by_filter = subscribe(BOB, filter='title = "bobs"')
     finished_only = subscribe(ALICE, experiment=f"experiments/{mine.id}", events=["EXPERIMENT_FINISHED"])
     events = [failed(mine, w) for w in (1, 2, 3)] + [failed(bobs, w) for w in (1, 2)]
@@ -55,7 +57,7 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
 def test_workers_fanning_out_the_same_events_at_once_record_each_pair_once(monkeypatch) -> None:
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
     exps = [factories.experiment(creator=ALICE) for _ in range(3)]
-    subs = [subscribe(ALICE, experiment=f"experiments/{x.id}") for x in exps] + [subscribe(ALICE, allMyExperiments=True)]
+    subs = [subscribe(ALICE, experiment=f"experiments/{x.id}") for x in exps] + [subscribe(ALICE, allMyExperiments=True, webhook={"url": "http://127.0.0.1:9/all"}, email=None)]
     ids = [failed(exps[i % 3], i + 1).id for i in range(60)]
     errors = race(services.fan_out_many, (ids, ids[::-1], ids[::2], ids[1::2]))
     assert errors == []

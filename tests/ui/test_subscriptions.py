@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from notifications import channels
 from notifications.models import Channel, Delivery, DeliveryStatus, Scope, Subscription
 from tests import factories
 from tests.notifications.conftest import Outbox, Receiver, outbox, receiver  # noqa: F401 - fixtures
@@ -89,8 +90,8 @@ def test_it_creates_each_kind_from_the_form(alice: Client) -> None:
     assert (email.scope, email.experiment_id, email.channel, email.email) == (Scope.EXPERIMENT, exp.id,
                                                                              Channel.EMAIL, ALICE)
     assert email.rate_limit_per_hour == 5 and f"{email.quiet_start:%H:%M}-{email.quiet_end:%H:%M}" == "22:00-07:00"
-    assert (slack.scope, slack.filter, slack.channel, slack.url) == (Scope.FILTER, 'tags:"nlp"', Channel.SLACK,
-                                                                     "http://127.0.0.1:9/slack")
+    assert (slack.scope, slack.filter, slack.channel, channels.slack_url(slack)) == (
+        Scope.FILTER, 'tags:"nlp"', Channel.SLACK, "http://127.0.0.1:9/slack")
     assert (hook.scope, hook.channel, hook.queued_minutes, hook.events) == (Scope.MINE, Channel.WEBHOOK, 15,
                                                                             ["WORK_UNIT_QUEUED_TOO_LONG"])
 
@@ -108,6 +109,9 @@ def test_a_webhooks_secret_is_shown_once_after_creation_and_once_after_rotation(
     rotated = alice.post(f"/subscriptions/{sub.id}/actions", {"action": "rotate", "confirm": "yes"})
     (new,) = SECRET.findall(rotated.content.decode())
     assert new != secret and rotated["Cache-Control"] == "no-store"
+    expires = Subscription.objects.get().previous_secret_expires
+    assert expires is not None  # the page says how long the previous secret still signs
+    assert f"keeps signing beside the new one until {expires:%Y-%m-%d %H:%M} UTC (24 h" in rotated.content.decode()
     assert "whsec_" not in alice.get(f"/subscriptions/{sub.id}").content.decode()
     email = _create(alice, what="mine")
     assert "whsec_" not in email.content.decode() and 'id="created"' in email.content.decode()

@@ -1,0 +1,202 @@
+"""Issue 38, item 3: notifications a researcher can act on, through the real receivers (the
+webhook receiver, aiosmtpd). The links open the pages, a failure says which job, with which
+arguments, why and its last log line; one message per recipient and event; "finished" never
+arrives before the failures it sums up; no message about what happened before subscribing;
+bodies fit a phone."""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from core import pb
+from experiments.models import Experiment
+from k8s_bridge.models import PodLogArchive
+from notifications import payloads, services, sources
+from notifications.models import Delivery, DeliveryStatus, Event
+from tests import factories
+from tests.notifications.helpers import fail, set_state
+from workunits import services as wu_services
+from workunits.choices import WorkUnitState
+from workunits.models import WorkUnit, WorkUnitExecution
+from xmc.auth.identity import Identity
+
+pytestmark = pytest.mark.django_db
+ALICE = factories.ALICE
+UI = "https://xmc.example.org"
+
+
+@pytest.fixture(autouse=True)
+def _pages_elsewhere(settings: Any) -> None:
+    settings.XMC_UI_URL = UI  # XMANAGER_UI_URL
+
+
+def subject(mail: Any) -> str:
+    return " ".join(str(mail["Subject"]).split())  # unfolded
+
+
+def text(mail: Any) -> str:
+    return mail.get_payload(decode=True).decode().replace("\r\n", "\n")
+
+
+def launched(**kw: Any) -> Experiment:
+    exp = factories.experiment(**kw)
+    Experiment.objects.filter(id=exp.id).update(launch_state="COMPLETED")
+    return exp
+
+
+def unit(exp: Experiment, **args: str) -> WorkUnit:
+    executable = factories.executable(name="train")
+    executable.jobset.jobs[0].spec.args.update({"data": "imagenet", **args})
+    op = wu_services.create_work_unit(exp.id, pb.work_unit.WorkUnit(executable=executable), work_unit_id=0)
+    return WorkUnit.objects.get(id=op.work_unit_id)
+
+
+def ended(wu: WorkUnit, *, exit_code: int, reason: str, tail: str) -> None:
+    """The log archive's row for the unit's container, as the archiver writes it when the pod ends."""
+    PodLogArchive.objects.create(
+        xid=wu.experiment_id, wid=wu.wid, eid=wu.current_eid, namespace="default", pod_name=f"pod-{wu.wid}",
+        pod_uid=f"uid-{wu.wid}", container="train", replica="train-0", exit_code=exit_code, reason=reason,
+        status=PodLogArchive.Status.ARCHIVED, tail=tail, archived_at=timezone.now())
+
+
+def notify_me(exp: Experiment, **channel: Any) -> int:
+    """The experiment page's "Notify me": failures and the end, by email unless told otherwise."""
+    return services.create(Identity(ALICE), {"experiment": f"experiments/{exp.id}",
+                                             "events": ["WORK_UNIT_FAILED", "EXPERIMENT_FINISHED"],
+                                             **(channel or {"email": {}})}).subscription.id
+
+
+def all_mine(**channel: Any) -> int:
+    return services.create(Identity(ALICE), {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
+                                             **(channel or {"email": {}})}).subscription.id
+
+
+def test_it_says_which_job_failed_with_which_args_why_and_its_last_line(receiver, smtp, outbox) -> None:
+    exp = launched(title="resnet sweep")
+    bad, _ok = unit(exp, lr="0.1", seed="1"), unit(exp, lr="0.01", seed="1")
+    ended(bad, exit_code=137, reason="OOMKilled", tail="epoch 3/10\nloading batch 812\nKilled\n\n")
+    notify_me(exp, webhook={"url": receiver.url})
+    notify_me(exp)
+    fail(bad)
+    outbox.pump()
+
+    [request] = receiver.requests
+    data = request.json["data"]
+    assert data["experiment"]["url"] == f"{UI}/experiments/{exp.id}"  # the page, not /v1/experiments/...
+    [wu] = data["workUnits"]
+    assert wu["url"] == f"{UI}/experiments/{exp.id}/workUnits/{bad.wid}"
+    assert (wu["jobName"], wu["args"]) == ("train", {"lr": "0.1"})  # only what sets it apart
+    assert wu["reason"] == "out of memory (OOMKilled) in train"
+    assert wu["lastLogLine"] == "Killed"
+
+    [mail] = smtp.messages
+    assert subject(mail) == "[XMC] 1 work unit failed in resnet sweep: out of memory (OOMKilled) in train"
+    body = text(mail)
+    for words in (f"train (work unit {bad.wid})", "lr=0.1", "out of memory (OOMKilled) in train",
+                  "last line: Killed", f"{UI}/experiments/{exp.id}/workUnits/{bad.wid}",
+                  f"{UI}/experiments/{exp.id}\n"):
+        assert words in body, body
+    assert "/v1/" not in body and "seed=" not in body
+
+
+def test_it_gives_the_system_message_as_the_reason_when_no_container_log_is_known(receiver, outbox) -> None:
+    exp = launched()
+    wu, _running = unit(exp), unit(exp)
+    notify_me(exp, webhook={"url": receiver.url})
+    # The reason a writer recorded: the execution's system message (its first line).
+    WorkUnitExecution.objects.filter(work_unit=wu).update(system_message={
+        "userFacingText": "The create operation finished but no JobSet exists: Kubernetes API 500\nmore text"})
+    fail(wu)
+    outbox.pump()
+    [request] = receiver.requests
+    assert request.json["data"]["workUnits"][0]["reason"] == (
+        "The create operation finished but no JobSet exists: Kubernetes API 500")
+
+
+def test_it_sends_one_message_per_recipient_however_many_subscriptions_match(receiver, smtp, outbox) -> None:
+    exp = launched()
+    wu, _running = unit(exp), unit(exp)
+    all_mine()
+    notify_me(exp)  # "Notify me" on top of "all my experiments", both by email
+    all_mine(webhook={"url": receiver.url})
+    notify_me(exp, webhook={"url": receiver.url})  # and twice the same webhook
+    fail(wu)
+    outbox.pump()
+    assert len(smtp.messages) == 1 and smtp.recipients == [[ALICE]]
+    assert len(receiver.requests) == 1
+
+
+def test_it_sends_finished_after_the_failures_it_sums_up(smtp, outbox, settings) -> None:
+    settings.XMC_NOTIFY_COALESCE_S = 60  # failures wait out the window; "finished" would not
+    exp = launched(title="sweep")
+    units = [unit(exp, seed=str(i)) for i in range(5)]
+    notify_me(exp)
+    fail(*units[:2])
+    outbox.pump()
+    assert smtp.messages == []  # the failures' window is open
+    fail(*units[2:4])
+    set_state(units[4:], WorkUnitState.COMPLETED)  # the last unit ends: the experiment has finished
+    outbox.pump()
+    later = timezone.now() + timedelta(seconds=61)
+    for d in Delivery.objects.exclude(status=DeliveryStatus.DELIVERED):
+        services.deliver(d.id, now=later)
+    # The summary folded in the waiting failures: one message, "finished", listing the four.
+    [mail] = smtp.messages
+    assert subject(mail) == "[XMC] sweep finished, 4 work units failed"
+    body = text(mail)
+    assert body.count("• train (work unit") == 4 and "completed: 1" in body and "failed: 4" in body
+    assert Delivery.objects.count() == 1
+
+
+def test_it_sends_the_failures_before_finished_when_they_already_went(smtp, outbox) -> None:
+    exp = launched(title="sweep")
+    a, b = unit(exp, seed="1"), unit(exp, seed="2")
+    notify_me(exp)
+    fail(a)
+    outbox.pump()
+    set_state([b], WorkUnitState.COMPLETED)
+    outbox.pump()
+    assert [subject(m) for m in smtp.messages] == [
+        "[XMC] 1 work unit failed in sweep", "[XMC] sweep finished, 1 work unit failed"]
+
+
+def test_it_never_tells_a_subscription_about_what_happened_before_it_existed(receiver, smtp, outbox) -> None:
+    done = launched(title="done before")
+    ended_unit = unit(done)
+    set_state([ended_unit], WorkUnitState.FAILED)  # nobody listens yet: no event
+    running = launched(title="running")
+    still, _other = unit(running), unit(running)
+    notify_me(done)
+    notify_me(running, webhook={"url": receiver.url})
+    assert sources.scan_finished() != []  # the sweep records "done before" finished (it ended minutes ago)
+    outbox.fan_outs.extend(Event.objects.filter(fanned_out=False).values_list("id", flat=True))
+    outbox.pump()
+    assert smtp.messages == []  # it ended before the subscription existed
+    fail(still)
+    outbox.pump()
+    assert len(receiver.requests) == 1  # what happens after subscribing does arrive
+
+
+def test_it_keeps_email_and_slack_bodies_readable_on_a_phone(receiver, smtp, outbox) -> None:
+    exp = launched(title="a rather long experiment title that goes on and on about what it trains")
+    wu = unit(exp, learning_rate="0.000123456789", optimizer="adamw-with-a-very-long-schedule-name")
+    unit(exp, learning_rate="0.1", optimizer="sgd")
+    ended(wu, exit_code=1, reason="Error", tail="Traceback (most recent call last): " + "x" * 400)
+    notify_me(exp)
+    notify_me(exp, slack={"url": receiver.url})
+    fail(wu)
+    outbox.pump()
+    body = text(smtp.messages[0])
+    for line in body.splitlines():
+        assert len(line) <= payloads.WRAP or line.strip().startswith("http"), line
+    message = receiver.requests[0].json
+    for block in message["blocks"]:
+        if block["type"] == "section" and "text" in block:
+            assert all(len(line) <= 300 for line in block["text"]["text"].splitlines())
+    section = next(b["text"]["text"] for b in message["blocks"]
+                   if b["type"] == "section" and "work unit" in b.get("text", {}).get("text", ""))
+    assert section.startswith(f"*<{UI}/experiments/{exp.id}/workUnits/{wu.wid}|train (work unit {wu.wid})>*")
+    assert "exited with code 1 in train" in section
