@@ -25,7 +25,9 @@ import pytest
 #: Module paths (prefixes) handed out first, longest first: from the
 #: ``--durations`` of full runs (docs/testing.md). Only the order depends on it.
 RUN_FIRST = (
+    "tests/system/test_run_folders.py",
     "tests/system/test_run_command.py",
+    "tests/system/test_restart.py",
     "tests/system/chaos/",
     "tests/system/cli/test_logs.py",
     "tests/architecture/test_types.py",
