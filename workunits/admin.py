@@ -219,7 +219,7 @@ def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, que
                 delivery.requeue_message(dead.message_id)
                 DeadLetter.objects.filter(id=dead.id).update(requeued_time=timezone.now())
             else:
-                services.requeue_dead_letter(dead.id)
+                services.requeue_dead_letter(dead.id, requester=requester(request))
             done += 1
         except ServiceError as exc:
             failed.append(f"dead letter {dead.id}: {exc.message}")
