@@ -18,6 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from workunits.choices import ExecutionState
+from workunits.models import WorkUnitExecution
+
 Message = Mapping[str, Any] | None
 
 _UID = re.compile(r"\s*\(?\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b\)?", re.I)
@@ -110,3 +113,20 @@ def headline(state: str, system_message: Message, scheduling_information: Messag
             return failure(system)
         return "admitted; its pods are starting"
     return ""
+
+
+def for_experiment(xid: int) -> list[dict[str, Any]]:
+    """Every work unit's current state and headline (the REST read ``xmc.api.headlines``, ``xmc why``/``status``).
+
+    One query; the caller has checked the reader's access.
+    """
+    rows = (WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, execution_state=ExecutionState.ACTIVE)
+            .order_by("work_unit__wid")
+            .values_list("work_unit__wid", "eid", "state", "system_message", "scheduling_information",
+                         "work_unit__executable"))
+    out = []
+    for wid, eid, state, system, scheduling, executable in rows:
+        queue = str(((executable or {}).get("schedulingConstraints") or {}).get("queueName") or "")
+        out.append({"name": f"experiments/{xid}/workUnits/{wid}", "executionId": eid, "state": state,
+                    "headline": headline(state, system, scheduling, queue)})
+    return out
