@@ -19,6 +19,8 @@ class EventType(models.TextChoices):
     WORK_UNIT_QUEUED_TOO_LONG = "WORK_UNIT_QUEUED_TOO_LONG"
     SCHEDULING_PAUSED = "SCHEDULING_PAUSED"
     SCHEDULING_RESUMED = "SCHEDULING_RESUMED"
+    #: Staff: work has waited for a worker past XMC_DEGRADED_AFTER_S (``sources.scan_delivery_degraded``).
+    OPERATOR_DELIVERY_DEGRADED = "OPERATOR_DELIVERY_DEGRADED"
     TEST = "TEST"
 
 
@@ -29,6 +31,7 @@ PAYLOAD_TYPE = {
     EventType.WORK_UNIT_QUEUED_TOO_LONG: "workUnit.queuedTooLong",
     EventType.SCHEDULING_PAUSED: "scheduling.paused",
     EventType.SCHEDULING_RESUMED: "scheduling.resumed",
+    EventType.OPERATOR_DELIVERY_DEGRADED: "operator.deliveryDegraded",
     EventType.TEST: "test",
 }
 

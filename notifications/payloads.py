@@ -76,6 +76,10 @@ def build(type_: str, events: Sequence[Event], now: datetime, details: Details |
         data["paused"] = type_ == EventType.SCHEDULING_PAUSED
         data["changedBy"] = first.data.get("by", "")
         data["reason"] = first.data.get("reason", "")
+    elif type_ == EventType.OPERATOR_DELIVERY_DEGRADED and first is not None:
+        data["queue"] = first.data.get("queue", "")
+        data["oldestPendingSeconds"] = first.data.get("oldestPendingSeconds", 0)
+        data["since"] = first.data.get("since", "")
     elif type_ == EventType.TEST:
         data["message"] = "a test event from XMC"
     return {"type": PAYLOAD_TYPE[EventType(type_)], "timestamp": _time(now), "schemaVersion": SCHEMA_VERSION,
@@ -105,6 +109,9 @@ def title(payload: dict[str, Any]) -> str:
         return f"Scheduling paused by {data.get('changedBy', '')}"
     if kind == "scheduling.resumed":
         return f"Scheduling resumed by {data.get('changedBy', '')}"
+    if kind == "operator.deliveryDegraded":
+        minutes = int(data.get("oldestPendingSeconds", 0)) // 60
+        return f"Work is waiting for a worker on the {data.get('queue', '')} queue: oldest {minutes} min"
     return "XMC test notification"
 
 

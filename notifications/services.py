@@ -67,7 +67,8 @@ log = logging.getLogger(__name__)
 #: Event types that concern one experiment (the others are for staff: the scheduling switch).
 EXPERIMENT_EVENTS = frozenset({EventType.WORK_UNIT_FAILED, EventType.EXPERIMENT_FINISHED,
                                EventType.WORK_UNIT_QUEUED_TOO_LONG})
-STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESUMED})
+STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESUMED,
+                          EventType.OPERATOR_DELIVERY_DEGRADED})
 #: Coalesced within XMC_NOTIFY_COALESCE_S (one message per experiment and window).
 COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG})
 SUBSCRIBABLE = sorted((EXPERIMENT_EVENTS | STAFF_EVENTS))
@@ -217,7 +218,7 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
             raise InvalidArgument(f"events: unknown event {unknown[0]!r}; allowed: {', '.join(SUBSCRIBABLE)}",
                                   field="events")
         if set(events) & STAFF_EVENTS and not identity.is_staff:
-            raise PermissionDenied("only staff may subscribe to SCHEDULING_PAUSED / SCHEDULING_RESUMED",
+            raise PermissionDenied(f"only staff may subscribe to {' / '.join(sorted(set(events) & STAFF_EVENTS))}",
                                    field="events")
         sub.events = sorted(set(events))
     if creating and "group" in data:

@@ -8,6 +8,9 @@
   ``notifications`` queue for fan-out. Cheap when nobody subscribes: one
   ``EXISTS`` query.
 * :func:`on_scheduling_changed`: SCHEDULING_PAUSED / SCHEDULING_RESUMED for staff.
+* :func:`scan_delivery_degraded` (the sweep): OPERATOR_DELIVERY_DEGRADED for
+  staff, once per queue and backlog, when its oldest pending row has waited
+  for a worker past ``XMC_DEGRADED_AFTER_S``.
 * :func:`scan_queued_too_long` (the sweep): executions waiting in SCHEDULING
   longer than a subscription's ``queued_minutes``.
 """
@@ -19,6 +22,7 @@ from datetime import timedelta
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -26,6 +30,7 @@ from experiments.choices import ActiveState
 from experiments.models import Experiment
 from notifications import services
 from notifications.models import Event, EventType, Scope, Subscription
+from workunits import delivery
 from workunits.choices import TERMINAL, WorkUnitState
 from workunits.models import WorkUnitExecution
 
@@ -105,6 +110,26 @@ def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) ->
     ids = services.record_events([Event(key=f"scheduling/{change_id}", type=kind, create_time=timezone.now(),
                                         data={"by": by, "reason": reason})])
     services.enqueue_fan_out(ids)
+
+
+def scan_delivery_degraded() -> list[int]:
+    """One OPERATOR_DELIVERY_DEGRADED event per queue and backlog (keyed by its oldest row's time).
+
+    Runs in the notifications sweep: where the actuator's worker has a queue of
+    its own (deploy/base), a dead or frozen actuator worker is still reported.
+    """
+    if not _anyone_listens([EventType.OPERATOR_DELIVERY_DEGRADED]):
+        return []
+    now = timezone.now()
+    rows = []
+    for queue, since in sorted(delivery.oldest_pending_since(now).items()):
+        age = (now - since).total_seconds() if since is not None else 0.0
+        if since is None or age <= settings.XMC_DEGRADED_AFTER_S:
+            continue
+        rows.append(Event(key=f"operator/delivery-degraded/{queue}/{since.isoformat()}",
+                          type=EventType.OPERATOR_DELIVERY_DEGRADED, create_time=now,
+                          data={"queue": queue, "oldestPendingSeconds": round(age), "since": since.isoformat()}))
+    return services.record_events(rows)
 
 
 def scan_queued_too_long() -> list[int]:

@@ -57,4 +57,5 @@ def sweep(self: Any) -> None:
     services.enqueue_fan_out(services.stranded_events(now))
     services.enqueue_fan_out(sources.scan_queued_too_long())
     services.enqueue_fan_out(sources.scan_finished())
+    services.enqueue_fan_out(sources.scan_delivery_degraded())
     services.enqueue(services.due_deliveries(now))

@@ -21,6 +21,14 @@ and Redis that ``./dev run`` started for it (``--stop-postgres DIR``,
 ``--stop-redis DIR``); a server that was already running when ``./dev run``
 began (e.g. the one a ``./dev test`` beside it uses) is never stopped. ``--smoke`` starts everything,
 waits until each process answers, prints the URLs and stops again.
+
+A process that dies is started again (:class:`Restarts`: after 1, 2, 4 ...
+seconds, at most ``XMC_RUN_RESTART_MAX_DELAY_S``), each death and restart
+logged on the console and in the process's log; the others keep running (a
+dead worker's work waits in the outbox and is carried out once it is back).
+Only a crash loop, more than ``XMC_RUN_RESTART_LIMIT`` deaths of one process
+within ``XMC_RUN_RESTART_WINDOW_S``, stops everything, naming the process
+and its log.
 """
 from __future__ import annotations
 
@@ -45,6 +53,34 @@ ADMIN_EMAIL = "admin@example.com"
 
 
 @dataclass
+class Restarts:
+    """When to start a dead process again, and when to give up (a crash loop). Pure: the caller passes ``now``."""
+
+    limit: int = 5
+    window_s: float = 120.0
+    base_s: float = 1.0
+    max_delay_s: float = 30.0
+    deaths: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_env(cls) -> Restarts:
+        return cls(limit=int(os.environ.get("XMC_RUN_RESTART_LIMIT", "5")),
+                   window_s=float(os.environ.get("XMC_RUN_RESTART_WINDOW_S", "120")),
+                   max_delay_s=float(os.environ.get("XMC_RUN_RESTART_MAX_DELAY_S", "30")))
+
+    def died(self, now: float) -> float | None:
+        """Record a death; the delay before the restart, or None for a crash loop (stop everything)."""
+        self.deaths = [t for t in self.deaths if now - t < self.window_s] + [now]
+        if len(self.deaths) > self.limit:
+            return None
+        return min(self.max_delay_s, self.base_s * 2 ** (len(self.deaths) - 1))
+
+
+class CrashLoop(Exception):
+    """A process keeps dying: the message names it and its log."""
+
+
+@dataclass
 class Process:
     name: str
     argv: list[str]
@@ -52,6 +88,9 @@ class Process:
     ready_url: str = ""
     env: dict[str, str] = field(default_factory=dict)
     popen: subprocess.Popen[bytes] | None = None
+    restarts: Restarts = field(default_factory=Restarts.from_env)
+    #: monotonic time of the restart this dead process waits for (None: running)
+    restart_at: float | None = None
 
 
 class Stop(Exception):
@@ -223,6 +262,46 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     return procs
 
 
+def start(proc: Process, env: dict[str, str]) -> None:
+    log = open(RUN / f"{proc.name}.log", "ab")  # noqa: SIM115 - lives as long as the child
+    proc.popen = subprocess.Popen(proc.argv, cwd=ROOT, env={**env, **proc.env}, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _note(proc: Process, line: str) -> None:
+    """A line on the console and in the process's own log (where its next lines will follow)."""
+    print(f"run: {line}", flush=True)
+    with open(RUN / f"{proc.name}.log", "a") as log:
+        log.write(f"\n=== run_all {time.strftime('%Y-%m-%d %H:%M:%S')}: {line}\n")
+
+
+def supervise(procs: list[Process], env: dict[str, str], *, tick_s: float = 0.5) -> None:
+    """Keep every process up: restart one that died after its back-off; raise CrashLoop for a crash loop."""
+    while True:
+        now = time.monotonic()
+        for proc in procs:
+            assert proc.popen is not None
+            if proc.restart_at is None and proc.popen.poll() is not None:
+                code = proc.popen.returncode
+                delay = proc.restarts.died(now)
+                if delay is None:
+                    raise CrashLoop(
+                        f"{proc.name} keeps dying ({len(proc.restarts.deaths)} times in "
+                        f"{proc.restarts.window_s:.0f} s, last exit code {code}); its log: {RUN}/{proc.name}.log")
+                proc.restart_at = now + delay
+                _note(proc, f"{proc.name} exited with code {code}; restarting it in {delay:.0f} s "
+                            f"(log {RUN}/{proc.name}.log)")
+            elif proc.restart_at is not None and now >= proc.restart_at:
+                proc.restart_at = None
+                try:  # what is left of its process group (a worker's pool)
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                start(proc, env)
+                _note(proc, f"{proc.name} restarted (pid {proc.popen.pid})")
+        time.sleep(tick_s)
+
+
 def stop_all(procs: list[Process]) -> None:
     for proc in procs:
         if proc.popen is not None and proc.popen.poll() is None:
@@ -324,19 +403,18 @@ def main() -> int:
         write_env(env)
         child_env = {**os.environ, **env}
         for proc in procs:
-            log = open(RUN / f"{proc.name}.log", "ab")  # noqa: SIM115 - lives as long as the child
-            proc.popen = subprocess.Popen(proc.argv, cwd=ROOT, env={**child_env, **proc.env}, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            start(proc, child_env)
             wait_ready(proc)
             print(f"run: {proc.name:<10} up  {proc.url}", flush=True)
         print_welcome(procs, env, token)
         if args.smoke:
             return 0
-        while all(p.popen is not None and p.popen.poll() is None for p in procs):
-            time.sleep(1)
-        dead = [p.name for p in procs if p.popen is not None and p.popen.poll() is not None]
-        print(f"run: {', '.join(dead)} exited; stopping the rest (see {RUN}/*.log)", flush=True)
-        return 1
+        try:
+            supervise(procs, child_env)
+        except CrashLoop as loop:
+            print(f"run: {loop}; stopping everything", flush=True)
+            return 1
+        return 1  # not reached: supervise returns only by an exception
     except Stop as why:
         print(f"run: {why}: stopping", flush=True)
         return 0

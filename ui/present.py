@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from workunits import headline
+
 #: The roll-up bar's order and each state's colour class (ui/static/ui/ui.css).
 STATE_ORDER = ("RUNNING", "STARTING", "SCHEDULING", "INITIALIZING", "RESTARTING", "SCHEDULING_PAUSED",
                "DESCHEDULING", "PARTIALLY_FAILED", "STOPPING", "COMPLETED", "FAILED", "STOPPED")
@@ -133,34 +135,19 @@ def estimate_words(estimate: tuple[float, float] | None, admissions: int) -> str
 
 
 def why_not_running(state: str, current: Mapping[str, Any], queue_name: str, estimate: str = "") -> str:
-    """Plain words: why the work unit is not running (the same reading as ``xmc why``).
+    """The headline: why the work unit is not running, or why it failed, in one line.
 
-    ``estimate`` (`estimate_words`) is added to a queued unit's words.
+    The server's one reading, ``workunits.headline.headline`` (no UIDs, no
+    pod names); the details stay in the messages, shown once on the unit's
+    page. ``estimate`` (`estimate_words`) is added to a queued unit's line.
     """
-    scheduling = current.get("scheduling_information") or {}
-    queue = ((scheduling.get("auxiliaryInfo") or {}).get("queueInfo") or {})
-    position, total = queue.get("positionInQueue"), queue.get("totalWorkloadsInQueue")
-    where = f"queue {queue_name}" if queue_name else "the queue"
-    system = text_of(current.get("system_message"))
-    if state == "SCHEDULING":
-        head = (f"Waiting in {where}: position {position}" + (f" of {total}" if total else "")
-                if position else f"Waiting for {where} to admit it")
-        extra = text_of(scheduling)
-        return head + (f". {extra}" if extra else "") + (f". {estimate}" if estimate and position else "")
-    if state == "SCHEDULING_PAUSED":
-        return "Scheduling is paused by the operators; it is queued when they resume"
-    if state == "DESCHEDULING":
-        return "Evicted, waiting to be queued again" + (f": {system or text_of(scheduling)}"
-                                                       if (system or text_of(scheduling)) else "")
-    if state == "INITIALIZING":
-        return "Being handed to the cluster"
-    if state == "RESTARTING":
-        return "Restarting: the old JobSet is being removed"
-    if state == "STARTING":
-        return "Admitted; its pods are starting"
-    if state in ("FAILED", "PARTIALLY_FAILED"):
-        return system or "It failed"
-    return ""
+    head = headline.headline(state, current.get("system_message"), current.get("scheduling_information"), queue_name)
+    if not head:
+        return ""
+    head = head[0].upper() + head[1:]
+    if estimate and state == "SCHEDULING" and queue_position(current) and head.startswith("Waiting"):
+        head += f". {estimate}"
+    return head
 
 
 def _scalar(value: Any) -> str:

@@ -57,6 +57,7 @@ _EVENT_WORDS = {
     EventType.WORK_UNIT_QUEUED_TOO_LONG: "a work unit waits in the queue too long",
     EventType.SCHEDULING_PAUSED: "scheduling paused (staff)",
     EventType.SCHEDULING_RESUMED: "scheduling resumed (staff)",
+    EventType.OPERATOR_DELIVERY_DEGRADED: "work waits for a worker (staff)",
 }
 
 

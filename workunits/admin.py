@@ -211,13 +211,13 @@ class PausedTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("task_type", "resolution_status", "skip_reason")
 
 
-def _requeue(dead: DeadLetter) -> None:
+def _requeue(dead: DeadLetter, request: HttpRequest) -> None:
     """Send a dead letter's work again (through the service); ServiceError says why not."""
     if dead.message_id is not None:  # a lifecycle event or resumption run (workunits.delivery)
         delivery.requeue_message(dead.message_id)
         DeadLetter.objects.filter(id=dead.id).update(requeued_time=timezone.now())
     else:
-        services.requeue_dead_letter(dead.id)
+        services.requeue_dead_letter(dead.id, requester=requester(request))
 
 
 @admin.action(description="Re-queue the operations of selected dead letters")
@@ -225,7 +225,7 @@ def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, que
     done, failed = 0, []
     for dead in queryset.order_by("id"):
         try:
-            _requeue(dead)
+            _requeue(dead, request)
             done += 1
         except ServiceError as exc:
             failed.append(f"dead letter {dead.id}: {exc.message}")
@@ -269,7 +269,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if dead is None or not self.has_view_permission(request, dead):
             raise Http404("no such dead letter")
         try:
-            _requeue(dead)
+            _requeue(dead, request)
             self.message_user(request, f"Re-queued dead letter {dead.id}.", messages.SUCCESS)
         except ServiceError as exc:
             self.message_user(request, f"dead letter {dead.id}: {exc.message}", messages.ERROR)

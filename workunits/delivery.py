@@ -45,10 +45,12 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Min, Q, QuerySet
 from django.utils import timezone
 
-from workunits.models import DeadLetter, Operation, OutboxMessage
+from core.queues import Queue
+from workunits.choices import TaskType
+from workunits.models import DeadLetter, Operation, OutboxMessage, SchedulingSwitch
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,43 @@ def mark_sent(model: Leased, ids: Sequence[int], *, now: datetime | None = None)
     now = now or timezone.now()
     return int(model.objects.filter(id__in=list(ids), done=False).update(
         dispatched_time=now, dispatch_attempts=F("dispatch_attempts") + 1))
+
+
+# --- How far behind the workers are ---------------------------------------------------------
+
+
+def oldest_pending(now: datetime | None = None) -> dict[str, float]:
+    """Per queue, the age in seconds of its oldest row no worker is on (0 when there is none)."""
+    now = now or timezone.now()
+    return {queue: max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+            for queue, since in oldest_pending_since(now).items()}
+
+
+def oldest_pending_since(now: datetime | None = None) -> dict[str, datetime | None]:
+    """Per queue, the create time of its oldest row no worker is on (None when there is none).
+
+    A row counts while it is not done and no live claim holds it: a task a
+    worker is retrying, or a Restart waiting for the old JobSet, is being
+    worked on; a row nobody took (every worker dead, frozen or busy) ages.
+    Operations are the ``actuator`` queue; while scheduling is paused the
+    held Creates, Restarts and Updates wait on purpose and do not count
+    (as in ``workunits.outbox.due_operations``). Read by the gauge
+    ``xmc_delivery_oldest_pending_seconds`` and ``/readyz`` (``xmc.ops``) and
+    the pages' banner (``ui.context``); see docs/architecture/delivery.md.
+    """
+    now = now or timezone.now()
+    since: dict[str, datetime | None] = {queue.value: None for queue in Queue}
+    unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+    ops = Operation.objects.filter(done=False).exclude(task_type="").filter(unclaimed)
+    if SchedulingSwitch.objects.filter(id=1, paused=True).exists():
+        ops = ops.filter(Q(dispatched_time__isnull=True) | Q(task_type=TaskType.DELETE))
+    since[Queue.ACTUATOR.value] = ops.aggregate(oldest=Min("create_time"))["oldest"]
+    messages = (OutboxMessage.objects.filter(done=False).filter(unclaimed).values("queue")
+                .annotate(oldest=Min("create_time")).values_list("queue", "oldest"))
+    for queue, first in messages:
+        known = since.get(queue)
+        since[queue] = first if known is None else min(known, first)
+    return since
 
 
 # --- The generic outbox (OutboxMessage) -----------------------------------------------------

@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import (
@@ -38,6 +38,10 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from workunits.delivery import oldest_pending
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +80,63 @@ def observe_task(task: str, state: str, seconds: float | None) -> None:
         TASK_LATENCY.labels(task).observe(seconds)
 
 
+def delivery_status(ages: dict[str, float]) -> dict[str, object]:
+    """The ``delivery`` part of ``/readyz``: the oldest pending row's age over every queue, and whether
+    it is past ``XMC_DEGRADED_AFTER_S``."""
+    oldest = max(ages.values(), default=0.0)
+    return {"oldestPendingSeconds": round(oldest, 1),
+            "status": "degraded" if oldest > settings.XMC_DEGRADED_AFTER_S else "ok",
+            "queues": {queue: round(age, 1) for queue, age in sorted(ages.items())}}
+
+
+class DeliveryCollector(Collector):
+    """``xmc_delivery_oldest_pending_seconds{queue}``, read from the database at each scrape.
+
+    The rows are the truth (``workunits.delivery.oldest_pending``), so every
+    process serves the same value and a frozen worker cannot hide its own
+    backlog: the web's ``/metrics`` shows it. A failed read is logged and the
+    gauge left out of that scrape. ``close_after``: the scrape runs on a
+    thread of ``prometheus_client``'s own server (``serve_metrics``: workers,
+    gRPC, reconciler), which nothing else closes the connection of.
+    """
+
+    close_after = False
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "xmc_delivery_oldest_pending_seconds",
+            "Age of the oldest operation or outbox message of the queue that no worker holds (0: none).",
+            labels=["queue"],
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()  # registering must not query the database
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = self._family()
+        try:
+            ages = oldest_pending()
+        except Exception:  # noqa: BLE001 - a scrape must never fail for the database's sake
+            logger.warning("metrics.delivery_unavailable", exc_info=True)
+            return
+        finally:
+            if self.close_after:
+                connections.close_all()  # this thread's only
+        for queue, age in sorted(ages.items()):
+            gauge.add_metric([queue], age)
+        yield gauge
+
+
+DELIVERY = DeliveryCollector()
+REGISTRY.register(DELIVERY)
+
+
 def metrics_registry() -> CollectorRegistry:
-    """This process's registry, or every process's in multiprocess mode."""
+    """This process's registry, or every process's in multiprocess mode (with the delivery gauge)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
+        registry.register(DELIVERY)
         return registry
     return REGISTRY
 
@@ -89,6 +145,7 @@ def serve_metrics(port: int) -> None:
     """Expose /metrics on ``port`` from a daemon thread (workers, gRPC, reconciler)."""
     from prometheus_client import start_http_server
 
+    DELIVERY.close_after = True
     start_http_server(port, addr="0.0.0.0", registry=metrics_registry())
 
 
@@ -183,16 +240,26 @@ def readiness() -> dict[str, str]:
 
 @require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Readiness: 200 when the database and Redis/the broker answer, 503 naming what failed."""
+    """Readiness: 200 when the database and Redis/the broker answer, 503 naming what failed.
+
+    ``delivery`` says whether work waits for a worker (``delivery_status``):
+    "degraded" is still 200, the web can serve; it is left out when the
+    database does not answer.
+    """
     started = time.perf_counter()
     checks = readiness()
     failed = sorted(name for name, result in checks.items() if result != "ok")
-    body = {
+    body: dict[str, object] = {
         "status": "unavailable" if failed else "ok",
         "checks": checks,
         "failed": failed,
-        "seconds": round(time.perf_counter() - started, 4),
     }
+    if checks.get("database") == "ok":
+        try:
+            body["delivery"] = delivery_status(oldest_pending())
+        except Exception as exc:  # noqa: BLE001 - readiness answers whatever this read does
+            body["delivery"] = {"oldestPendingSeconds": None, "status": f"error: {type(exc).__name__}"}
+    body["seconds"] = round(time.perf_counter() - started, 4)
     return JsonResponse(body, status=503 if failed else 200)
 
 

@@ -125,6 +125,9 @@ XMC_OPERATION_LEASE_S = env.float("XMC_OPERATION_LEASE_S", default=45.0)
 # Done outbox messages (lifecycle events, resumption runs) are deleted this long after they ended.
 XMC_OUTBOX_MESSAGE_RETENTION_DAYS = env.int("XMC_OUTBOX_MESSAGE_RETENTION_DAYS", default=7)
 XMC_OUTBOX_SWEEP_MIN_AGE_S = env.float("XMC_OUTBOX_SWEEP_MIN_AGE_S", default=10.0)
+#: Past this many seconds without a worker on the oldest pending row of a queue, /readyz says
+#: "degraded", the pages show a banner and OPERATOR_DELIVERY_DEGRADED is sent (docs/architecture/delivery.md).
+XMC_DEGRADED_AFTER_S = env.float("XMC_DEGRADED_AFTER_S", default=120.0)
 XMC_OUTBOX_FAILURES_BEFORE_MESSAGE = env.int("XMC_OUTBOX_FAILURES_BEFORE_MESSAGE", default=3)
 XMC_OPERATION_RETENTION_DAYS = env.int("XMC_OPERATION_RETENTION_DAYS", default=90)
 XMC_CELERY_VISIBILITY_TIMEOUT_S = env.int("XMC_CELERY_VISIBILITY_TIMEOUT_S", default=3600)
@@ -240,6 +243,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "ui.context.delivery",
             ],
         },
     },

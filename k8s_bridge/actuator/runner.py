@@ -16,7 +16,10 @@ The Celery tasks in ``k8s_bridge.tasks`` are one line each around
 4. the handler; ``RetryLater`` and retryable errors come back through a
    Celery retry with exponential backoff and jitter; a permanent error, or a
    retryable one past ``XMC_ACTUATOR_MAX_RETRIES``, completes the operation
-   with the error and writes a DeadLetter row.
+   with the error, writes a DeadLetter row and moves the execution (FAILED
+   for a Create/Restart still being handed over) in one transaction; each
+   retry first leaves a WARNING on the execution saying so
+   (``workunits.services.failures``).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
-from k8s_bridge.errors import CODES, backoff_seconds, classify, retry_after_seconds
+from k8s_bridge.errors import backoff_seconds, classify, retry_after_seconds
 from workunits import delivery, outbox, services
 from workunits.models import Operation
 
@@ -111,7 +114,7 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
             _hold_through(operation_id, token, countdown)
             log.info("actuator.wait", extra={"task": name, "reason": str(wait), "countdown": countdown})
             raise celery_task.retry(countdown=countdown, max_retries=settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES)
-        _give_up(task, name, payload, operation_id, "DEADLINE_EXCEEDED", str(wait), attempts)
+        _give_up(task, name, payload, operation_id, services.Refusal("DEADLINE_EXCEEDED", str(wait), attempts))
     except Exception as exc:
         c = classify(exc)
         retries = celery_task.request.retries or 0
@@ -122,8 +125,9 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
             _hold_through(operation_id, token, countdown)
             log.warning("actuator.retry", extra={"task": name, "code": c.code, "error": c.message,
                                                  "countdown": countdown})
+            _tell_retry(operation_id, services.Refusal(c.code, c.message, attempts), countdown)
             raise celery_task.retry(exc=exc, countdown=countdown, max_retries=settings.XMC_ACTUATOR_MAX_RETRIES)
-        _give_up(task, name, payload, operation_id, c.code, c.message, attempts)
+        _give_up(task, name, payload, operation_id, services.Refusal(c.code, c.message, attempts, c.permanent))
     if operation_id is not None:  # finished (done, skipped or dead-lettered): not retried
         delivery.release(Operation, operation_id, token)
 
@@ -135,11 +139,27 @@ def _hold_through(operation_id: int | None, token: str, countdown: float) -> Non
         delivery.extend(Operation, operation_id, token, seconds=countdown + settings.XMC_OPERATION_LEASE_S)
 
 
-def _give_up(task: task_pb2.Task, name: str, payload: str, operation_id: int | None, code: str, message: str,
-             attempts: int) -> None:
-    log.error("actuator.dead_letter", extra={"task": name, "code": code, "error": message})
+def _tell_retry(operation_id: int | None, refusal: services.Refusal, countdown: float) -> None:
+    """The execution carries a WARNING while we retry (``workunits.services.record_actuator_retry``).
+
+    Best effort: a failed write is logged, the retry goes ahead regardless."""
+    if operation_id is None:
+        return
+    try:
+        services.record_actuator_retry(operation_id, refusal, countdown)
+    except Exception:
+        log.warning("actuator.retry_message_failed", extra={"operation": operation_id}, exc_info=True)
+
+
+def _give_up(task: task_pb2.Task, name: str, payload: str, operation_id: int | None,
+             refusal: services.Refusal) -> None:
+    """Dead-letter the task; the operation, its DeadLetter and its execution's state in one transaction
+    (``workunits.services.dead_letter_operation``)."""
+    log.error("actuator.dead_letter", extra={"task": name, "code": refusal.code, "error": refusal.message})
+    type_name = task_pb2.Task.Type.Name(task.type)
     if operation_id is not None:
-        services.complete_operation(operation_id, error={"code": CODES.get(code, 2), "message": message})
-    services.record_dead_letter(task_name=name, task_type=task_pb2.Task.Type.Name(task.type), payload=_raw(payload),
-                                operation_id=operation_id, error_code=code, error_message=message,
-                                attempts=attempts)
+        services.dead_letter_operation(operation_id, refusal, task_name=name, task_type=type_name,
+                                       payload=_raw(payload))
+        return
+    services.record_dead_letter(task_name=name, task_type=type_name, payload=_raw(payload), operation_id=None,
+                                error_code=refusal.code, error_message=refusal.message, attempts=refusal.attempts)

@@ -12,8 +12,10 @@ then :func:`plan` compares the two and returns the repairs:
   finalizer path -> ``FAILED`` with an ERROR message saying so;
 * ``INITIALIZING`` / ``RESTARTING`` whose create (restart) operation is done
   and yet no JobSet exists -> ``FAILED`` with the operation's error;
-* a JobSet of ours whose execution is archived (older eid) or whose work unit
-  does not exist -> the JobSet is deleted (UID precondition); its finalizer
+* a JobSet of ours whose execution is archived (older eid), whose work unit
+  does not exist, or whose execution the dead letter of its create (restart)
+  operation turned ``FAILED`` (the last try reached the cluster though its
+  answer was lost) -> the JobSet is deleted (UID precondition); its finalizer
   path then finds the write fenced or the work unit missing and lets it go.
 
 The snapshot read before the list is right for everything the list can miss
@@ -114,11 +116,11 @@ def _read_snapshot(default_namespace: str) -> Snapshot:
         namespace = str((metadata or {}).get("namespace") or default_namespace)
         executions[(xid, wid)] = Candidate(ExecutionKey(xid, wid, eid), state, namespace, (xid, wid, eid) in pending,
                                            state_update_time_ns=int(time_ns or 0))
-        if state in (S.INITIALIZING, S.RESTARTING):
+        if state in (S.INITIALIZING, S.RESTARTING, S.FAILED):
             need_error.append((xid, wid, eid))
     if need_error:
         done = Operation.objects.filter(
-            done=True, task_type__in=(TaskType.CREATE, TaskType.RESTART),
+            done=True, error__isnull=False, task_type__in=(TaskType.CREATE, TaskType.RESTART),
             work_unit__experiment_id__in={x for x, _, _ in need_error},
         ).values_list("work_unit__experiment_id", "work_unit__wid", "eid", "error")
         wanted = set(need_error)
@@ -172,6 +174,12 @@ def plan(snap: Snapshot, jobsets: Iterable[Mapping[str, Any]], namespaces: Itera
             repairs.append(Repair("jobset_without_work_unit", key, jobset=ref))
         elif key.eid < current:
             repairs.append(Repair("jobset_of_archived_execution", key, jobset=ref))
+        else:
+            c = snap.executions.get(wu_key)
+            if c is not None and c.key == key and c.state == S.FAILED and c.operation_error:
+                # Its create was dead-lettered (the execution FAILED with it), yet the last try had
+                # reached the cluster: nothing will ever watch this JobSet for the record.
+                repairs.append(Repair("jobset_of_dead_lettered_execution", key, jobset=ref))
     for wu_key, c in sorted(snap.executions.items()):
         if c.namespace not in watched or c.pending or wu_key in snap.busy or c.key in present:
             continue

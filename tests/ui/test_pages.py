@@ -235,7 +235,7 @@ def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_w
     unit.executable["schedulingConstraints"]["queueName"] = "idle-queue"
     WorkUnit.objects.filter(id=unit.id).update(executable=unit.executable)
     body = alice.get(f"/experiments/{exp.id}").content.decode()
-    assert "Waiting in queue idle-queue: position 3 of 5" in body and "Estimated start" not in body
+    assert "Waiting for quota in idle-queue: position 3 of 5" in body and "Estimated start" not in body
 
 
 def test_a_log_line_prints_escaped_with_its_matches_timestamp_and_replica_when_asked() -> None:

@@ -40,10 +40,10 @@ def test_it_draws_the_rollup_in_a_fixed_order_with_offsets() -> None:
 def test_it_says_why_a_unit_is_not_running() -> None:
     queued = {"scheduling_information": {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 3,
                                                                           "totalWorkloadsInQueue": 9}}}}
-    assert present.why_not_running("SCHEDULING", queued, "gpu") == "Waiting in queue gpu: position 3 of 9"
+    assert present.why_not_running("SCHEDULING", queued, "gpu") == "Waiting for quota in gpu: position 3 of 9"
     assert "paused" in present.why_not_running("SCHEDULING_PAUSED", {}, "")
     evicted = {"system_message": {"userFacingText": "Evicted (Preempted)"}}
-    assert present.why_not_running("DESCHEDULING", evicted, "") == "Evicted, waiting to be queued again: Evicted (Preempted)"
+    assert present.why_not_running("DESCHEDULING", evicted, "") == "Preempted by a higher-priority workload"
     assert present.why_not_running("RUNNING", {}, "q") == ""
 
 
@@ -88,4 +88,4 @@ def test_it_gives_no_estimate_rather_than_a_guess() -> None:
     assert present.estimate_words(None, 0) == ""
     queued = {"scheduling_information": {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 2}}}}
     assert present.why_not_running("SCHEDULING", queued, "q", "Estimated start within 2 min") == (
-        "Waiting in queue q: position 2. Estimated start within 2 min")
+        "Waiting for quota in q: position 2. Estimated start within 2 min")

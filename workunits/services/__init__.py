@@ -29,6 +29,8 @@ so callers write ``from workunits import services`` and
 * ``executions``: the guarded masked updates (the reconciler's write path);
 * ``operations``: Operation rows (dispatch marks, completion, cancellation,
   dead letters), the only part the outbox imports;
+* ``failures``: what the actuator's retries and dead letters change on the
+  execution (a WARNING while retrying; FAILED and an ERROR on a dead letter);
 * ``commands``: stop, restart, update, re-queue.
 """
 from __future__ import annotations
@@ -52,6 +54,10 @@ from workunits.services.operations import purge_done_operations as purge_done_op
 from workunits.services.operations import record_dead_letter as record_dead_letter
 from workunits.services.operations import request_operation_cancellation as request_operation_cancellation
 from workunits.services.operations import delete_operation as delete_operation
+from workunits.services.operations import complete_in_transaction as complete_in_transaction
+from workunits.services.failures import Refusal as Refusal
+from workunits.services.failures import record_actuator_retry as record_actuator_retry
+from workunits.services.failures import dead_letter_operation as dead_letter_operation
 from workunits.services.create import CREATE_BATCH_MAX as CREATE_BATCH_MAX
 from workunits.services.create import create_work_unit as create_work_unit
 from workunits.services.commands import stop_work_units as stop_work_units

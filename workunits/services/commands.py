@@ -152,43 +152,58 @@ def restart_work_units(
     with transaction.atomic(durable=True):
         exp, locked, currents = _targets(xid, wids)
         parent = _batch_operation(exp, ActionType.RESTART, requester, now) if batch else None
-        ops: list[Operation] = []
-        state_moves: list[tuple[str | None, str | None]] = []
-        severity_moves: list[tuple[str | None, str | None]] = []
-        superseded: list[tuple[int, int, int]] = []
-        for key in sorted(locked):
-            wu = locked[key]
-            old = currents[wu.id]
-            old_eid, new_eid = wu.current_eid, wu.current_eid + 1
-            # Archive first: the partial unique constraint allows one ACTIVE row.
-            WorkUnitExecution.objects.filter(pk=old.pk).update(
-                execution_state=ExecutionState.INACTIVE, update_time=now
-            )
-            op = Operation.objects.create(
-                experiment=exp, work_unit=wu, parent=parent, action_type=ActionType.RESTART, target=wu.name,
-                create_time=now, original_requester=requester.email, asserted_email=requester.asserted_email,
-                task_type=TaskType.RESTART, eid=new_eid, target_eid=old_eid,
-            )
-            ops.append(op)
-            _insert_execution(wu, new_eid, S.RESTARTING, now, op)
-            wu.current_eid = new_eid
-            wu.update_time = now
-            wu.save(update_fields=["current_eid", "update_time"])
-            state_moves.append((old.state, S.RESTARTING))
-            severity_moves.append((state.best_severity(execution_record(old)), None))
-            superseded.append((xid, wu.wid, old_eid))
-        experiment_services.apply_rollups({xid: (state_moves, severity_moves)}, now=now)
-        transaction.on_commit(partial(on_transitions_committed, [
-            Transition(x, w, e + 1, old_state or "", S.RESTARTING)
-            for (x, w, e), (old_state, _) in zip(superseded, state_moves)]))
-        for xid_, wid_, eid_ in superseded:
-            transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
-        outbox.send_on_commit(ops)
+        ops = _restart_locked(exp, locked, currents, parent=parent, requester=requester, now=now)
         if parent is not None:
             if not ops:
                 _finish(parent, now, response=_batch_response(exp, []))
             return parent
         return ops[0]
+
+
+def _restart_locked(
+    exp: Experiment,
+    locked: dict[tuple[int, int], WorkUnit],
+    currents: dict[int, WorkUnitExecution],
+    *,
+    parent: Operation | None,
+    requester: Requester,
+    now: datetime,
+) -> list[Operation]:
+    """The body of a restart, for a caller holding the work unit locks (restart, re-queue of a dead letter)."""
+    xid = exp.id
+    ops: list[Operation] = []
+    state_moves: list[tuple[str | None, str | None]] = []
+    severity_moves: list[tuple[str | None, str | None]] = []
+    superseded: list[tuple[int, int, int]] = []
+    for key in sorted(locked):
+        wu = locked[key]
+        old = currents[wu.id]
+        old_eid, new_eid = wu.current_eid, wu.current_eid + 1
+        # Archive first: the partial unique constraint allows one ACTIVE row.
+        WorkUnitExecution.objects.filter(pk=old.pk).update(
+            execution_state=ExecutionState.INACTIVE, update_time=now
+        )
+        op = Operation.objects.create(
+            experiment=exp, work_unit=wu, parent=parent, action_type=ActionType.RESTART, target=wu.name,
+            create_time=now, original_requester=requester.email, asserted_email=requester.asserted_email,
+            task_type=TaskType.RESTART, eid=new_eid, target_eid=old_eid,
+        )
+        ops.append(op)
+        _insert_execution(wu, new_eid, S.RESTARTING, now, op)
+        wu.current_eid = new_eid
+        wu.update_time = now
+        wu.save(update_fields=["current_eid", "update_time"])
+        state_moves.append((old.state, S.RESTARTING))
+        severity_moves.append((state.best_severity(execution_record(old)), None))
+        superseded.append((xid, wu.wid, old_eid))
+    experiment_services.apply_rollups({xid: (state_moves, severity_moves)}, now=now)
+    transaction.on_commit(partial(on_transitions_committed, [
+        Transition(x, w, e + 1, old_state or "", S.RESTARTING)
+        for (x, w, e), (old_state, _) in zip(superseded, state_moves)]))
+    for xid_, wid_, eid_ in superseded:
+        transaction.on_commit(partial(on_execution_superseded, xid_, wid_, eid_))
+    outbox.send_on_commit(ops)
+    return ops
 
 
 def record_notify_when_update(xid: int, wid: int, *, now: datetime | None = None) -> Operation | None:
@@ -238,13 +253,30 @@ def update_work_unit(
         return wu
 
 
-def requeue_dead_letter(dead_letter_id: int, *, now: datetime | None = None) -> Operation:
-    """Send a dead-lettered task's operation again (the admin's re-queue action).
+def requeue_dead_letter(dead_letter_id: int, *, requester: Requester = SYSTEM,
+                        now: datetime | None = None) -> Operation:
+    """Send a dead-lettered task's operation again (the admin's re-queue action); returns what was sent.
 
-    The task is rebuilt from the Operation row, never replayed from the stored
-    payload (which may be the tampered one): the operation is reopened
-    (``done``/``error``/``dispatched_time`` cleared) and handed to the outbox
-    after commit. A dead letter without an operation cannot be re-queued.
+    The task is rebuilt from rows, never replayed from the stored payload
+    (which may be the tampered one). Which execution it brings back follows
+    STATES.md (docs/architecture/jobset_and_work_unit_states.md, "Dead letters"):
+
+    * a Create or Restart whose dead letter turned its execution N FAILED
+      (``workunits.services.dead_letter_operation``): nothing leaves FAILED,
+      and only an insert writes RESTARTING, so the re-queue is a restart: N
+      is archived, N+1 inserted in RESTARTING, and a new RESTART operation
+      (target eid N) is sent; the dead-lettered operation keeps its error as
+      the record of what happened;
+    * a Create or Restart whose work unit moved on since (a restart, a stop:
+      its execution is no longer current, STOPPING or terminal otherwise) is
+      refused with FAILED_PRECONDITION: a re-queue never overrides a person's
+      later decision;
+    * anything else (a Delete, an Update, a Create dead-lettered before its
+      execution was failed) reopens the same operation
+      (``done``/``error``/``dispatched_time`` cleared) and hands it to the
+      outbox after commit.
+
+    A dead letter without an operation cannot be re-queued.
     """
     now = now or timezone.now()
     with transaction.atomic(durable=True):
@@ -253,7 +285,21 @@ def requeue_dead_letter(dead_letter_id: int, *, now: datetime | None = None) -> 
             raise FailedPrecondition(
                 f"dead letter {dead_letter_id} has no operation to send again (an invalid task)", field="operation"
             )
-        op = Operation.objects.select_for_update(no_key=True).get(id=dead.operation_id)
+        op = Operation.objects.select_for_update(no_key=True, of=("self",)).select_related("work_unit").get(
+            id=dead.operation_id)
+        if op.task_type in (TaskType.CREATE, TaskType.RESTART) and op.work_unit is not None:
+            exp, locked, currents = _targets(op.experiment_id, [op.work_unit.wid])
+            (wu,) = locked.values()
+            ex = currents[wu.id]
+            if wu.current_eid == op.eid and ex.state == S.FAILED and op.done:
+                (restart,) = _restart_locked(exp, locked, currents, parent=None, requester=requester, now=now)
+                dead.requeued_time = now
+                dead.save(update_fields=["requeued_time"])
+                return restart
+            if wu.current_eid != op.eid or ex.state in TERMINAL or ex.state == S.STOPPING:
+                raise FailedPrecondition(
+                    f"{wu.name} has moved on since this dead letter (execution {wu.current_eid} is {ex.state}):"
+                    " nothing to re-queue", field="operation")
         op.done = False
         op.end_time = None
         op.error = None

@@ -108,16 +108,32 @@ def complete_operation(
     op = Operation.objects.select_related("work_unit").filter(id=operation_id).first()
     if op is None or op.done:
         return False
+    if op.parent_id is None:
+        return complete_in_transaction(op, response=response, error=error, now=now)
+    with transaction.atomic(durable=True):
+        return complete_in_transaction(op, response=response, error=error, now=now)
+
+
+def complete_in_transaction(
+    op: Operation,
+    *,
+    response: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+    now: datetime,
+) -> bool:
+    """``complete_operation`` for a caller that holds its transaction (or a lone row: one UPDATE).
+
+    The dead letter (``workunits.services.failures``) finishes the operation,
+    writes its DeadLetter and moves the execution in one transaction.
+    """
     if error is None and response is None and op.work_unit is not None:
         response = convert.packed_json(work_unit_to_proto(op.work_unit))
     fields = {"done": True, "end_time": now, "response": None if error else response, "error": error}
-    if op.parent_id is None:
-        return bool(Operation.objects.filter(id=operation_id, done=False).update(**fields))
-    with transaction.atomic(durable=True):
-        if not Operation.objects.filter(id=operation_id, done=False).update(**fields):
-            return False
+    if not Operation.objects.filter(id=op.id, done=False).update(**fields):
+        return False
+    if op.parent_id is not None:
         _complete_parent(op.parent_id, now)
-        return True
+    return True
 
 
 def _complete_parent(parent_id: int, now: datetime) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from xmc.api import extensions, metrics_write, openapi, rest, scheduling
+from xmc.api import extensions, headlines, metrics_write, openapi, rest, scheduling
 
 urlpatterns: list[URLPattern] = [
     path("v1/openapi.json", openapi.openapi_json, name="rest-openapi"),
@@ -20,5 +20,6 @@ urlpatterns: list[URLPattern] = [
     *extensions.urlpatterns,  # e.g. container logs (not an RPC: plain text or NDJSON, streamed)
     *rest.urlpatterns(),
     *scheduling.urlpatterns,  # staff-only: the scheduling switch
+    *headlines.urlpatterns,  # each work unit's one-line why (workunits.headline)
     re_path(r"^v1(?:/.*)?$", rest.not_found, name="rest-not-found"),
 ]

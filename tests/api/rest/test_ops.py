@@ -98,3 +98,41 @@ def test_it_serves_the_favicon_browsers_ask_every_page_for(client: Any, settings
     # The pages link the same icon, so no browser asks a 404 for it.
     for page in ("/login", "/api/cli/signin"):
         assert b'rel="icon" href="/static/xmc/favicon.svg"' in client.get(page).content, page
+
+
+def _waiting_create(seconds: float) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests import factories
+    from workunits import services
+    from workunits.models import Operation
+
+    exp = factories.experiment()
+    create = services.create_work_unit(exp.id, factories.work_unit_message()).id
+    Operation.objects.filter(id=create).update(create_time=timezone.now() - timedelta(seconds=seconds))
+
+
+def test_it_says_delivery_is_ok_while_workers_keep_up(anonymous_api: Api) -> None:
+    body = anonymous_api.get("/readyz").json()
+    assert body["delivery"]["status"] == "ok" and body["delivery"]["oldestPendingSeconds"] == 0.0
+
+
+def test_it_says_delivery_is_degraded_and_stays_ready_when_work_waits(anonymous_api: Api, settings: Any) -> None:
+    settings.XMC_DEGRADED_AFTER_S = 120
+    _waiting_create(240)
+    response = anonymous_api.get("/readyz")
+    assert response.status_code == 200  # the web can still serve
+    delivery = response.json()["delivery"]
+    assert delivery["status"] == "degraded"
+    assert 239 < delivery["oldestPendingSeconds"] < 260
+    assert delivery["queues"]["actuator"] == delivery["oldestPendingSeconds"]
+
+
+def test_it_serves_the_oldest_pending_gauge_per_queue(anonymous_api: Api) -> None:
+    _waiting_create(90)
+    text = anonymous_api.get("/metrics").content.decode()
+    line = next(l for l in text.splitlines() if l.startswith('xmc_delivery_oldest_pending_seconds{queue="actuator"}'))
+    assert 89 < float(line.rsplit(" ", 1)[1]) < 120
+    assert 'xmc_delivery_oldest_pending_seconds{queue="lifecycle"} 0.0' in text

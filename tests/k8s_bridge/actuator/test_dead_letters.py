@@ -10,7 +10,7 @@ from django.test import Client
 from tests import factories
 from tests.k8s_bridge.actuator.test_handlers import run
 from workunits import services
-from workunits.models import DeadLetter, Operation
+from workunits.models import DeadLetter, Operation, WorkUnitExecution
 
 pytestmark = pytest.mark.django_db
 
@@ -38,19 +38,30 @@ def test_it_shows_a_dead_letter_with_its_task_decoded(operator: Client, cluster:
     assert "INVALID_ARGUMENT" in page
 
 
-def test_it_requeues_a_dead_letter_from_the_admin(operator: Client, cluster: Any, delivered: list[list[int]],
-                                                  django_capture_on_commit_callbacks: Any) -> None:
-    create, dead = _dead_create(cluster)
-    assert Operation.objects.get(id=create).done
+def test_it_requeues_a_dead_stop_as_the_same_operation(operator: Client, cluster: Any, delivered: list[list[int]],
+                                                       django_capture_on_commit_callbacks: Any) -> None:
+    """A Delete's dead letter leaves STOPPING with an ERROR; the re-queue reopens that operation.
+
+    (A dead Create fails its execution and comes back as a new one:
+    test_failures_reach_people.py.)"""
+    exp = factories.experiment()
+    create = services.create_work_unit(exp.id, factories.work_unit_message()).id
+    run(create)
+    stop = services.stop_work_units(exp.id, [1], batch=False).id
+    run(stop, change=lambda t: setattr(t, "operation_time_ns", 1))  # older than the JobSet: permanent
+    dead = DeadLetter.objects.get(operation_id=stop)
+    ex = WorkUnitExecution.objects.get(work_unit__experiment_id=exp.id, eid=1)
+    assert ex.state == "STOPPING" and ex.system_message["severity"] == "ERROR"
+    assert ex.system_message["userFacingText"].startswith("the cluster refused the deletion of the JobSet")
     with django_capture_on_commit_callbacks(execute=True):
         operator.post("/admin/workunits/deadletter/",
                       {"action": "requeue_dead_letters", "_selected_action": [dead.id]})
-    op = Operation.objects.get(id=create)
+    op = Operation.objects.get(id=stop)
     assert not op.done and op.error is None and op.dispatched_time is None
-    assert delivered[-1] == [create]
+    assert delivered[-1] == [stop]
     assert DeadLetter.objects.get(id=dead.id).requeued_time is not None
-    run(create)  # the re-sent task, built from the row, succeeds
-    assert Operation.objects.get(id=create).error is None
+    run(stop)  # the re-sent task, built from the row, succeeds
+    assert Operation.objects.get(id=stop).error is None
 
 
 def test_it_refuses_to_requeue_a_dead_letter_without_an_operation(operator: Client) -> None:

@@ -126,7 +126,8 @@ def test_why_says_in_words_why_it_failed_or_what_it_does(xmc: Xmc, sweep: int, t
     failed = xmc("why", f"{sweep}/2", token=alice).ok().stdout
     first, *rest_lines = failed.splitlines()
     assert first.startswith(f"{sweep}/2 ✗ failed") and "(execution 1)" in first
-    assert any(line.strip().startswith("It failed") for line in rest_lines), failed
+    # The server's headline first (workunits.headline), the details after it.
+    assert rest_lines[0].strip() == "Exited with code 3, twice (retry limit 1).", failed
     assert "(FailedJobs)" in failed and "Jobs: main 1 failed." in failed, failed
     assert "exited with code 3" in failed, failed  # the reconciler's explanation (system message), in words
     running = xmc("why", f"{sweep}/3", "--json", token=alice).ok().json
@@ -148,7 +149,7 @@ def test_why_explains_a_queued_unit_with_its_queue_and_position(xmc: Xmc, system
         out = eventually(lambda: (lambda o: "demo-queue" in o and o)(xmc("why", f"{xid}/2", token=alice).ok().stdout),
                          "the queue named")
         assert out.splitlines()[0].startswith(f"{xid}/2 … scheduling")
-        assert "Waiting in queue demo-queue" in out or "Waiting for queue demo-queue" in out, out
+        assert "Waiting for quota in demo-queue" in out, out  # the server's headline (workunits.headline)
     finally:
         xmc("stop", str(xid), "--yes", token=alice)
 

@@ -139,3 +139,13 @@ def test_the_email_of_an_unverified_token() -> None:
     payload = base64.urlsafe_b64encode(json.dumps({"email": "a@x.com"}).encode()).decode().rstrip("=")
     assert auth.email_of_token(f"h.{payload}.s") == "a@x.com"
     assert auth.email_of_token("garbage") == ""
+
+
+def test_why_and_status_say_the_servers_headline_first() -> None:
+    """The server owns the one-line why (GET /v1/experiments/{xid}/headlines, workunits.headline)."""
+    unit = {**_unit("FAILED", systemMessage={"userFacingText": "Out of memory (OOMKilled): replica train-0 (pod p-1)"}),
+            "headline": "out of memory (OOMKilled) in train-0"}
+    lines = present.why(unit)
+    assert lines[1] == "Out of memory (OOMKilled) in train-0."
+    assert present.headline_of(unit) == "out of memory (OOMKilled) in train-0"
+    assert present.headline_of(_unit("RUNNING", userMessage={"userFacingText": "epoch 3"})) == "epoch 3"

@@ -103,10 +103,19 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
 # --- status ---------------------------------------------------------------------------------------
 
 
+def with_headlines(ctx: Context, xid: int, units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Put the server's headline on each unit (``headline``); a server without the endpoint adds none."""
+    try:
+        headlines = ctx.api.headlines(xid)
+    except CliError:
+        return units
+    return [{**u, "headline": headlines.get(str(u.get("name")), "")} for u in units]
+
+
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     target = parse(args.target)
     experiment = ctx.api.experiment(target.xid)
-    units = ctx.api.work_units(target.xid)
+    units = with_headlines(ctx, target.xid, ctx.api.work_units(target.xid))
     if target.wids:
         wanted = set(target.wids)
         units = [u for u in units if present.last_id(u.get("name", "")) in wanted]
@@ -127,7 +136,7 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_why(ctx: Context, args: argparse.Namespace) -> int:
     target = parse(args.target, need_wid=True, one_wid=True)
     xid, wid = target.xid, target.wids[0]
-    unit = ctx.api.work_unit(xid, wid)
+    (unit,) = with_headlines(ctx, xid, [ctx.api.work_unit(xid, wid)])
     messages = ctx.api.status_messages(xid, wid, limit=3)
     reasons = present.why(unit, messages)
     if args.json:

@@ -174,6 +174,11 @@ def last_message(work_unit: Mapping[str, Any]) -> str:
     return ""
 
 
+def headline_of(work_unit: Mapping[str, Any]) -> str:
+    """The server's headline (``main.with_headlines`` puts it on the unit), else the most telling message."""
+    return str(work_unit.get("headline") or "") or last_message(work_unit)
+
+
 def one_line(text: str, width: int = 0) -> str:
     flat = " ".join(text.split())
     return flat if not width or len(flat) <= width else flat[: max(1, width - 1)] + "…"
@@ -250,6 +255,11 @@ def why(work_unit: Mapping[str, Any], messages: Iterable[Mapping[str, Any]] = ()
         lines.append(f"System: {_text(system)}" + (f"  <{_url(system)}>" if _url(system) else ""))
     if _text(user):
         lines.append(f"Job: {_text(user)}" + (f"  <{_url(user)}>" if _url(user) else ""))
+    server = str(work_unit.get("headline") or "")
+    if server and state not in ("RUNNING", "COMPLETED", "STOPPED", "STOPPING"):
+        # The server's one reading of why (workunits.headline) replaces this client's own words.
+        first = server[0].upper() + server[1:] + ("" if server.endswith(".") else ".")
+        lines = [first] + lines[1:] if lines else [first]
     newest = next(iter(messages), None)
     if newest is not None:
         content = newest.get("content") or {}

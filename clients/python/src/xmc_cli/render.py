@@ -134,7 +134,7 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
         cells += [args.get(name, "") for name in shown]
         if len(columns) > len(shown):
             cells.append(" ".join(f"{n}={args.get(n, '')}" for n in columns[len(shown):]))
-        message = present.one_line(present.last_message(unit))
+        message = present.one_line(present.headline_of(unit))
         cells.append(Text(message, style="red" if value in present.FAILED_STATES else "dim" if not message else ""))
         cells.append(present.duration(execution.get("createTime"), execution.get("completeTime")))
         table.add_row(*cells)
@@ -155,6 +155,7 @@ def unit_summary(unit: Mapping[str, Any]) -> dict[str, Any]:
         "execution": present.last_id(execution.get("name", "")) if execution else None,
         "args": present.args_of(unit),
         "message": present.last_message(unit),
+        "headline": str(unit.get("headline") or ""),
         "startTime": execution.get("createTime"),
         "completeTime": execution.get("completeTime"),
     }
