@@ -6,10 +6,12 @@ simulator) all load this module through ``DJANGO_SETTINGS_MODULE``.
 """
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from urllib.parse import unquote
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -93,6 +95,17 @@ XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
 XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT = env.int("XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT", default=5)
 XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("XMC_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
 XMC_LOGIN_FAILURE_WINDOW_S = env.int("XMC_LOGIN_FAILURE_WINDOW_S", default=900)
+# Past the per-account count, addresses the account never signed in from wait a
+# delay that doubles with every further failure, up to this many seconds.
+XMC_LOGIN_MAX_DELAY_S = env.int("XMC_LOGIN_MAX_DELAY_S", default=60)
+# Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client
+# (xmc.auth.proxies); from anyone else the header is ignored.
+XMC_TRUSTED_PROXIES = env.list("XMC_TRUSTED_PROXIES", default=[])
+for _proxy in XMC_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy.strip(), strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"XMC_TRUSTED_PROXIES: {_proxy!r} is not an address or network") from _exc
 XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
 XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
 # WaitOperation holds a worker thread: at most this many at once per process,
