@@ -308,7 +308,7 @@ _NEW_SPAN = (f"INSERT INTO {_SPANS} (execution_id, first_time, last_time, last_s
 _WIDEN_SPAN = (f"UPDATE {_SPANS} SET first_time = least(first_time, %(first)s), last_time = greatest(last_time, "
                "%(last)s), last_step = greatest(last_step, %(last_step)s) WHERE execution_id = %(execution)s")
 
-def _floor_div(a: str, b: str) -> str:
+def floor_div_sql(a: str, b: str) -> str:
     """SQL for floor(a / b) of integers (b > 0; "/" truncates toward zero, and -a may not overflow)."""
     return f"CASE WHEN {a} >= 0 THEN {a} / {b} ELSE -1 - (-({a} + 1)) / {b} END"
 
@@ -321,10 +321,10 @@ _INSERT = (
     f"SELECT DISTINCT ON (s.metric, s.step) %(execution)s, s.metric, s.step, s.value, s.time FROM {_STAGE} s "
     "{probe} ORDER BY s.metric, s.step, s.n RETURNING metric, step, value, time), "
     # The finest blocks from the new points, every coarser size from those (sizes are multiples of 16).
-    f"fine AS (SELECT metric, {_floor_div('step', str(BLOCK_SIZES[0]))} AS block, count(*) AS count, sum(value) AS sum, "
+    f"fine AS (SELECT metric, {floor_div_sql('step', str(BLOCK_SIZES[0]))} AS block, count(*) AS count, sum(value) AS sum, "
     "min(value) AS min, max(value) AS max, max(step) AS last_step, max(time) AS last_time FROM new GROUP BY 1, 2), "
     f"blocks AS (INSERT INTO {_BLOCKS} AS b (execution_id, metric, size, block, count, sum, min, max, last_step, "
-    f"last_time) SELECT %(execution)s, f.metric, z.size, {_floor_div('f.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
+    f"last_time) SELECT %(execution)s, f.metric, z.size, {floor_div_sql('f.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
     "sum(f.count), sum(f.sum), min(f.min), max(f.max), max(f.last_step), max(f.last_time) "
     "FROM fine f CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) GROUP BY 2, 3, 4 "
     "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "

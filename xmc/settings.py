@@ -343,6 +343,9 @@ XMC_METRICS_WRITES_PER_S = env.float("XMC_METRICS_WRITES_PER_S", default=50.0)
 XMC_METRICS_WRITES_BURST = env.int("XMC_METRICS_WRITES_BURST", default=200)
 #: Points older than this are dropped with their daily partition by the hourly maintenance (0 keeps them for ever).
 XMC_METRICS_RETENTION_DAYS = env.int("XMC_METRICS_RETENTION_DAYS", default=90)
+# How far ahead of the server's clock a point's time may be (a job's clock runs a
+# little fast); later ones are refused, and maintenance deletes any stored.
+XMC_METRICS_MAX_FUTURE_S = env.int("XMC_METRICS_MAX_FUTURE_S", default=3600)
 #: How many days of partitions of the points table exist ahead of today (metrics.partitions).
 XMC_METRICS_PARTITIONS_AHEAD_DAYS = env.int("XMC_METRICS_PARTITIONS_AHEAD_DAYS", default=7)
 
