@@ -114,6 +114,8 @@ XMC_WAIT_MAX_CONCURRENT = env.int("XMC_WAIT_MAX_CONCURRENT", default=4)
 XMC_WAIT_MAX_PER_IDENTITY = env.int("XMC_WAIT_MAX_PER_IDENTITY", default=2)
 XMC_WAIT_MAX_S = env.float("XMC_WAIT_MAX_S", default=10.0)
 
+# When set, the web process's /metrics answers only "Authorization: Bearer <this>" (xmc.ops.metrics).
+XMC_METRICS_SCRAPE_TOKEN = env.str("XMC_METRICS_SCRAPE_TOKEN", default="")
 # Port of a Celery worker's /metrics (0: none). With a prefork pool set
 # PROMETHEUS_MULTIPROC_DIR too, so every pool process is counted.
 XMC_WORKER_METRICS_PORT = env.int("XMC_WORKER_METRICS_PORT", default=0)
