@@ -10,6 +10,7 @@ the control characters; ``--json`` still gives the server's exact strings.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -63,24 +64,24 @@ def test_it_keeps_the_servers_strings_in_json(xmc: Xmc, hostile: int, tokens: di
     assert {u["args"]["lr"] for u in run.json["workUnits"]} == {ARG, "plain"}
 
 
-def test_it_strips_control_sequences_but_keeps_the_words(xmc: Xmc) -> None:  # noqa: F811
+def test_it_strips_control_sequences_but_keeps_the_words(cli_venv: Path) -> None:  # noqa: F811
     # The installed package's own function, as the command runs it.
     code = ("import sys; from xmc_cli import safe; "
             "sys.stdout.write(safe.clean(sys.argv[1]) + '|' + safe.clean('col\\tumn', tabs=True))")
     hostile = f"a{ESC}[1;31mb{ESC}]8;;http://x{ESC}\\c\x07d\x9b2Je\u202ef\r\ng\th"
-    done = subprocess.run([str(xmc.venv / "bin" / "python"), "-c", code, hostile], capture_output=True, text=True,
+    done = subprocess.run([str(cli_venv / "bin" / "python"), "-c", code, hostile], capture_output=True, text=True,
                           check=True, timeout=60)
     assert done.stdout == "abcdef g h|col\tumn"
 
 
-def test_it_prints_a_hostile_log_line_as_text(xmc: Xmc) -> None:  # noqa: F811
+def test_it_prints_a_hostile_log_line_as_text(cli_venv: Path) -> None:  # noqa: F811
     # `xmc logs`' printer, in the installed package, on a terminal console.
     code = ("import sys; from rich.console import Console; from xmc_cli import logs\n"
             "out = Console(file=sys.stdout, force_terminal=True, markup=False, emoji=False, highlight=False)\n"
             "ctx = type('Ctx', (), {'out': out})()\n"
             "logs.Printer(ctx, as_json=False, timestamps=False, prefix=False).line({'text': sys.argv[1]})\n")
     line = f"step 1 [/x][link=https://evil.example]loss[/link] {ESC}]0;owned{ESC}\\{ESC}[2Jdone"
-    done = subprocess.run([str(xmc.venv / "bin" / "python"), "-c", code, line], capture_output=True, text=True,
+    done = subprocess.run([str(cli_venv / "bin" / "python"), "-c", code, line], capture_output=True, text=True,
                           check=True, timeout=60)
     # Rich styles the line itself (no style here, so no escape at all); the server's sequences are gone.
     assert "]0;owned" not in done.stdout and "[2J" not in done.stdout
