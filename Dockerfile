@@ -29,4 +29,4 @@ USER 10001:10001
 EXPOSE 8000 50051 9100
 # ASGI (xmc/asgi.py): the event streams on the event loop, everything else on the
 # WSGI app in a thread pool of XMC_WEB_THREADS per worker.
-CMD ["gunicorn", "xmc.asgi:application", "--worker-class", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "2", "--keep-alive", "75"]
+CMD ["gunicorn", "xmc.asgi:application", "--worker-class", "xmc.web_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "2", "--keep-alive", "75"]

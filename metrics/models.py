@@ -37,7 +37,8 @@ METRIC_NAME = 256
 
 
 class Dashboard(models.Model):
-    dashboard_id = models.CharField(max_length=ID_LENGTH, unique=True)
+    #: Unique per owner (``dashboard_id_per_owner``): no one can take or probe another's id.
+    dashboard_id = models.CharField(max_length=ID_LENGTH, db_index=True)
     title = models.CharField(max_length=limits.TITLE)
     description = models.TextField(blank=True, default="")
     owner = models.CharField(max_length=limits.EMAIL, db_index=True)
@@ -52,6 +53,7 @@ class Dashboard(models.Model):
 
     class Meta:
         ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["owner", "dashboard_id"], name="dashboard_id_per_owner")]
 
     def __str__(self) -> str:
         return f"dashboards/{self.dashboard_id}"
@@ -62,7 +64,8 @@ class Dashboard(models.Model):
 
 
 class Chart(models.Model):
-    chart_id = models.CharField(max_length=ID_LENGTH, unique=True)
+    #: Unique per work unit (``chart_id_per_work_unit``), as its name says.
+    chart_id = models.CharField(max_length=ID_LENGTH, db_index=True)
     experiment = models.ForeignKey("experiments.Experiment", on_delete=models.CASCADE, related_name="charts")
     work_unit = models.ForeignKey("workunits.WorkUnit", on_delete=models.CASCADE, related_name="charts")
     title = models.CharField(max_length=limits.TITLE)
@@ -77,6 +80,7 @@ class Chart(models.Model):
 
     class Meta:
         ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["work_unit", "chart_id"], name="chart_id_per_work_unit")]
 
     def __str__(self) -> str:
         return self.name

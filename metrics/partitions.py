@@ -19,6 +19,9 @@ replay): a point is never refused for its time.
   `delete_expired_blocks` deletes the `metrics.models.PointBlock` rows all of
   whose points are older (a row per 16 points or fewer, found by the BRIN
   index on their latest time).
+* `delete_future` deletes points later than ``XMC_METRICS_MAX_FUTURE_S``
+  ahead (the write path refuses them; older versions stored them where the
+  cutoff never reached), so retention covers every stored row.
 
 Both take ``lock_timeout`` so a long reader never queues the write path behind
 a DDL lock; a timed-out run is retried by the next beat.
@@ -32,10 +35,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from metrics.models import MetricPoint, PointBlock
+from metrics.models import BLOCK_SIZES, MetricPoint, PointBlock, PointSpan
+from metrics.services import floor_div_sql
 
 PARENT = MetricPoint._meta.db_table
 BLOCKS = PointBlock._meta.db_table
+SPANS = PointSpan._meta.db_table
 DEFAULT = f"{PARENT}_default"
 _DAILY = re.compile(rf"{PARENT}_p([0-9]{{8}})")
 #: How long a partition DDL waits for its lock before giving up until the next run.
@@ -60,6 +65,7 @@ class Maintenance:
     dropped: list[str]
     default_deleted: int
     blocks_deleted: int
+    future_deleted: int = 0
 
 
 def existing_days(cursor: Any = None) -> list[date]:
@@ -143,11 +149,73 @@ def delete_expired_blocks(cutoff: datetime, *, batch: int = 10_000) -> int:
             return total
 
 
-def maintain(now: datetime, *, days_ahead: int, retention_days: int) -> Maintenance:
-    """Partitions ahead of ``now``; with a retention (> 0 days), the expired ones dropped."""
-    created = ensure_ahead(now.astimezone(timezone.utc).date(), days_ahead)
+_FUTURE_SPANS = (f"SELECT execution_id FROM {SPANS} WHERE last_time > %s ORDER BY execution_id "
+                 "FOR UPDATE")
+_REBUILD_BLOCKS = (
+    f"INSERT INTO {BLOCKS} (execution_id, metric, size, block, count, sum, min, max, last_step, last_time) "
+    f"SELECT p.execution_id, p.metric, z.size, {floor_div_sql('p.step', 'z.size')}, count(*), sum(p.value), "
+    "min(p.value), max(p.value), max(p.step), max(p.time) "
+    f"FROM {PARENT} p CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) "
+    "WHERE p.execution_id = %(execution)s AND p.metric = %(metric)s GROUP BY 1, 2, 3, 4"
+)
+_SHRINK_SPAN = (
+    f"UPDATE {SPANS} s SET first_time = coalesce(r.first, least(s.first_time, %(limit)s)), "
+    "last_time = coalesce(r.last, least(s.first_time, %(limit)s)) "
+    f"FROM (SELECT min(time) AS first, max(time) AS last FROM {PARENT} WHERE execution_id = %(execution)s) r "
+    "WHERE s.execution_id = %(execution)s"
+)
+
+
+def delete_future(limit: datetime, today: date, days_ahead: int) -> int:
+    """Delete the points later than ``limit`` (written before times were bounded, or by a clock far off);
+    returns how many.
+
+    The write path refuses them now (``XMC_METRICS_MAX_FUTURE_S``,
+    `xmc.api.metrics_write.parse_points`), but one stored from year 9999 sat
+    in the DEFAULT partition (or a far daily one) where the retention cutoff
+    never reached it. One transaction: the executions' `PointSpan` rows are
+    locked first, in id order, as a writer locks them, so no write of theirs
+    runs in between; their points after ``limit`` go, the `PointBlock` rows
+    of each (execution, metric) that held such a point are rebuilt from the
+    points left, and the span shrinks to them. Daily partitions past both
+    ``limit`` and the days made ahead, now empty, are dropped.
+    """
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        cursor.execute(_FUTURE_SPANS, [limit])
+        executions = [int(row[0]) for row in cursor.fetchall()]
+        deleted = 0
+        if executions:
+            cursor.execute(f"SELECT DISTINCT execution_id, metric FROM {BLOCKS} WHERE execution_id = ANY(%s) "
+                           "AND last_time > %s", [executions, limit])
+            stale = cursor.fetchall()
+            cursor.execute(f"DELETE FROM {PARENT} WHERE execution_id = ANY(%s) AND time > %s", [executions, limit])
+            deleted = int(cursor.rowcount)
+            for execution, metric in stale:
+                cursor.execute(f"DELETE FROM {BLOCKS} WHERE execution_id = %s AND metric = %s", [execution, metric])
+                cursor.execute(_REBUILD_BLOCKS, {"execution": execution, "metric": metric, "sizes": list(BLOCK_SIZES)})
+            for execution in executions:
+                cursor.execute(_SHRINK_SPAN, {"execution": execution, "limit": limit})
+    last_ahead = day_start(today + timedelta(days=days_ahead + 1))
+    for day in existing_days():
+        if day_start(day) > limit and day_start(day) >= last_ahead:
+            with transaction.atomic(durable=True), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [MAINTENANCE_LOCK_KEY])
+                cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+                cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {partition_name(day)})")
+                if not cursor.fetchone()[0]:
+                    cursor.execute(f"DROP TABLE IF EXISTS {partition_name(day)}")
+    return deleted
+
+
+def maintain(now: datetime, *, days_ahead: int, retention_days: int, max_future_s: int) -> Maintenance:
+    """Partitions ahead of ``now``; points past ``now + max_future_s`` deleted; with a retention
+    (> 0 days), the expired ones dropped."""
+    today = now.astimezone(timezone.utc).date()
+    created = ensure_ahead(today, days_ahead)
+    future = delete_future(now + timedelta(seconds=max_future_s), today, days_ahead)
     if retention_days <= 0:
-        return Maintenance(created, [], 0, 0)
+        return Maintenance(created, [], 0, 0, future)
     cutoff = now - timedelta(days=retention_days)
     dropped, deleted = drop_expired(cutoff)
-    return Maintenance(created, dropped, deleted, delete_expired_blocks(cutoff))
+    return Maintenance(created, dropped, deleted, delete_expired_blocks(cutoff), future)

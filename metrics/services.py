@@ -20,14 +20,14 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from core import pb
 from core.choices import TERMINAL
 from core.convert import from_json, to_json
-from core.errors import AlreadyExists, InvalidArgument, NotFound
+from core.errors import AlreadyExists, InvalidArgument
 from core.identity import Identity
 from experiments import acl
 from experiments.acl import Role
@@ -62,16 +62,24 @@ def _new_chart(work_unit: WorkUnit, message: Any, chart_id: str, creator: str, n
     if chart_id:
         specs.check_id(chart_id, f"{field}_id" if field == "chart" else f"{field}.name")
     fields = _chart_fields(message)
-    existing = Chart.objects.select_related("work_unit").filter(chart_id=chart_id).first() if chart_id else None
+    # Chart ids are unique per work unit: only charts the caller may already list (a reader of the
+    # experiment) can collide, so the answer tells them nothing new.
+    existing = (Chart.objects.select_related("work_unit").filter(work_unit=work_unit, chart_id=chart_id).first()
+                if chart_id else None)
     if existing is not None:
         # A retried create (same work unit, same content) answers the chart it made.
-        same = existing.work_unit_id == work_unit.pk and all(getattr(existing, k) == v for k, v in fields.items())
-        if same:
+        if all(getattr(existing, k) == v for k, v in fields.items()):
             return existing
-        raise AlreadyExists(f"chart {chart_id!r} already exists", field=f"{field}_id" if field == "chart" else field)
+        raise AlreadyExists(f"chart {chart_id!r} already exists in experiments/{work_unit.experiment_id}/workUnits/"
+                            f"{work_unit.wid}", field=f"{field}_id" if field == "chart" else field)
     chart = Chart(chart_id=chart_id or str(uuid.uuid4()), experiment_id=work_unit.experiment_id, work_unit=work_unit,
                   creator=creator, create_time=now, update_time=now, **fields)
-    chart.save(force_insert=True)
+    try:
+        with transaction.atomic():
+            chart.save(force_insert=True)
+    except IntegrityError:  # a concurrent create of the same id won
+        raise AlreadyExists(f"chart {chart_id!r} already exists",
+                            field=f"{field}_id" if field == "chart" else field) from None
     return chart
 
 
@@ -112,8 +120,21 @@ def delete_chart(chart: Chart) -> None:
         Chart.objects.filter(pk=chart.pk).delete()
 
 
-def find_chart(chart_id: str) -> Chart | None:
-    return Chart.objects.select_related("work_unit", "experiment").filter(chart_id=chart_id).first()
+def find_chart(xid: int, wid: int, chart_id: str) -> Chart | None:
+    """The chart ``experiments/{xid}/workUnits/{wid}/charts/{chart_id}`` (access is the caller's to check)."""
+    return (Chart.objects.select_related("work_unit", "experiment")
+            .filter(experiment_id=xid, work_unit__wid=wid, chart_id=chart_id).first())
+
+
+def readable_charts_with_id(identity: Identity, chart_id: str, *, dashboard: Dashboard | None = None) -> list[Chart]:
+    """The charts called ``chart_id`` the caller may read (of ``dashboard`` only, if given), at most two:
+    what the short names ``charts/{id}`` and ``dashboards/{d}/charts/{id}`` may mean."""
+    queryset = Chart.objects.select_related("work_unit", "experiment").filter(chart_id=chart_id)
+    if not identity.is_staff:
+        queryset = queryset.filter(acl.readable_q(identity, prefix="experiment__"))
+    if dashboard is not None:
+        queryset = queryset.filter(dashboardchart__dashboard=dashboard)
+    return list(queryset.order_by("id")[:2])
 
 
 # --- Dashboards ---------------------------------------------------------------------------
@@ -144,6 +165,16 @@ def readable_dashboards(identity: Identity) -> QuerySet[Dashboard]:
     any_chart = DashboardChart.objects.filter(dashboard=OuterRef("pk"))
     shared = acl.readable_q(identity)  # the dashboard's own acls, in the experiments' shape
     return queryset.filter(Q(owner=identity.email) | shared | (Exists(any_chart) & ~Exists(unreadable_chart)))
+
+
+def visible_dashboards_with_id(identity: Identity, dashboard_id: str) -> list[Dashboard]:
+    """What ``dashboards/{dashboard_id}`` means to the caller: their own dashboard of that id, else
+    those of that id they may read (at most two). Ids are unique per owner, so another's
+    dashboard is found only by those it is shared with, and never shadows the caller's own."""
+    own = Dashboard.objects.filter(owner=identity.email, dashboard_id=dashboard_id).first()
+    if own is not None:
+        return [own]
+    return list(readable_dashboards(identity).filter(dashboard_id=dashboard_id).order_by("id")[:2])
 
 
 def chart_ids_of(dashboard: Dashboard) -> list[str]:
@@ -179,12 +210,17 @@ def create_dashboard(message: Any, dashboard_id: str, *, owner: str, referenced:
         specs.check_id(dashboard_id, "dashboard_id")
     now = timezone.now()
     with transaction.atomic(durable=True):
-        if dashboard_id and Dashboard.objects.filter(dashboard_id=dashboard_id).exists():
-            raise AlreadyExists(f"dashboards/{dashboard_id} already exists", field="dashboard_id")
+        # Ids are unique per owner: only the caller's own dashboards can collide.
+        if dashboard_id and Dashboard.objects.filter(owner=owner, dashboard_id=dashboard_id).exists():
+            raise AlreadyExists(f"you already have dashboards/{dashboard_id}", field="dashboard_id")
         dashboard = Dashboard(dashboard_id=dashboard_id or str(uuid.uuid4()), title=message.title,
                               description=message.description, owner=owner,
                               chart_layout=to_json(message.chart_layout), create_time=now, update_time=now)
-        dashboard.save(force_insert=True)
+        try:
+            with transaction.atomic():
+                dashboard.save(force_insert=True)
+        except IntegrityError:  # a concurrent create of the same id won
+            raise AlreadyExists(f"you already have dashboards/{dashboard_id}", field="dashboard_id") from None
         created = [_new_chart(c.work_unit, c.message, "", owner, now, c.field) for c in inline]
         charts = [*referenced, *created]
         _link(dashboard, charts)
@@ -308,7 +344,7 @@ _NEW_SPAN = (f"INSERT INTO {_SPANS} (execution_id, first_time, last_time, last_s
 _WIDEN_SPAN = (f"UPDATE {_SPANS} SET first_time = least(first_time, %(first)s), last_time = greatest(last_time, "
                "%(last)s), last_step = greatest(last_step, %(last_step)s) WHERE execution_id = %(execution)s")
 
-def _floor_div(a: str, b: str) -> str:
+def floor_div_sql(a: str, b: str) -> str:
     """SQL for floor(a / b) of integers (b > 0; "/" truncates toward zero, and -a may not overflow)."""
     return f"CASE WHEN {a} >= 0 THEN {a} / {b} ELSE -1 - (-({a} + 1)) / {b} END"
 
@@ -321,10 +357,10 @@ _INSERT = (
     f"SELECT DISTINCT ON (s.metric, s.step) %(execution)s, s.metric, s.step, s.value, s.time FROM {_STAGE} s "
     "{probe} ORDER BY s.metric, s.step, s.n RETURNING metric, step, value, time), "
     # The finest blocks from the new points, every coarser size from those (sizes are multiples of 16).
-    f"fine AS (SELECT metric, {_floor_div('step', str(BLOCK_SIZES[0]))} AS block, count(*) AS count, sum(value) AS sum, "
+    f"fine AS (SELECT metric, {floor_div_sql('step', str(BLOCK_SIZES[0]))} AS block, count(*) AS count, sum(value) AS sum, "
     "min(value) AS min, max(value) AS max, max(step) AS last_step, max(time) AS last_time FROM new GROUP BY 1, 2), "
     f"blocks AS (INSERT INTO {_BLOCKS} AS b (execution_id, metric, size, block, count, sum, min, max, last_step, "
-    f"last_time) SELECT %(execution)s, f.metric, z.size, {_floor_div('f.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
+    f"last_time) SELECT %(execution)s, f.metric, z.size, {floor_div_sql('f.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
     "sum(f.count), sum(f.sum), min(f.min), max(f.max), max(f.last_step), max(f.last_time) "
     "FROM fine f CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) GROUP BY 2, 3, 4 "
     "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
@@ -417,9 +453,3 @@ def execution_key(execution: int) -> ExecutionKey | None:
            .values_list("work_unit__experiment_id", "work_unit__wid", "eid").first())
     return ExecutionKey(*row) if row else None
 
-
-def require_chart(chart_id: str) -> Chart:
-    chart = find_chart(chart_id)
-    if chart is None:
-        raise NotFound(f"charts/{chart_id} not found")
-    return chart

@@ -20,9 +20,11 @@ from metrics import partitions
 @shared_task(name="xmc.metrics.maintain_partitions", queue=Queue.ACTUATOR.value, ignore_result=True,
              soft_time_limit=600, time_limit=660)
 def maintain_partitions() -> dict[str, Any]:
-    """Create today's and the next ``XMC_METRICS_PARTITIONS_AHEAD_DAYS`` days' partitions; drop the ones
-    wholly older than ``XMC_METRICS_RETENTION_DAYS`` (0 keeps them for ever)."""
+    """Create today's and the next ``XMC_METRICS_PARTITIONS_AHEAD_DAYS`` days' partitions; delete points
+    more than ``XMC_METRICS_MAX_FUTURE_S`` ahead; drop the ones wholly older than
+    ``XMC_METRICS_RETENTION_DAYS`` (0 keeps them for ever)."""
     done = partitions.maintain(timezone.now(), days_ahead=settings.XMC_METRICS_PARTITIONS_AHEAD_DAYS,
-                               retention_days=settings.XMC_METRICS_RETENTION_DAYS)
+                               retention_days=settings.XMC_METRICS_RETENTION_DAYS,
+                               max_future_s=settings.XMC_METRICS_MAX_FUTURE_S)
     return {"created": done.created, "dropped": done.dropped, "default_deleted": done.default_deleted,
-            "blocks_deleted": done.blocks_deleted}
+            "blocks_deleted": done.blocks_deleted, "future_deleted": done.future_deleted}

@@ -57,7 +57,9 @@ def verify(value: str) -> ExecutionKey | None:
     if match is None:
         return None
     xid, wid, eid = (int(g) for g in match.groups()[:3])
-    if not hmac.compare_digest(match.group(4), _signature(xid, wid, eid)):
+    # The whole token must be the one this server issues: ``xmcm1.007...`` names the same ids as
+    # ``xmcm1.7...`` but is not it (one execution, one token string, as logs and revocations see it).
+    if not hmac.compare_digest(value.encode(), token_for(xid, wid, eid).encode()):
         return None
     return ExecutionKey(xid, wid, eid)
 

@@ -226,7 +226,7 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
     env.setdefault("XMC_METRICS_URL", os.environ.get("XMC_METRICS_URL") or env["XMC_API_URL"])
     procs.append(Process(
         "web",
-        [sys.executable, "-m", "gunicorn", "xmc.asgi:application", "--worker-class", "uvicorn_worker.UvicornWorker",
+        [sys.executable, "-m", "gunicorn", "xmc.asgi:application", "--worker-class", "xmc.web_worker.UvicornWorker",
          "--bind", f"127.0.0.1:{web_port}", "--workers", "2", "--graceful-timeout", "10", "--keep-alive", "75", "--access-logfile", "-"],
         url=f"http://127.0.0.1:{web_port}/admin/", ready_url=f"http://127.0.0.1:{web_port}/healthz",
     ))

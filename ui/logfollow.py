@@ -10,8 +10,9 @@ read in a thread of its own, because the Kubernetes client blocks; each line
 it yields goes to the event loop at once (`_pump`), so a line reaches the page
 as soon as the kubelet sends it -- no polling. The thread and the cluster
 stream are held for as long as the page follows, so they count against the
-process's ``XMC_LOGS_MAX_FOLLOWS`` like the REST API's follow
-(``k8s_bridge.logs.views``): one more gets 429 and the panel says so.
+process's ``XMC_LOGS_MAX_FOLLOWS`` and the user's fair share of it like the
+REST API's follow (``k8s_bridge.logs.slots``): one more gets 429 and the
+panel says so.
 
 Events:
 
@@ -41,7 +42,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, St
 
 from core.errors import NotFound, PermissionDenied, ResourceExhausted, ServiceError
 from k8s_bridge.logs import service as logs
-from k8s_bridge.logs import views as log_views
+from k8s_bridge.logs import slots
 from ui import events, views
 from xmc.auth.identity import Unauthenticated
 
@@ -55,29 +56,30 @@ HEARTBEAT_S = 15.0
 _END = object()
 
 
-def _open(request: HttpRequest, xid: int, wid: int) -> tuple[logs.LogStream, Callable[[str], Iterator[logs.LogLine]]]:
-    """Check the caller, take a follow slot and open the cluster's stream (in the request's thread).
-
-    Also returns the catch-up read for the end of the stream (see `_catch_up`).
-    """
+def _open(request: HttpRequest, xid: int, wid: int) -> tuple[logs.LogStream, Callable[[str], Iterator[logs.LogLine]],
+                                                             str]:
+    """Check the caller, take a follow slot (theirs: ``k8s_bridge.logs.slots``) and open the cluster's
+    stream (in the request's thread): the stream, the catch-up read for its end (see `_catch_up`) and
+    whose slot it holds."""
     try:
         identity = events._identity(request)
         _, eid, namespace, replica, container, _ = views.log_target(request, identity, xid, wid)
-        if not log_views._follows().acquire(blocking=False):
-            raise ResourceExhausted("this server already follows as many logs as it may; "
-                                              "turn Follow on again shortly")
+        who = identity.email
+        if not slots.acquire(who):
+            raise ResourceExhausted("this server already follows as many logs as it may, or you follow your "
+                                    "share of them; turn Follow on again shortly")
         try:
             stream = logs.open_logs(xid, wid, eid, namespace,
                                     logs.LogQuery(replica=replica, container=container, follow=True,
                                                   tail_lines=REREAD_LINES))
         except BaseException:
-            log_views._follows().release()
+            slots.release(who)
             raise
 
         def catch_up(after: str) -> Iterator[logs.LogLine]:
             return _catch_up(xid, wid, eid, namespace, stream.replica, stream.container, after)
 
-        return stream, catch_up
+        return stream, catch_up, who
     finally:
         for connection in connections.all(initialized_only=True):
             connection.close()  # a followed log may stay open for an hour: hold no connection
@@ -98,7 +100,7 @@ def _catch_up(xid: int, wid: int, eid: int, namespace: str, replica: str, contai
 
 
 def _pump(lines: Iterator[logs.LogLine], loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any],
-          stop: threading.Event, catch_up: Callable[[str], Iterator[logs.LogLine]] | None = None) -> None:
+          stop: threading.Event, catch_up: Callable[[str], Iterator[logs.LogLine]] | None, who: str) -> None:
     """Thread body: hand each line to the loop as it arrives, then what the stream's end left out.
 
     Gives the follow slot back at the end.
@@ -127,7 +129,7 @@ def _pump(lines: Iterator[logs.LogLine], loop: asyncio.AbstractEventLoop, queue:
         close = getattr(lines, "close", None)
         if close is not None:
             close()
-        log_views._follows().release()
+        slots.release(who)
         try:
             loop.call_soon_threadsafe(queue.put_nowait, _END)
         except RuntimeError:
@@ -180,7 +182,7 @@ async def follow(request: HttpRequest, xid: str, wid: str) -> HttpResponseBase:
     x, w = views._ids(xid, wid)
     try:
         async with events._checks_slot():
-            stream, catch_up = await sync_to_async(_open)(request, x, w)
+            stream, catch_up, who = await sync_to_async(_open)(request, x, w)
     except Unauthenticated as exc:
         return _text(401, str(exc))
     except (NotFound, PermissionDenied, Http404):
@@ -196,8 +198,8 @@ async def follow(request: HttpRequest, xid: str, wid: str) -> HttpResponseBase:
     # response is never iterated (the client went away before the first byte).
     queue: asyncio.Queue[Any] = asyncio.Queue()
     stop = threading.Event()
-    threading.Thread(target=_pump, args=(stream.lines, asyncio.get_running_loop(), queue, stop, catch_up), daemon=True,
-                     name="xmc-log-follow").start()
+    threading.Thread(target=_pump, args=(stream.lines, asyncio.get_running_loop(), queue, stop, catch_up, who),
+                     daemon=True, name="xmc-log-follow").start()
     response = StreamingHttpResponse(_frames(queue, stop, after, timestamps, needle),
                                      content_type="text/event-stream")
     response["Cache-Control"] = "no-store"

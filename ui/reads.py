@@ -291,11 +291,13 @@ class DashboardView:
 
 
 def dashboard(identity: Identity, dashboard_id: str) -> DashboardView:
-    """One dashboard through the API's GetDashboard (its access rule; ``PermissionDenied`` when unreadable)."""
+    """One dashboard through the API's GetDashboard (its access rule; ``NotFound`` when unreadable)."""
     message = registry.invoke(registry.DASHBOARDS, "GetDashboard",
                               pb.dashboard_api.GetDashboardRequest(name=f"dashboards/{dashboard_id}"),
                               registry.Caller(identity))
-    readable = (Chart.objects.filter(dashboardchart__dashboard__dashboard_id=dashboard_id)
+    # The dashboard GetDashboard resolved (ids are unique per owner, not globally).
+    resolved = metric_services.visible_dashboards_with_id(identity, dashboard_id)[0]
+    readable = (Chart.objects.filter(dashboardchart__dashboard=resolved)
                 .filter(acl.readable_q(identity, prefix="experiment__")).order_by("dashboardchart__position")
                 .values("chart_id", "title", "description", "plots", "plot_layout", "experiment_id", "work_unit__wid",
                         "experiment__title"))[:MAX_CHARTS]

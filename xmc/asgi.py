@@ -1,4 +1,4 @@
-"""ASGI entry point of the web process (``gunicorn xmc.asgi:application -k uvicorn_worker.UvicornWorker``).
+"""ASGI entry point of the web process (``gunicorn xmc.asgi:application -k xmc.web_worker.UvicornWorker``).
 
 Two ways in, chosen by path:
 

@@ -16,6 +16,7 @@ then aggregates every worker through ``prometheus_client.multiprocess``.
 """
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import time
@@ -265,7 +266,19 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text exposition of this process (or of all workers in multiprocess mode)."""
+    """Prometheus text exposition of this process (or of all workers in multiprocess mode).
+
+    With ``XMC_METRICS_SCRAPE_TOKEN`` set, only a scraper sending ``Authorization: Bearer <it>``
+    reads it (401 otherwise): the RPC counts, identities' rates and errors are nobody else's.
+    """
+    expected = settings.XMC_METRICS_SCRAPE_TOKEN
+    if expected:
+        scheme, _, given = str(request.META.get("HTTP_AUTHORIZATION", "")).partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+            response = HttpResponse("/metrics needs Authorization: Bearer <XMC_METRICS_SCRAPE_TOKEN>\n", status=401,
+                                    content_type="text/plain; charset=utf-8")
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
     return HttpResponse(generate_latest(metrics_registry()), content_type=CONTENT_TYPE_LATEST)
 
 

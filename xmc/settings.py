@@ -6,10 +6,12 @@ simulator) all load this module through ``DJANGO_SETTINGS_MODULE``.
 """
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from urllib.parse import unquote
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -93,6 +95,17 @@ XMC_RATE_LIMIT_BURST = env.int("XMC_RATE_LIMIT_BURST", default=200)
 XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT = env.int("XMC_LOGIN_MAX_FAILURES_PER_ACCOUNT", default=5)
 XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("XMC_LOGIN_MAX_FAILURES_PER_ADDRESS", default=30)
 XMC_LOGIN_FAILURE_WINDOW_S = env.int("XMC_LOGIN_FAILURE_WINDOW_S", default=900)
+# Past the per-account count, addresses the account never signed in from wait a
+# delay that doubles with every further failure, up to this many seconds.
+XMC_LOGIN_MAX_DELAY_S = env.int("XMC_LOGIN_MAX_DELAY_S", default=60)
+# Proxies (addresses or CIDR networks) whose X-Forwarded-For names the client
+# (xmc.auth.proxies); from anyone else the header is ignored.
+XMC_TRUSTED_PROXIES = env.list("XMC_TRUSTED_PROXIES", default=[])
+for _proxy in XMC_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy.strip(), strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"XMC_TRUSTED_PROXIES: {_proxy!r} is not an address or network") from _exc
 XMC_GRPC_PORT = env.int("XMC_GRPC_PORT", default=50051)
 XMC_GRPC_MAX_WORKERS = env.int("XMC_GRPC_MAX_WORKERS", default=16)
 # WaitOperation holds a worker thread: at most this many at once per process,
@@ -101,6 +114,8 @@ XMC_WAIT_MAX_CONCURRENT = env.int("XMC_WAIT_MAX_CONCURRENT", default=4)
 XMC_WAIT_MAX_PER_IDENTITY = env.int("XMC_WAIT_MAX_PER_IDENTITY", default=2)
 XMC_WAIT_MAX_S = env.float("XMC_WAIT_MAX_S", default=10.0)
 
+# When set, the web process's /metrics answers only "Authorization: Bearer <this>" (xmc.ops.metrics).
+XMC_METRICS_SCRAPE_TOKEN = env.str("XMC_METRICS_SCRAPE_TOKEN", default="")
 # Port of a Celery worker's /metrics (0: none). With a prefork pool set
 # PROMETHEUS_MULTIPROC_DIR too, so every pool process is counted.
 XMC_WORKER_METRICS_PORT = env.int("XMC_WORKER_METRICS_PORT", default=0)
@@ -337,6 +352,9 @@ XMC_METRICS_WRITES_PER_S = env.float("XMC_METRICS_WRITES_PER_S", default=50.0)
 XMC_METRICS_WRITES_BURST = env.int("XMC_METRICS_WRITES_BURST", default=200)
 #: Points older than this are dropped with their daily partition by the hourly maintenance (0 keeps them for ever).
 XMC_METRICS_RETENTION_DAYS = env.int("XMC_METRICS_RETENTION_DAYS", default=90)
+# How far ahead of the server's clock a point's time may be (a job's clock runs a
+# little fast); later ones are refused, and maintenance deletes any stored.
+XMC_METRICS_MAX_FUTURE_S = env.int("XMC_METRICS_MAX_FUTURE_S", default=3600)
 #: How many days of partitions of the points table exist ahead of today (metrics.partitions).
 XMC_METRICS_PARTITIONS_AHEAD_DAYS = env.int("XMC_METRICS_PARTITIONS_AHEAD_DAYS", default=7)
 

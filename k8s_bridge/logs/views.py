@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -58,7 +57,7 @@ from rest_framework.views import APIView
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
-from k8s_bridge.logs import service
+from k8s_bridge.logs import service, slots
 from k8s_bridge.logs.pods import parse_time
 from k8s_bridge.logs.service import LogLine, LogQuery, LogStream
 from workunits.models import WorkUnitExecution
@@ -206,24 +205,13 @@ def headers(stream: LogStream) -> dict[str, str]:
     return {k: v for k, v in out.items() if v != ""}
 
 
-_FOLLOW_LOCK = threading.Lock()
-_FOLLOW_SLOTS: list[threading.BoundedSemaphore] = []
-
-
-def _follows() -> threading.BoundedSemaphore:
-    """Per process: at most ``XMC_LOGS_MAX_FOLLOWS`` followed logs open at once."""
-    with _FOLLOW_LOCK:
-        if not _FOLLOW_SLOTS:
-            _FOLLOW_SLOTS.append(threading.BoundedSemaphore(max(1, int(settings.XMC_LOGS_MAX_FOLLOWS))))
-        return _FOLLOW_SLOTS[0]
-
-
 class _Releasing:
     """``chunks``, giving the follow slot back once: at the end, or when Django closes the
     response (the client went away), even if it was never iterated."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], user: str) -> None:
         self._chunks = chunks
+        self._user = user
         self._released = False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -241,7 +229,7 @@ class _Releasing:
             if close is not None:
                 close()
         finally:
-            _follows().release()
+            slots.release(self._user)
 
 
 class ExecutionLogsView(APIView):
@@ -268,24 +256,27 @@ class ExecutionLogsView(APIView):
         query, fmt, timestamps = parse_query(dict(request.query_params.lists()))
         namespace = str(metadata.get("namespace") or settings.XMC_K8S_NAMESPACE)
         held = False
+        who = user.identity.email
         if query.follow:
-            # A followed log holds one of the process's few request threads while it is open.
-            if not _follows().acquire(blocking=False):
+            # A followed log holds one of the process's few request threads while it is open:
+            # a global cap, and a fair share of it per user (k8s_bridge.logs.slots).
+            if not slots.acquire(who):
                 raise ResourceExhausted(
-                    f"this server already follows {settings.XMC_LOGS_MAX_FOLLOWS} logs; retry shortly, or poll "
-                    "without follow using sinceTime", field="follow")
+                    f"this server follows as many logs as it may ({settings.XMC_LOGS_MAX_FOLLOWS}, and a fair share "
+                    f"of them for {who}: {slots.held(who)} open); retry shortly, or poll without follow using "
+                    "sinceTime", field="follow")
             held = True
         try:
             stream = service.open_logs(x, w, e, namespace, query)
         except BaseException:
             if held:
-                _follows().release()
+                slots.release(who)
             raise
         deadline = time.monotonic() + FOLLOW_MAX_S if query.follow else None
         body = render(stream.lines, fmt, timestamps, prefix_replica=stream.replica == service.ALL_REPLICAS,
                       deadline=deadline)
         if held:
-            body = _Releasing(body)  # type: ignore[assignment]
+            body = _Releasing(body, who)  # type: ignore[assignment]
         response = StreamingHttpResponse(body, content_type=FORMATS[fmt])
         for key, value in headers(stream).items():
             response[key] = value

@@ -77,6 +77,12 @@ def build_world() -> World:
     return World(exp.id, wu.wid, int(artifact.name.split("/")[-1]), op.name, done.name, chart.name, dashboard.name)
 
 
+#: RPCs whose names do not name an experiment (short chart names, dashboards): what the caller may not
+#: read does not resolve at all, so it is NOT_FOUND, as a missing one is (issue 40, item 9).
+NOT_FOUND_WHEN_UNREADABLE = {(DASHBOARDS, "GetChart"), (DASHBOARDS, "GetDashboard"),
+                             (DASHBOARDS, "UpdateDashboard"), (DASHBOARDS, "DeleteDashboard")}
+
+
 def mask(*paths: str) -> field_mask_pb2.FieldMask:
     return field_mask_pb2.FieldMask(paths=list(paths))
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from core import pb
-from core.errors import PermissionDenied
+from core.errors import NotFound, PermissionDenied
 from experiments.acl import Role
 from tests import factories
-from tests.api.acl_cases import CASES, PERSONAS, World, build_world, mask
+from tests.api.acl_cases import CASES, NOT_FOUND_WHEN_UNREADABLE, PERSONAS, World, build_world, mask
 from xmc.api.registry import DASHBOARDS, ESS, RPCS, Caller, invoke
 from xmc.auth.identity import Identity
 
@@ -47,6 +47,9 @@ def test_it_enforces_the_acl(world: World, key: tuple[str, str], persona: str) -
     if role >= needed:
         response = invoke(*key, request, Caller(identity))
         assert response is not None
+    elif key in NOT_FOUND_WHEN_UNREADABLE and role < Role.READER:
+        with pytest.raises(NotFound):
+            invoke(*key, request, Caller(identity))
     else:
         with pytest.raises(PermissionDenied) as exc:
             invoke(*key, request, Caller(identity))

@@ -157,7 +157,7 @@ def test_a_dashboard_is_its_owners_and_readable_by_the_experiments_readers(dash:
     assert created.chart_ids[0] == f"c{exp.id}" and len(created.chart_ids) == 2
     assert dash.GetDashboard(D.GetDashboardRequest(name=created.name), metadata=as_bob) == created
     code, _ = _code(lambda: dash.GetDashboard(D.GetDashboardRequest(name=created.name), metadata=as_eve))
-    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert code == grpc.StatusCode.NOT_FOUND  # as a missing one (tests/security/test_chart_ids.py)
     code, _ = _code(lambda: dash.DeleteDashboard(D.DeleteDashboardRequest(name=created.name), metadata=as_bob))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     # Lists: only what the caller may read; the filter xm_cloud sends; paging.
@@ -187,7 +187,7 @@ def test_a_dashboard_is_its_owners_and_readable_by_the_experiments_readers(dash:
         f"experiments/{exp.id}/workUnits/1/charts/{created.chart_ids[1]}"]
     dash.DeleteDashboard(D.DeleteDashboardRequest(name=created.name), metadata=as_alice)
     code, _ = _code(lambda: dash.GetDashboard(D.GetDashboardRequest(name=created.name), metadata=as_alice))
-    assert code == grpc.StatusCode.PERMISSION_DENIED  # a missing dashboard names no experiment
+    assert code == grpc.StatusCode.NOT_FOUND
 
 
 def test_get_chart_data_answers_series_summaries_and_bounded_downsampling(dash: Any, persona: Persona) -> None:
@@ -236,7 +236,7 @@ def test_a_dashboard_shared_through_its_acls_is_readable_by_the_principal(dash: 
     carol, as_carol = persona("carol")
     made = dash.CreateDashboard(D.CreateDashboardRequest(dashboard=M.Dashboard(title="Empty")), metadata=as_alice)
     code, _ = _code(lambda: dash.GetDashboard(D.GetDashboardRequest(name=made.name), metadata=as_carol))
-    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert code == grpc.StatusCode.NOT_FOUND
     services.set_dashboard_acls(Dashboard.objects.get(dashboard_id=made.name.split("/")[1]),
                                 {"readers": [{"user": carol.upper()}]})
     assert dash.GetDashboard(D.GetDashboardRequest(name=made.name), metadata=as_carol).title == "Empty"

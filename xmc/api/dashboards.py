@@ -6,16 +6,23 @@ parses names, checks access, calls `metrics.services` and converts with
 `metrics.wire`; GetChartData evaluates through `metrics.data`.
 
 Names: a chart is ``experiments/{xid}/workUnits/{wid}/charts/{chart_id}``
-(what CreateChart answers); ``charts/{chart_id}`` and
-``dashboards/{dashboard_id}/charts/{chart_id}`` name the same chart (chart ids
-are unique). A dashboard is ``dashboards/{dashboard_id}``.
+(what CreateChart answers; chart ids are unique per work unit);
+``charts/{chart_id}`` and ``dashboards/{dashboard_id}/charts/{chart_id}``
+name the one chart of that id the caller may read (of that dashboard). A
+dashboard is ``dashboards/{dashboard_id}``; ids are unique per owner, and the
+name means the caller's own dashboard of that id, else the one of that id
+shared with them (`metrics.services.visible_dashboards_with_id`). So no one
+can take an id ahead of its owner, nor learn by creating one that another's
+exists.
 
 Access, permission first (`xmc.api.access`): a chart follows its
 experiment's ACLs -- readers read it, get its data and may create charts
 (views change nothing of the experiment); its creator (still a reader) and
-the experiment's writers update and delete it. A dashboard follows
-`metrics.services.dashboard_role`. A caller who may not read a chart or
-dashboard gets the same PERMISSION_DENIED whether or not it exists.
+the experiment's writers update and delete it; under a full name a caller
+who may not read the experiment gets the same PERMISSION_DENIED whether or
+not it exists. A dashboard follows `metrics.services.dashboard_role`. A short
+chart name or a dashboard name the caller may not read is NOT_FOUND, as a
+missing one is.
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ from google.protobuf import empty_pb2
 from core import limits
 from core.pb import dashboard as M
 from core.pb import dashboard_api as D
-from core.errors import InvalidArgument, PermissionDenied
+from core.errors import InvalidArgument, NotFound, PermissionDenied
 from experiments import acl
 from experiments.acl import Role
 from metrics import data as chart_data
@@ -83,21 +90,36 @@ def parse_dashboard(name: str, field: str = "name") -> str:
 # --- Access ----------------------------------------------------------------------------------
 
 
+def _one(found: list[Any], name: str, field: str, hint: str) -> Any:
+    """The single resource a short name resolved to: NOT_FOUND for none, INVALID_ARGUMENT when several match."""
+    if not found:
+        raise NotFound(f"{name} not found", field=field)
+    if len(found) > 1:
+        raise InvalidArgument(f"{name} names more than one resource you may read; {hint}", field=field)
+    return found[0]
+
+
 def _chart(name: str, caller: Caller, needed: Role, field: str = "name") -> Chart:
-    """The chart ``name`` names, if the caller holds ``needed`` (writers, or its creator, for changes)."""
+    """The chart ``name`` names, if the caller holds ``needed`` (writers, or its creator, for changes).
+
+    Chart ids are unique per work unit. The full name is checked experiment first, as every
+    ``experiments/...`` name is (`xmc.api.access`); the short names resolve among the charts the
+    caller may read, so one they may not read is NOT_FOUND, the answer a missing one gets.
+    """
     chart_id, under, dashboard_id = parse_chart(name, field)
-    chart = services.find_chart(chart_id)
-    if chart is not None and under is not None and (chart.experiment_id, chart.work_unit.wid) != under:
-        chart = None
-    if chart is not None and dashboard_id is not None and not DashboardChart.objects.filter(
-            dashboard__dashboard_id=dashboard_id, chart=chart).exists():
-        chart = None
-    if chart is None:
-        if under is not None:
+    hint = "use its full name, experiments/{xid}/workUnits/{wid}/charts/{chart_id}"
+    if under is not None:
+        found = services.find_chart(under[0], under[1], chart_id)
+        if found is None:
             raise access.missing_child(caller.identity, _experiment_acls(under[0]), Role.READER,
                                        resource=name, field=field)
-        access.require(caller.identity, None, Role.READER, resource=name, field=field)
-    assert chart is not None
+        chart: Chart = found
+    elif dashboard_id is not None:
+        dashboard = _dashboard(f"dashboards/{dashboard_id}", caller, Role.READER, field)
+        chart = _one(services.readable_charts_with_id(caller.identity, chart_id, dashboard=dashboard), name, field,
+                     hint)
+    else:
+        chart = _one(services.readable_charts_with_id(caller.identity, chart_id), name, field, hint)
     acls = chart.experiment.acls
     if needed > Role.READER and chart.creator == caller.email and acl.role_of(caller.identity, acls) >= Role.READER:
         needed = Role.READER  # its creator may change it while they may read the experiment
@@ -115,34 +137,42 @@ def _work_unit(xid: int, wid: int, caller: Caller, field: str) -> WorkUnit:
 
 
 def _dashboard(name: str, caller: Caller, needed: Role, field: str = "name") -> Dashboard:
+    """The dashboard ``name`` means to the caller (their own of that id, else the one of that id they
+    may read: `metrics.services.visible_dashboards_with_id`); NOT_FOUND when there is none they may read."""
     dashboard_id = parse_dashboard(name, field)
-    dashboard = Dashboard.objects.filter(dashboard_id=dashboard_id).first()
-    if dashboard is None:
-        access.require(caller.identity, None, Role.READER, resource=name, field=field)
-    assert dashboard is not None
+    dashboard: Dashboard = _one(services.visible_dashboards_with_id(caller.identity, dashboard_id), name, field,
+                                "ask an owner to share it under an id of its own")
     chart_acls = list(DashboardChart.objects.filter(dashboard=dashboard).values_list("chart__experiment__acls",
                                                                                     flat=True))
     role = services.dashboard_role(caller.identity, dashboard, chart_acls)
-    if role < Role.READER:
-        # The very message a missing dashboard gets.
-        access.require(caller.identity, None, Role.READER, resource=name, field=field)
+    if role < Role.READER:  # (not reached: only readable ones resolve)
+        raise NotFound(f"{name} not found", field=field)
     if role < needed:
         raise PermissionDenied(f"{caller.email} may read but not change {name}", field=field)
     return dashboard
 
 
 def _referenced_charts(chart_ids: Any, caller: Caller, field: str) -> list[Chart]:
-    """The charts a dashboard references; each must exist and be readable by the caller."""
-    found = {c.chart_id: c for c in Chart.objects.select_related("work_unit", "experiment")
-             .filter(chart_id__in=list(chart_ids))}
+    """The charts a dashboard references, each by its id (unique among the charts the caller may read)
+    or its full name; each must exist and be readable by the caller."""
     charts = []
     for i, chart_id in enumerate(chart_ids):
-        chart = found.get(chart_id)
-        if chart is None or acl.role_of(caller.identity, chart.experiment.acls) < Role.READER:
+        where = f"{field}[{i}]"
+        if _CHART_UNDER_WU.fullmatch(chart_id):
+            xid, wid = parse_work_unit(chart_id.rsplit("/charts/", 1)[0], where)
+            found = services.find_chart(xid, wid, chart_id.rsplit("/", 1)[1])
+            matches = [found] if found is not None and (caller.identity.is_staff or acl.role_of(
+                caller.identity, found.experiment.acls) >= Role.READER) else []
+        else:
+            matches = services.readable_charts_with_id(caller.identity, chart_id)
+        if not matches:
             # One message for "missing" and "not yours": names cannot be probed.
-            raise InvalidArgument(f"{field}[{i}]: chart {chart_id!r} does not exist or {caller.email} may not read it",
-                                  field=f"{field}[{i}]")
-        charts.append(chart)
+            raise InvalidArgument(f"{where}: chart {chart_id!r} does not exist or {caller.email} may not read it",
+                                  field=where)
+        if len(matches) > 1:
+            raise InvalidArgument(f"{where}: several charts you may read are called {chart_id!r}; give its full "
+                                  "name, experiments/{xid}/workUnits/{wid}/charts/{chart_id}", field=where)
+        charts.append(matches[0])
     return charts
 
 

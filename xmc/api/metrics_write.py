@@ -6,7 +6,8 @@ OpenAPI document (`openapi_paths`). Body, proto3 JSON::
     {"points": [{"metric": "loss", "step": 10, "value": 0.5, "time": "2026-12-01T10:00:00Z"}],
      "executionId": "2"}
 
-``time`` is optional (the server's clock when absent), ``executionId`` too
+``time`` is optional (the server's clock when absent; at most
+``XMC_METRICS_MAX_FUTURE_S`` ahead of it), ``executionId`` too
 (the token's execution, or the work unit's current one for a user token).
 At most ``XMC_METRICS_MAX_POINTS`` points per call. Writes are idempotent on
 (execution, metric, step) (`metrics.services.write_points`): a retried batch
@@ -94,7 +95,7 @@ def _int(value: Any, field: str) -> int:
     return number
 
 
-def _time(value: Any, field: str) -> datetime:
+def _time(value: Any, field: str, now: datetime) -> datetime:
     if not isinstance(value, str):
         raise InvalidArgument(f"{field} must be an RFC 3339 timestamp string", field=field)
     try:
@@ -105,6 +106,12 @@ def _time(value: Any, field: str) -> datetime:
         raise InvalidArgument(f"{field} needs a time zone (e.g. 'Z')", field=field)
     if not 1970 <= parsed.year <= 9999:
         raise InvalidArgument(f"{field} is out of range", field=field)
+    ahead = (parsed - now).total_seconds()
+    if ahead > settings.XMC_METRICS_MAX_FUTURE_S:
+        # Retention drops points by time; one from the far future would never go (metrics.partitions).
+        raise InvalidArgument(f"{field} is {ahead:.0f} s ahead of the server's clock; at most "
+                              f"XMC_METRICS_MAX_FUTURE_S ({settings.XMC_METRICS_MAX_FUTURE_S} s) ahead, or leave "
+                              "it out for the server's time", field=field)
     return parsed
 
 
@@ -133,7 +140,7 @@ def _point(i: int, item: Any, now: datetime) -> services.Point:
             pass
     if number is None or not math.isfinite(number):
         raise InvalidArgument(f"{where}.value must be a finite number", field=f"{where}.value")
-    time = _time(item["time"], f"{where}.time") if item.get("time") else now
+    time = _time(item["time"], f"{where}.time", now) if item.get("time") else now
     return services.Point(metric, step, number, time)
 
 

@@ -339,10 +339,10 @@ def test_only_the_last_whole_lines_within_the_limit_are_kept() -> None:
 
 def test_a_web_process_follows_a_bounded_number_of_logs(cluster: Cluster, logs_reconciler, settings: Any,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from k8s_bridge.logs import views as logs_view
+    from k8s_bridge.logs import slots
 
     settings.XMC_LOGS_MAX_FOLLOWS = 1
-    monkeypatch.setattr(logs_view, "_FOLLOW_SLOTS", [])
+    slots.reset()
     logs_reconciler()
     wu = running(cluster, "pull=0s;log=every:1s:step {n};run=forever")
     first = get(url(wu, query="follow=true"))

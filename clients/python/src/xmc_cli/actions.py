@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from xmc_cli import present, render
+from xmc_cli import present, render, safe
 from xmc_cli.errors import EXIT_FAILED, EXIT_OK, CliError, NotFound, UsageError
 from xmc_cli.targets import parse
 
@@ -71,7 +71,7 @@ def _confirm(ctx: Any, units: list[Unit], verb: str, yes: bool) -> None:
     names = ", ".join(f"{u.xid}/{u.wid}" for u in units[:8]) + (f" and {len(units) - 8} more" if len(units) > 8 else "")
     if not sys.stdin.isatty():
         raise UsageError(f"{verb} {len(units)} work units ({names})? Not a terminal to ask in: pass --yes")
-    ctx.err.print(f"{verb.capitalize()} {len(units)} work units ({names})? \\[y/N] ", end="")
+    ctx.err.print(f"{verb.capitalize()} {len(units)} work units ({names})? [y/N] ", end="")
     answer = sys.stdin.readline().strip().lower()
     if answer not in ("y", "yes"):
         raise CliError("nothing done")
@@ -169,6 +169,6 @@ def _report(ctx: Any, units: list[Unit], verb: str, args: argparse.Namespace) ->
             result = Text(f"✓ {DONE_WORDS[verb]}", style="green")
         else:
             result = Text("… requested", style="yellow")
-        table.add_row(f"{u.xid}/{u.wid}", result, u.error or ("nothing to stop" if u.already else u.operation))
+        table.add_row(f"{u.xid}/{u.wid}", result, safe.plain(u.error or ("nothing to stop" if u.already else u.operation)))
     ctx.out.print(render.fit(table, ctx.out))
     return EXIT_FAILED if failed else EXIT_OK

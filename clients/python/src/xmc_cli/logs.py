@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from rich.text import Text
 
-from xmc_cli import present
+from xmc_cli import present, safe
 from xmc_cli.errors import EXIT_OK, CliError, NotFound
 from xmc_cli.targets import parse
 
@@ -49,10 +49,10 @@ class Printer:
             if self.prefix and replica:
                 colour = self.colours.setdefault(replica, COLOURS[len(self.colours) % len(COLOURS)])
                 self.width = max(self.width, len(replica))
-                text.append(f"{replica:<{self.width}} │ ", style=colour)
+                text.append(f"{safe.clean(replica):<{self.width}} │ ", style=colour)
             if self.timestamps and record.get("timestamp"):
-                text.append(f"{record['timestamp']} ", style="dim")
-            text.append(str(record.get("text", "")))
+                text.append(f"{safe.clean(record['timestamp'])} ", style="dim")
+            text.append(safe.clean(record.get("text", ""), tabs=True))
             self.ctx.out.print(text, highlight=False, markup=False, soft_wrap=True)
             self.ctx.out.file.flush()
 
@@ -142,14 +142,15 @@ def _note(ctx: Any, headers: httpx.Headers, json_mode: bool) -> None:
     source = headers.get("X-XMC-Log-Source", "")
     note = headers.get("X-XMC-Log-Note", "")
     if source == "none":
-        ctx.err.print(f"No logs yet{': ' + note if note else '.'}", style="yellow", highlight=False)
+        ctx.err.print(safe.plain(f"No logs yet{': ' + note if note else '.'}", style="yellow"), highlight=False)
     elif source == "archive":
         when = headers.get("X-XMC-Log-Archived-At", "")
         truncated = " (only the last part was kept)" if headers.get("X-XMC-Log-Truncated") == "true" else ""
-        ctx.err.print(f"Archived log{' taken at ' + when if when else ''}{truncated}.", style="dim", highlight=False)
+        ctx.err.print(safe.plain(f"Archived log{' taken at ' + when if when else ''}{truncated}.", style="dim"),
+                      highlight=False)
     console = headers.get("X-XMC-Logs-Console-URL", "")
     if console and source in ("none", "archive"):
-        ctx.err.print(f"Full logs: {console}", style="dim", highlight=False)
+        ctx.err.print(safe.plain(f"Full logs: {console}", style="dim"), highlight=False)
 
 
 def _waiting(headers: httpx.Headers) -> bool:
@@ -165,7 +166,7 @@ def _current_eid(ctx: Any, xid: int, wid: int) -> tuple[int, dict[str, Any]]:
 
 def _say(ctx: Any, args: argparse.Namespace, text: str) -> None:
     """A line about the command itself (never data): stderr, and not in --json mode's stdout."""
-    ctx.err.print(text, style="dim", highlight=False)
+    ctx.err.print(safe.plain(text, style="dim"), highlight=False)  # it may quote the server (a note, a headline)
 
 
 class Seen:
@@ -260,7 +261,7 @@ def _follow_execution(ctx: Any, args: argparse.Namespace, xid: int, wid: int, ei
         except CliError as exc:
             problems.append(f"{replica}: {exc.message}")
     for problem in problems:
-        ctx.err.print(f"xmc: {problem}", style="yellow", highlight=False)
+        ctx.err.print(safe.plain(f"xmc: {problem}", style="yellow"), highlight=False)
     return True, printer
 
 

@@ -18,11 +18,10 @@ from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.padding import Padding
 from rich.text import Text
 
-from xmc_cli import __version__, actions, auth, logs, present, render, watch
+from xmc_cli import __version__, actions, auth, logs, present, render, safe, watch
 from xmc_cli.api import Api
 from xmc_cli.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError
 from xmc_cli.targets import parse
@@ -144,10 +143,10 @@ def cmd_why(ctx: Context, args: argparse.Namespace) -> int:
                   "workUnit": unit, "statusMessages": messages})
         return EXIT_OK
     state = present.state_of(unit)
-    ctx.out.print(f"[bold]{xid}/{wid}[/bold] ", render.state(state), sep="", end="  ")
-    ctx.out.print(reasons[0], style="dim", highlight=False)
+    ctx.out.print(Text(f"{xid}/{wid} ", style="bold"), render.state(state), sep="", end="  ")
+    ctx.out.print(safe.plain(reasons[0], style="dim"))
     for line in reasons[1:]:
-        ctx.out.print(Padding(Text(line), (0, 0, 0, 2)))
+        ctx.out.print(Padding(safe.plain(line), (0, 0, 0, 2)))
     return EXIT_OK
 
 
@@ -172,7 +171,7 @@ def cmd_open(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         ctx.json({"url": url})
         return EXIT_OK
-    ctx.out.print(url, highlight=False, soft_wrap=True)
+    ctx.out.print(safe.plain(url), highlight=False, soft_wrap=True)
     if not args.no_browser and ctx.out.is_terminal and _browser_here(ctx.env):
         try:
             webbrowser.open(url)
@@ -290,8 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     environment = os.environ if env is None else env
-    out = Console(highlight=False, soft_wrap=False)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    # No markup or emoji codes, ever: server text is printed as written (xmc_cli.safe).
+    out = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
     ctx = Context(environment, out, err)
     try:
         parser = build_parser()
@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         code: int = args.run(ctx, args)
         return code
     except CliError as exc:
-        err.print(f"[bold red]xmc:[/bold red] {escape(exc.message)}", markup=True, highlight=False, soft_wrap=True)
+        err.print(Text("xmc:", style="bold red"), safe.plain(exc.message), highlight=False, soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("xmc: interrupted")

@@ -8,7 +8,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from xmc_cli import present
+from xmc_cli import present, safe
 
 
 def fit(table: Table, console: Console) -> Table:
@@ -31,7 +31,7 @@ def rollup(counts: Mapping[str, int]) -> Text:
 
 
 def state(value: str) -> Text:
-    return Text(f"{present.GLYPH.get(value, '?')} {value.replace('_', ' ').lower()}", style=present.style_of(value),
+    return Text(f"{present.GLYPH.get(value, '?')} {safe.clean(value).replace('_', ' ').lower()}", style=present.style_of(value),
                 no_wrap=True)
 
 
@@ -54,8 +54,9 @@ def experiments_table(experiments: Sequence[Mapping[str, Any]]) -> Table:
             we.append("/")
             we.append(str(errors), style="red" if errors else "dim")
         table.add_row(
-            str(present.xid_of(e.get("name", ""))), e.get("title") or Text("(untitled)", style="dim"),
-            e.get("creator") or "", rollup(present.state_counts(e)), we, present.created(e.get("createTime")),
+            str(present.xid_of(e.get("name", ""))),
+            safe.plain(e["title"]) if e.get("title") else Text("(untitled)", style="dim"),
+            safe.plain(e.get("creator") or ""), rollup(present.state_counts(e)), we, present.created(e.get("createTime")),
             present.duration(e.get("createTime"), e.get("completeTime")),
         )
     return table
@@ -78,11 +79,11 @@ def experiment_header(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], 
     head = Text()
     head.append(f"Experiment {xid}", style="bold")
     if e.get("title"):
-        head.append(f"  {e['title']}")
+        head.append(f"  {safe.clean(e['title'])}")
     head.append("\n")
     active = str(status.get("activeState") or "").replace("ACTIVE_STATE_UNSPECIFIED", "")
     launch = str(status.get("launchState") or "").replace("LAUNCH_STATE_UNSPECIFIED", "")
-    facts = [f"owner {e.get('creator') or '?'}"]
+    facts = [f"owner {safe.clean(e.get('creator') or '?')}"]
     if active:
         facts.append(active.lower())
     if launch:
@@ -100,7 +101,7 @@ def experiment_header(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], 
     shared = shared_args(units)
     if shared:
         head.append("\nShared args ", style="dim")
-        head.append(present.one_line(" ".join(f"{k}={v}" for k, v in shared.items()), 200), style="dim")
+        head.append(safe.clean(present.one_line(" ".join(f"{k}={v}" for k, v in shared.items()), 200)), style="dim")
     return head
 
 
@@ -121,9 +122,9 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
     table.add_column("EX", justify="right", no_wrap=True)
     shown = columns[:max_arg_columns]
     for name in shown:
-        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=14)  # as written: arguments, not ours
+        table.add_column(safe.plain(name), no_wrap=True, overflow="ellipsis", max_width=14)  # as written: arguments, not ours
     if len(columns) > len(shown):
-        table.add_column(f"+{len(columns) - len(shown)} args", no_wrap=True, overflow="ellipsis", max_width=10)
+        table.add_column(Text(f"+{len(columns) - len(shown)} args"), no_wrap=True, overflow="ellipsis", max_width=10)
     table.add_column("MESSAGE", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
     table.add_column("TIME", justify="right", no_wrap=True)
     for unit, args in zip(units, all_args):
@@ -131,10 +132,10 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
         value = present.state_of(unit)
         cells: list[Any] = [str(present.last_id(unit.get("name", ""))), state(value),
                             str(present.last_id(execution.get("name", ""))) if execution else ""]
-        cells += [args.get(name, "") for name in shown]
+        cells += [safe.plain(args.get(name, "")) for name in shown]
         if len(columns) > len(shown):
-            cells.append(" ".join(f"{n}={args.get(n, '')}" for n in columns[len(shown):]))
-        message = present.one_line(present.headline_of(unit))
+            cells.append(safe.plain(" ".join(f"{n}={args.get(n, '')}" for n in columns[len(shown):])))
+        message = present.one_line(safe.clean(present.headline_of(unit)))
         cells.append(Text(message, style="red" if value in present.FAILED_STATES else "dim" if not message else ""))
         cells.append(present.duration(execution.get("createTime"), execution.get("completeTime")))
         table.add_row(*cells)

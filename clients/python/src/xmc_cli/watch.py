@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from rich.live import Live
 
-from xmc_cli import auth, present, render
+from xmc_cli import auth, present, render, safe
 from xmc_cli.errors import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, CliError
 from xmc_cli.targets import parse
 
@@ -125,7 +125,7 @@ def cmd_watch(ctx: Any, args: argparse.Namespace) -> int:
                 ctx.out.file.flush()
             elif not interactive:
                 before = previous.get(wid)
-                ctx.out.print(f"{xid}/{wid} " + (f"{before.lower()} → " if before else "") + state.lower(),
+                ctx.out.print(safe.plain(f"{xid}/{wid} " + (f"{before.lower()} → " if before else "") + state.lower()),
                               highlight=False)
         previous.clear()
         previous.update(current)

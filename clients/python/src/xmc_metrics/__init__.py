@@ -19,7 +19,10 @@ a failed send is retried with exponential backoff, never sooner than a 429 or 50
 on (execution, metric, step), so a retried batch never doubles points), and
 whatever is pending is flushed when the interpreter exits. Without the
 environment every call is a no-op, with one warning. Refused points (HTTP
-400, 401, 403) are dropped with a warning, never raised into the job.
+400, 401, 403) are dropped with a warning, never raised into the job; but
+when the server refuses their time (this machine's clock runs ahead of it by
+more than ``XMC_METRICS_MAX_FUTURE_S``) they are sent again without one, and
+stamped with the server's clock.
 """
 from __future__ import annotations
 
@@ -44,6 +47,16 @@ logger = logging.getLogger("xmc_metrics")
 ENV_VARS = ("XMC_METRICS_URL", "XMC_XID", "XMC_WID", "XMC_EID", "XMC_METRICS_TOKEN")
 #: Most points per request (the server takes up to 10,000).
 MAX_BATCH = 10_000
+
+
+def _refused_time(answer: bytes) -> bool:
+    """Whether a 400 answer names a point's ``time`` as the bad field."""
+    try:
+        details = json.loads(answer or b"{}").get("error", {}).get("details") or []
+        fields = [str(v.get("field", "")) for d in details for v in d.get("fieldViolations") or []]
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return any(field.endswith(".time") for field in fields)
 
 
 class Writer:
@@ -150,9 +163,17 @@ class Writer:
                 return
             except urllib.error.HTTPError as exc:
                 if exc.code in (400, 401, 403, 404, 413):
+                    answer = exc.read()
+                    if exc.code == 400 and _refused_time(answer) and any("time" in p for p in batch):
+                        # This machine's clock is ahead of the server's by more than it accepts
+                        # (XMC_METRICS_MAX_FUTURE_S): send the points again with the server's time.
+                        logger.warning("xmc_metrics: the server refused this clock's time (%s); sending with the "
+                                       "server's", answer[:300].decode(errors="replace"))
+                        self._send([{k: v for k, v in p.items() if k != "time"} for p in batch], deadline)
+                        return
                     self.dropped += len(batch)
                     logger.warning("xmc_metrics: %d points refused (HTTP %d): %s", len(batch), exc.code,
-                                   exc.read()[:300].decode(errors="replace"))
+                                   answer[:300].decode(errors="replace"))
                     return
                 error: Exception = exc
                 wait = exc.headers.get("Retry-After", "") if exc.code in (429, 503) else ""
