@@ -199,7 +199,7 @@ def test_the_follow_keeps_the_last_line_when_the_stream_closes_before_sending_it
     import asyncio
     import threading
 
-    from k8s_bridge.logs import views as log_views
+    from k8s_bridge.logs import slots
     from k8s_bridge.logs.service import LogLine
     from ui import logfollow
 
@@ -218,9 +218,9 @@ def test_the_follow_keeps_the_last_line_when_the_stream_closes_before_sending_it
     async def frames() -> list[bytes]:
         queue: asyncio.Queue[object] = asyncio.Queue()
         stop = threading.Event()
-        assert log_views._follows().acquire(blocking=False)  # the slot the pump gives back
+        assert slots.acquire("alice@example.com")  # the slot the pump gives back
         threading.Thread(target=logfollow._pump, args=(iter([one, two]), asyncio.get_running_loop(), queue, stop,
-                                                       catch_up), daemon=True).start()
+                                                       catch_up, "alice@example.com"), daemon=True).start()
         return [frame async for frame in logfollow._frames(queue, stop, "", False, "")]
 
     out = b"".join(asyncio.run(frames())).decode()

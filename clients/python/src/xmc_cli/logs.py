@@ -155,7 +155,7 @@ def _note(ctx: Any, headers: httpx.Headers, json_mode: bool) -> None:
 
 def _waiting(headers: httpx.Headers) -> bool:
     """No container of the replica has started yet: a follower asks again instead of ending."""
-    return headers.get("X-XMC-Log-Waiting") == "true" or headers.get("X-XMC-Log-Source") == "none"
+    return bool(headers.get("X-XMC-Log-Waiting") == "true" or headers.get("X-XMC-Log-Source") == "none")
 
 
 def _current_eid(ctx: Any, xid: int, wid: int) -> tuple[int, dict[str, Any]]:
@@ -300,9 +300,9 @@ def cmd_logs(ctx: Any, args: argparse.Namespace) -> int:
             _empty(ctx, args, stream.headers, what)
         return EXIT_OK
     seen = Seen()
-    printer: Printer | None = None
+    follower: Printer | None = None
     while True:
-        started, printer = _follow_execution(ctx, args, xid, wid, eid, seen, printer)
+        started, follower = _follow_execution(ctx, args, xid, wid, eid, seen, follower)
         current, unit = _current_eid(ctx, xid, wid)
         if not args.follow_restarts:
             if not started:
