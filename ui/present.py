@@ -206,6 +206,22 @@ def sweep(args_per_unit: Sequence[Mapping[str, str]]) -> tuple[list[str], dict[s
     return varying, shared
 
 
+def job_name(executable: Mapping[str, Any] | None) -> str:
+    """The XManager job a work unit runs: its jobs' group name (a JobGroup), else their names."""
+    jobs = (((executable or {}).get("jobset") or {}).get("jobs") or [])
+    groups = {str(j.get("groupName") or "") for j in jobs} - {""}
+    if len(groups) == 1:
+        return groups.pop()
+    return ", ".join(str(j.get("name") or "") for j in jobs if j.get("name"))
+
+
+def seconds(start: datetime | None, end: datetime | None) -> int | None:
+    """Whole seconds from ``start`` to ``end`` (what a duration sorts and exports by); None without a start."""
+    if start is None or end is None:
+        return None
+    return max(0, int((end - start).total_seconds()))
+
+
 def queue_name(executable: Mapping[str, Any] | None) -> str:
     return str(((executable or {}).get("schedulingConstraints") or {}).get("queueName") or "")
 

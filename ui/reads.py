@@ -11,13 +11,17 @@ plain dicts and small dataclasses for the templates; nothing here writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db.models import CharField, Count, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Cast, Concat, JSONObject
+from django.db.models import (Case, CharField, Count, DurationField, ExpressionWrapper, F, FilteredRelation, OuterRef, Q,
+                              QuerySet, Subquery, Value, When)
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Coalesce, Concat, JSONObject, Now
+from django.db import connection
 from django.utils import timezone
 
 from artifacts.models import Artifact
@@ -37,8 +41,8 @@ from xmc import listing
 from xmc.api import handlers, reads, registry
 from xmc.auth.identity import Identity
 
-#: Work units one experiment page shows at most (the table sorts and filters in the page).
-MAX_UNITS = 5_000
+#: Work units one bulk action (stop / restart) confirms at once.
+MAX_ACTION_UNITS = 1_000
 
 
 def role(identity: Identity, xid: int) -> tuple[Role, dict[str, Any]]:
@@ -117,32 +121,224 @@ _CURRENT_JSON = Subquery(_CURRENT.values(row=JSONObject(
     scheduling_information="scheduling_information"))[:1])
 
 
-def work_units(xid: int, filter_text: str = "", wids: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """The experiment's work units with their current execution, by wid (caller checked the role).
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    current = row["current"] or {}
+    if isinstance(current, str):  # a jsonb annotation may come back undecoded (no JSONField to decode it)
+        current = json.loads(current)
+    for key in ("create_time", "update_time", "complete_time"):
+        if isinstance(current.get(key), str):
+            current[key] = datetime.fromisoformat(current[key])
+    row["current"] = current
+    return row
 
-    ``filter_text`` is the API's AIP-160 work unit filter (``state = RUNNING``).
-    """
-    queryset = handlers.work_units_of(xid).annotate(current=_CURRENT_JSON)
+
+_ROW = ("id", "wid", "executable", "urls", "tags", "notes", "create_time", "current", "current_eid")
+
+
+def work_units(xid: int, wids: Sequence[int]) -> list[dict[str, Any]]:
+    """The work units ``wids`` of experiment ``xid`` with their current execution, by wid (caller checked the role)."""
+    queryset = handlers.work_units_of(xid).annotate(current=_CURRENT_JSON).filter(wid__in=list(wids))
+    return [_decoded(row) for row in queryset.order_by("wid").values(*_ROW)]
+
+
+# --- The experiment page's table: filtered, sorted and paged in the database ------------------
+
+@dataclass(frozen=True)
+class UnitQuery:
+    """The work unit table's query string (every part of it is in the URL, so a view can be shared)."""
+
+    filter: str = ""  # the API's AIP-160 work unit filter
+    sort: str = "wid"  # a key of UNIT_SORTS, or "arg:<name>"
+    desc: bool = False
+    page: int = 1  # from 1
+    size: int = 100
+
+
+#: Rows one page of the table shows (the ``size`` choices).
+UNIT_PAGE_SIZES = (50, 100, 500)
+_TERMINAL = [WorkUnitState.COMPLETED, WorkUnitState.FAILED, WorkUnitState.STOPPED]
+#: How long the current execution has run: to its end, its last update when it ended without one, or now.
+_DURATION = ExpressionWrapper(
+    Coalesce("cur__complete_time", Case(When(cur__state__in=_TERMINAL, then=F("cur__update_time")), default=Now()))
+    - F("cur__create_time"), output_field=DurationField())
+#: The table's columns the database sorts by, besides ``arg:<name>``: name -> expression.
+UNIT_SORTS: dict[str, Any] = {
+    "wid": F("wid"), "state": F("cur__state"), "exec": F("cur__eid"), "started": F("cur__create_time"),
+    "duration": _DURATION, "job": RawSQL(
+        f'COALESCE(NULLIF("{WorkUnit._meta.db_table}"."executable" #>> %s, \'\'), '
+        f'"{WorkUnit._meta.db_table}"."executable" #>> %s)',
+        (["jobset", "jobs", "0", "groupName"], ["jobset", "jobs", "0", "name"])),
+}
+#: A string that reads as a number (compared as one when sorting by an argument).
+_NUMBER = r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$"
+
+
+def _arg_sql(name: str) -> tuple[str, tuple[Any, ...]]:
+    """SQL for one argument's value as ``ui.present.job_args`` names it (``job.key`` when there are several jobs)."""
+    column = f'"{WorkUnit._meta.db_table}"."executable"'
+    job, dot, key = name.partition(".")
+    if dot:  # several jobs: the args of the job of that name (a single job's key may contain a dot too)
+        return (f"COALESCE(jsonb_path_query_first({column}, '$.jobset.jobs[*] ? (@.name == $job).spec.args', "
+                f"jsonb_build_object('job', %s::text)) ->> %s, {column} #>> %s)",
+                (job, key, ["jobset", "jobs", "0", "spec", "args", name]))
+    return f"({column} #>> %s)", (["jobset", "jobs", "0", "spec", "args", name],)
+
+
+def _order(query: UnitQuery) -> list[Any]:
+    """ORDER BY for the query's sort: its column (an argument: numbers as numbers, before text), then wid."""
+    if query.sort.startswith("arg:"):
+        sql, params = _arg_sql(query.sort[4:])
+        keys = [RawSQL(f"CASE WHEN {sql} ~ %s THEN ({sql})::float8 END", (*params, _NUMBER, *params)),
+                RawSQL(sql, params)]
+    else:
+        keys = [UNIT_SORTS.get(query.sort, UNIT_SORTS["wid"])]
+    out = [k.desc(nulls_last=True) if query.desc else k.asc(nulls_last=True) for k in keys]
+    return [*out, F("wid").desc() if query.desc else F("wid").asc()]
+
+
+def _table(xid: int) -> QuerySet[WorkUnit]:
+    """The experiment's work units joined to their current execution, with the API's filter fields' names."""
+    return (WorkUnit.objects.filter(experiment_id=xid)
+            # Its current execution: a join on the one ACTIVE row (``execution_one_active_per_work_unit``); a new
+            # FilteredRelation each time (a query takes it over).
+            .annotate(cur=FilteredRelation("executions", condition=Q(executions__execution_state=ExecutionState.ACTIVE)),
+                      current_state=F("cur__state"),
+                      api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField()))))
+
+
+def _filtered(xid: int, filter_text: str) -> QuerySet[WorkUnit]:
+    queryset = _table(xid)
     if filter_text.strip():
         try:
             queryset = queryset.filter(listing.compile_filter(filter_text, handlers.WORK_UNIT_FIELDS))
         except listing.ListingError as exc:
             raise InvalidArgument(str(exc), field="filter") from None
-    if wids is not None:
-        queryset = queryset.filter(wid__in=list(wids))
-    rows = queryset.order_by("wid").values("id", "wid", "executable", "urls", "tags", "notes", "create_time",
-                                          "current", "current_eid")[:MAX_UNITS]
-    out = []
-    for row in rows:
-        current = row["current"] or {}
-        if isinstance(current, str):  # a jsonb annotation may come back undecoded (no JSONField to decode it)
-            current = json.loads(current)
-        for key in ("create_time", "update_time", "complete_time"):
-            if isinstance(current.get(key), str):
-                current[key] = datetime.fromisoformat(current[key])
-        row["current"] = current
-        out.append(row)
-    return out
+    return queryset
+
+
+_CURRENT_ROW = JSONObject(
+    eid="cur__eid", state="cur__state", create_time="cur__create_time", update_time="cur__update_time",
+    complete_time="cur__complete_time", system_message="cur__system_message", user_message="cur__user_message",
+    scheduling_information="cur__scheduling_information")
+
+
+@dataclass(frozen=True)
+class UnitPage:
+    rows: list[dict[str, Any]]  # the page's work units, as `work_units` returns them
+    total: int  # the work units matching the filter (all of them, not only this page)
+    query: UnitQuery
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.query.size))
+
+
+def unit_page(xid: int, query: UnitQuery) -> UnitPage:
+    """One page of the experiment's work units, filtered, sorted and counted in the database (caller checked).
+
+    ``InvalidArgument`` (field ``filter``) for a filter the API would refuse. Two statements: the count
+    of matching units, and the page's rows (the join on each unit's ACTIVE execution, ORDER BY, OFFSET).
+    """
+    queryset = _filtered(xid, query.filter)
+    total = (WorkUnit.objects.filter(experiment_id=xid) if not query.filter.strip() else queryset).count()
+    query = replace(query, page=max(1, min(query.page, -(-total // query.size))))  # past the end: the last page
+    start = (query.page - 1) * query.size
+    # The sort reads narrow rows (wid and the key); only the page's units are then read whole.
+    wids = list(queryset.order_by(*_order(query)).values_list("wid", flat=True)[start:start + query.size])
+    by_wid = {row["wid"]: row for row in work_units(xid, wids)}
+    return UnitPage([by_wid[w] for w in wids if w in by_wid], total, query)
+
+
+def unit_rows(xid: int, query: UnitQuery, chunk: int = 1_000) -> Iterator[list[dict[str, Any]]]:
+    """Every work unit matching the query, in its order, ``chunk`` at a time (the table's export)."""
+    queryset = _filtered(xid, query.filter).annotate(current=_CURRENT_ROW).order_by(*_order(query)).values(*_ROW)
+    batch: list[dict[str, Any]] = []
+    for row in queryset.iterator(chunk_size=chunk):
+        batch.append(_decoded(row))
+        if len(batch) == chunk:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+#: Every argument of each work unit, named as ``ui.present.job_args`` names them (``job.`` before each
+#: name when there are several jobs; ``argv[i]`` for ``argsList``): (name, value) rows of ``w``.
+_UNIT_ARGS = """
+SELECT CASE WHEN jsonb_array_length(jobs.all) > 1 THEN (j.job ->> 'name') || '.' ELSE '' END || a.name, a.value
+FROM (SELECT COALESCE(w.executable #> '{jobset,jobs}', '[]') AS all) jobs,
+     jsonb_array_elements(jobs.all) AS j(job),
+     LATERAL (SELECT key, value FROM jsonb_each_text(COALESCE(j.job #> '{spec,args}', '{}'))
+              UNION ALL
+              SELECT 'argv[' || (n - 1) || ']', v FROM jsonb_array_elements_text(COALESCE(j.job #> '{spec,argsList}',
+              '[]')) WITH ORDINALITY AS l(v, n)) AS a(name, value)
+"""
+
+
+#: Experiments whose sweep statistics a process keeps (a few KiB each).
+SWEEP_EXPERIMENTS_KEPT = 1_000
+#: Per experiment, what `sweep_args` has read so far (a process's memory; see there).
+_SWEEP_STATS: dict[int, tuple[int, int, dict[str, tuple[int, str, str]]]] = {}
+_SWEEP_LOCK = threading.Lock()
+
+
+def _arg_stats(xid: int, after_id: int, top_id: int) -> tuple[int, dict[str, tuple[int, str, str]]]:
+    """(the work units with ``after_id < id <= top_id``, name -> (units having it, lowest value, highest value)
+    over them): one statement, so both are of one snapshot."""
+    units = WorkUnit._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH w AS (SELECT id, executable FROM {units} WHERE experiment_id = %s AND id > %s AND id <= %s) "
+                       f"SELECT x.name, count(*), min(x.value), max(x.value) FROM w, LATERAL ({_UNIT_ARGS}) AS "
+                       f"x(name, value) GROUP BY x.name UNION ALL SELECT NULL, count(*), NULL, NULL FROM w",
+                       [xid, after_id, top_id])
+        rows = cursor.fetchall()
+    return (next(n for name, n, _, _ in rows if name is None),
+            {name: (n, low, high) for name, n, low, high in rows if name is not None})
+
+
+def sweep_args(xid: int) -> tuple[list[str], dict[str, str]]:
+    """(the argument names whose values differ across the experiment's units, the arguments all share).
+
+    What ``ui.present.sweep`` computes from rows, over every work unit of the
+    experiment, without bringing the rows here: per argument name, how many
+    units have it and its lowest and highest value (a name some unit lacks
+    differs too). Reading every unit's executable costs about 30 µs a unit
+    (3 s at 100,000), so the process keeps what it read (`_SWEEP_STATS`: the
+    units read, the highest id read, the statistics). A work unit's
+    executable never changes after it is created and units are only added,
+    with growing ids, so the next read scans only the units above that id;
+    when fewer units than it read lie at or below it (one with a lower id
+    committed late, or units were deleted) it reads them all again.
+    """
+    table = WorkUnit._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*), COALESCE(max(id), 0) FROM {table} WHERE experiment_id = %s", [xid])
+        units, top = cursor.fetchone()
+    with _SWEEP_LOCK:
+        cached = _SWEEP_STATS.get(xid)
+    if cached is not None and (cached[0], cached[1]) != (units, top):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {table} WHERE experiment_id = %s AND id <= %s", [xid, cached[1]])
+            if cursor.fetchone()[0] != cached[0]:
+                cached = None  # not only additions above what was read: read everything
+    if cached is None:
+        read, stats = _arg_stats(xid, 0, top)
+    elif (cached[0], cached[1]) == (units, top):
+        read, stats = cached[0], cached[2]
+    else:
+        more, added = _arg_stats(xid, cached[1], top)
+        read, stats = cached[0] + more, dict(cached[2])
+        for name, (n, low, high) in added.items():
+            had = stats.get(name)
+            stats[name] = (n, low, high) if had is None else (had[0] + n, min(had[1], low), max(had[2], high))
+    with _SWEEP_LOCK:
+        if len(_SWEEP_STATS) >= SWEEP_EXPERIMENTS_KEPT and xid not in _SWEEP_STATS:
+            _SWEEP_STATS.pop(next(iter(_SWEEP_STATS)))  # the one read longest ago
+        _SWEEP_STATS[xid] = (read, top, stats)
+    ordered = sorted(stats.items())
+    varying = [name for name, (n, low, high) in ordered if n != read or low != high]
+    shared = {name: low for name, (n, low, high) in ordered if n == read and low == high}
+    return varying, shared
 
 
 def artifacts(xid: int, wid: int | None = None) -> list[dict[str, Any]]:

@@ -42,6 +42,10 @@ def _truncate(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _chips(tags: Sequence[str]) -> str:
+    return "".join(f'<span class="chip">{_e(tag)}</span>' for tag in tags)
+
+
 def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequence[str]) -> str:
     """One ``<tr>`` of the work unit table (htmx re-fetches it on the work unit's event).
 
@@ -49,12 +53,18 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
     the server reads only this one work unit to draw its row again.
     """
     wid = int(row["wid"])
-    query = _e(urlencode([("fragment", "row"), ("wid", wid), *(("col", c) for c in columns)]))
+    cols = [("col", c) for c in columns]
+    query = _e(urlencode([("fragment", "row"), ("wid", wid), *cols]))
     state = _e(row["state"])
     stamp, started = _when(row["started"])
     select = (f'<td><input type="checkbox" name="wid" value="{wid}" form="bulk" '
               f'aria-label="Select work unit {wid}"></td>') if can_write else ""
+    edit = (f'<button type="button" class="btn small edit" hx-get="/experiments/{xid}?'
+            f'{_e(urlencode([("fragment", "edit"), ("wid", wid), *cols]))}" hx-target="closest tr" '
+            f'hx-swap="outerHTML" aria-label="Edit the tags and notes of work unit {wid}">Edit</button>'
+            ) if can_write else ""
     cells = "".join(f'<td class="arg">{_e(cell)}</td>' for cell in row["cells"])
+    seconds = "" if row.get("seconds") is None else str(row["seconds"])
     return (
         f'<tr id="wu-{wid}" data-wid="{wid}" data-state="{state}" '
         f'hx-get="/experiments/{xid}?{query}" hx-trigger="sse:wu-{wid}" '
@@ -63,11 +73,14 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
         f'<td class="num"><a href="/experiments/{xid}/workUnits/{wid}">{wid}</a></td>'
         f'<td data-value="{state}"><span class="badge s-{state}">{_e(row["words"])}</span></td>'
         f'<td class="num hide-sm">{_e(row["eid"])}</td>'
+        f'<td class="job">{_e(row["job"])}</td>'
         f'{cells}'
         f'<td class="why">{_e(row["why"])}</td>'
+        f'<td class="tags"><div class="chips">{_chips(row["tags"])}</div></td>'
+        f'<td class="notes"><span class="note-text">{_e(_truncate(row["notes"], 120))}</span>{edit}</td>'
         f'<td class="last hide-sm">{_e(_truncate(row["last"]))}</td>'
         f'<td class="hide-sm" data-value="{stamp}">{_e(started)}</td>'
-        f'<td class="num">{_e(row["duration"])}</td>'
+        f'<td class="num" data-value="{seconds}">{_e(row["duration"])}</td>'
         f'<td class="hide-sm"><div class="links">{_links(row["links"])}</div></td>'
         f'</tr>'
     )

@@ -31,6 +31,7 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})/events$", events.experiment_events, name="ui-experiment-events"),
     re_path(rf"^experiments/(?P<xid>{_ID})/actions$", views.act, name="ui-act"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/annotate$", views.annotate, name="ui-annotate"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs/follow$", logfollow.follow,
             name="ui-logs-follow"),
