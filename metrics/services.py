@@ -325,8 +325,8 @@ def _floor_div(a: str, b: str) -> str:
 
 #: The staged points not already stored (the first occurrence in the batch wins), in one statement
 #: with the span's update, the new points added to their blocks (`PointBlock`, every size) and to their
-#: metric's summary (`MetricSummary`).
-_INSERT = (
+#: metric's summary (`MetricSummary`, `_SUMMARIES_CTE`).
+_INSERT_POINTS_AND_BLOCKS = (
     "WITH {widen} new AS ("
     f"INSERT INTO {_POINTS} (execution_id, metric, step, value, time) "
     f"SELECT DISTINCT ON (s.metric, s.step) %(execution)s, s.metric, s.step, s.value, s.time FROM {_STAGE} s "
@@ -341,8 +341,11 @@ _INSERT = (
     "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
     "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
     "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)), "
-    # One summary row per metric of the batch (`MetricSummary`): GREATEST/LEAST per batch, never a scan of points.
-    # The last value is the one at the highest step (steps are unique per metric: only new points are here).
+)
+#: One summary row per metric of the batch (`MetricSummary`): GREATEST/LEAST per batch, never a scan of points.
+#: The last value is the one at the highest step (steps are unique per metric: only new points are here).
+#: (bench/metrics.py measures the ingest with and without it.)
+_SUMMARIES_CTE = (
     f"summaries AS (INSERT INTO {_SUMMARIES} AS m (work_unit_id, eid, metric, experiment_id, last, last_step, min, "
     "max, count, first_time, last_time) SELECT x.work_unit_id, x.eid, n.metric, w.experiment_id, "
     "(array_agg(n.value ORDER BY n.step DESC))[1], max(n.step), min(n.value), max(n.value), count(*), min(n.time), "
@@ -353,8 +356,8 @@ _INSERT = (
     "last_step = greatest(m.last_step, excluded.last_step), min = least(m.min, excluded.min), "
     "max = greatest(m.max, excluded.max), count = m.count + excluded.count, "
     "first_time = least(m.first_time, excluded.first_time), last_time = greatest(m.last_time, excluded.last_time)) "
-    "SELECT count(*) FROM new"
 )
+_INSERT = _INSERT_POINTS_AND_BLOCKS + _SUMMARIES_CTE + "SELECT count(*) FROM new"
 #: The duplicate probe, only when the batch has a step the execution already has: one (execution, metric,
 #: step) lookup per point in the partitions the span covers (literal bounds: the planner prunes the rest).
 _PROBE = (
