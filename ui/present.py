@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from workunits import arguments
+
 #: The roll-up bar's order and each state's colour class (ui/static/ui/ui.css).
 STATE_ORDER = ("RUNNING", "STARTING", "SCHEDULING", "INITIALIZING", "RESTARTING", "SCHEDULING_PAUSED",
                "DESCHEDULING", "PARTIALLY_FAILED", "STOPPING", "COMPLETED", "FAILED", "STOPPED")
@@ -169,16 +171,7 @@ def _scalar(value: Any) -> str:
 
 def job_args(executable: Mapping[str, Any] | None) -> dict[str, str]:
     """A work unit's arguments as ``name -> value`` (every job's ``args`` and ``argsList``; job-prefixed if several)."""
-    jobs = (((executable or {}).get("jobset") or {}).get("jobs") or [])
-    out: dict[str, str] = {}
-    for job in jobs:
-        prefix = f"{job.get('name')}." if len(jobs) > 1 else ""
-        spec = job.get("spec") or {}
-        for key, value in sorted((spec.get("args") or {}).items()):
-            out[f"{prefix}{key}"] = _scalar(value)
-        for i, value in enumerate(spec.get("argsList") or []):
-            out[f"{prefix}argv[{i}]"] = _scalar(value)
-    return out
+    return arguments.flat_args(executable)
 
 
 def job_env(executable: Mapping[str, Any] | None) -> list[tuple[str, str, str]]:
