@@ -199,13 +199,17 @@ def sweep(args_per_unit: Sequence[Mapping[str, str]]) -> tuple[list[str], dict[s
     return varying, shared
 
 
-def job_name(executable: Mapping[str, Any] | None) -> str:
-    """The XManager job a work unit runs: its jobs' group name (a JobGroup), else their names."""
-    jobs = (((executable or {}).get("jobset") or {}).get("jobs") or [])
-    groups = {str(j.get("groupName") or "") for j in jobs} - {""}
-    if len(groups) == 1:
-        return groups.pop()
-    return ", ".join(str(j.get("name") or "") for j in jobs if j.get("name"))
+def goal(metric: str) -> str:
+    """Which value of a metric column is best: "min" for names containing ``loss`` or ``error``, else "max"."""
+    name = metric.lower()
+    return "min" if "loss" in name or "error" in name else "max"
+
+
+def number(value: float | None) -> str:
+    """A metric value as the table prints it (4 significant digits; "" for none)."""
+    if value is None:
+        return ""
+    return f"{value:.4g}"
 
 
 def seconds(start: datetime | None, end: datetime | None) -> int | None:

@@ -11,17 +11,15 @@ plain dicts and small dataclasses for the templates; nothing here writes.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db.models import (Case, CharField, Count, DurationField, ExpressionWrapper, F, FilteredRelation, OuterRef, Q,
+from django.db.models import (Case, CharField, Count, Max, Min, DurationField, ExpressionWrapper, F, FilteredRelation, OuterRef, Q,
                               QuerySet, Subquery, Value, When)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, JSONObject, Now
-from django.db import connection
 from django.utils import timezone
 
 from artifacts.models import Artifact
@@ -33,12 +31,13 @@ from experiments.models import Experiment
 from metrics import data as chart_data
 from metrics import services as metric_services
 from metrics import specs
-from metrics.models import Chart
+from metrics import summaries
+from metrics.models import Chart, MetricSummary
 from ui import plotdata
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from xmc import listing
-from xmc.api import handlers, reads, registry
+from xmc.api import handlers, reads, registry, sweep_columns
 from xmc.auth.identity import Identity
 
 #: Work units one bulk action (stop / restart) confirms at once.
@@ -152,6 +151,8 @@ class UnitQuery:
     desc: bool = False
     page: int = 1  # from 1
     size: int = 100
+    metrics: tuple[str, ...] = ()  # the metric columns
+    goals: tuple[tuple[str, str], ...] = ()  # (metric, "min" | "max"): which value of a column is best
 
 
 #: Rows one page of the table shows (the ``size`` choices).
@@ -169,31 +170,21 @@ UNIT_SORTS: dict[str, Any] = {
         f'"{WorkUnit._meta.db_table}"."executable" #>> %s)',
         (["jobset", "jobs", "0", "groupName"], ["jobset", "jobs", "0", "name"])),
 }
-#: A string that reads as a number (compared as one when sorting by an argument).
-_NUMBER = r"^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$"
-
-
-def _arg_sql(name: str) -> tuple[str, tuple[Any, ...]]:
-    """SQL for one argument's value as ``ui.present.job_args`` names it (``job.key`` when there are several jobs)."""
-    column = f'"{WorkUnit._meta.db_table}"."executable"'
-    job, dot, key = name.partition(".")
-    if dot:  # several jobs: the args of the job of that name (a single job's key may contain a dot too)
-        return (f"COALESCE(jsonb_path_query_first({column}, '$.jobset.jobs[*] ? (@.name == $job).spec.args', "
-                f"jsonb_build_object('job', %s::text)) ->> %s, {column} #>> %s)",
-                (job, key, ["jobset", "jobs", "0", "spec", "args", name]))
-    return f"({column} #>> %s)", (["jobset", "jobs", "0", "spec", "args", name],)
-
-
-def _order(query: UnitQuery) -> list[Any]:
-    """ORDER BY for the query's sort: its column (an argument: numbers as numbers, before text), then wid."""
+def _columns(xid: int, query: UnitQuery) -> tuple[sweep_columns.SweepColumns, list[Any]]:
+    """The sweep read's dynamic fields (``args.<name>``, ``metrics.<name>.<stat>``) resolved for the query's
+    filter and sort, and its ORDER BY (units without the value last, then wid)."""
+    columns = sweep_columns.SweepColumns(xid, WorkUnit.objects.filter(experiment_id=xid).count(),
+                                         handlers.WORK_UNIT_FIELDS, handlers.WORK_UNIT_ORDER)
+    sweep_columns.prepare(columns, query.filter, "")
     if query.sort.startswith("arg:"):
-        sql, params = _arg_sql(query.sort[4:])
-        keys = [RawSQL(f"CASE WHEN {sql} ~ %s THEN ({sql})::float8 END", (*params, _NUMBER, *params)),
-                RawSQL(sql, params)]
+        key: Any = F(columns.orderable[f"args.{query.sort[4:]}"])
+    elif query.sort.startswith("metric:"):
+        key = F(columns.orderable[f"metrics.{query.sort[7:]}.last"])
     else:
-        keys = [UNIT_SORTS.get(query.sort, UNIT_SORTS["wid"])]
-    out = [k.desc(nulls_last=True) if query.desc else k.asc(nulls_last=True) for k in keys]
-    return [*out, F("wid").desc() if query.desc else F("wid").asc()]
+        key = UNIT_SORTS.get(query.sort, UNIT_SORTS["wid"])
+    order = [key.desc(nulls_last=True) if query.desc else key.asc(nulls_last=True),
+             F("wid").desc() if query.desc else F("wid").asc()]
+    return columns, order
 
 
 def _table(xid: int) -> QuerySet[WorkUnit]:
@@ -206,27 +197,28 @@ def _table(xid: int) -> QuerySet[WorkUnit]:
                       api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField()))))
 
 
-def _filtered(xid: int, filter_text: str) -> QuerySet[WorkUnit]:
-    queryset = _table(xid)
-    if filter_text.strip():
+def _filtered(xid: int, query: UnitQuery) -> tuple[QuerySet[WorkUnit], list[Any]]:
+    """The units matching the query's filter (``InvalidArgument`` naming ``filter`` or ``sort``) and its order."""
+    try:
+        columns, order = _columns(xid, query)
+    except (listing.ListingError, KeyError) as exc:
+        raise InvalidArgument(f"cannot sort by {query.sort!r}: {exc}", field="sort") from None
+    queryset = columns.apply(_table(xid))
+    if query.filter.strip():
         try:
-            queryset = queryset.filter(listing.compile_filter(filter_text, handlers.WORK_UNIT_FIELDS))
+            queryset = queryset.filter(listing.compile_filter(query.filter, columns.fields))
         except listing.ListingError as exc:
             raise InvalidArgument(str(exc), field="filter") from None
-    return queryset
-
-
-_CURRENT_ROW = JSONObject(
-    eid="cur__eid", state="cur__state", create_time="cur__create_time", update_time="cur__update_time",
-    complete_time="cur__complete_time", system_message="cur__system_message", user_message="cur__user_message",
-    scheduling_information="cur__scheduling_information")
+    return queryset, order
 
 
 @dataclass(frozen=True)
 class UnitPage:
-    rows: list[dict[str, Any]]  # the page's work units, as `work_units` returns them
+    rows: list[dict[str, Any]]  # the page's work units, as `work_units` returns them, with their "metrics"
     total: int  # the work units matching the filter (all of them, not only this page)
     query: UnitQuery
+    #: metric -> the best last value among every matching unit (by the column's goal), None without one
+    best: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def pages(self) -> int:
@@ -239,106 +231,69 @@ def unit_page(xid: int, query: UnitQuery) -> UnitPage:
     ``InvalidArgument`` (field ``filter``) for a filter the API would refuse. Two statements: the count
     of matching units, and the page's rows (the join on each unit's ACTIVE execution, ORDER BY, OFFSET).
     """
-    queryset = _filtered(xid, query.filter)
+    queryset, order = _filtered(xid, query)
     total = (WorkUnit.objects.filter(experiment_id=xid) if not query.filter.strip() else queryset).count()
     query = replace(query, page=max(1, min(query.page, -(-total // query.size))))  # past the end: the last page
     start = (query.page - 1) * query.size
     # The sort reads narrow rows (wid and the key); only the page's units are then read whole.
-    wids = list(queryset.order_by(*_order(query)).values_list("wid", flat=True)[start:start + query.size])
+    wids = list(queryset.order_by(*order).values_list("wid", flat=True)[start:start + query.size])
+    rows = _units_in_order(xid, wids, query.metrics)
+    goals = dict(query.goals)
+    best = {metric: _best(xid, queryset if query.filter.strip() else None, metric, goals.get(metric, "min"))
+            for metric in query.metrics}
+    return UnitPage(rows, total, query, best)
+
+
+def _units_in_order(xid: int, wids: Sequence[int], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """The work units ``wids`` in that order (`work_units`), each with ``metrics``: metric -> its summary
+    (``metrics.summaries.summaries_of``: one query)."""
     by_wid = {row["wid"]: row for row in work_units(xid, wids)}
-    return UnitPage([by_wid[w] for w in wids if w in by_wid], total, query)
+    rows = [by_wid[w] for w in wids if w in by_wid]
+    found = summaries.summaries_of(((row["id"], row["current_eid"]) for row in rows), metrics)
+    for row in rows:
+        row["metrics"] = found.get(row["id"], {})
+    return rows
+
+
+def with_metrics(unit: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+    """``unit`` (a `work_units` row) with its ``metrics`` summaries (one query; none asked: none read)."""
+    found = summaries.summaries_of([(unit["id"], unit["current_eid"])], metrics) if metrics else {}
+    return {**unit, "metrics": found.get(unit["id"], {})}
+
+
+def _best(xid: int, matching: QuerySet[WorkUnit] | None, metric: str, goal: str) -> float | None:
+    """The lowest (goal "min") or highest last value of ``metric`` over the current executions of the units
+    ``matching`` selects (None: every unit of the experiment), from the summaries alone."""
+    summaries_q = MetricSummary.objects.filter(experiment_id=xid, metric=metric, eid=F("work_unit__current_eid"))
+    if matching is not None:
+        summaries_q = summaries_q.filter(work_unit_id__in=matching.values("pk"))
+    return summaries_q.aggregate(best=Min("last") if goal == "min" else Max("last"))["best"]
 
 
 def unit_rows(xid: int, query: UnitQuery, chunk: int = 1_000) -> Iterator[list[dict[str, Any]]]:
     """Every work unit matching the query, in its order, ``chunk`` at a time (the table's export)."""
-    queryset = _filtered(xid, query.filter).annotate(current=_CURRENT_ROW).order_by(*_order(query)).values(*_ROW)
-    batch: list[dict[str, Any]] = []
-    for row in queryset.iterator(chunk_size=chunk):
-        batch.append(_decoded(row))
+    queryset, order = _filtered(xid, query)
+    batch: list[int] = []
+    for wid in queryset.order_by(*order).values_list("wid", flat=True).iterator(chunk_size=chunk):
+        batch.append(wid)
         if len(batch) == chunk:
-            yield batch
+            yield _units_in_order(xid, batch, query.metrics)
             batch = []
     if batch:
-        yield batch
-
-
-#: Every argument of each work unit, named as ``ui.present.job_args`` names them (``job.`` before each
-#: name when there are several jobs; ``argv[i]`` for ``argsList``): (name, value) rows of ``w``.
-_UNIT_ARGS = """
-SELECT CASE WHEN jsonb_array_length(jobs.all) > 1 THEN (j.job ->> 'name') || '.' ELSE '' END || a.name, a.value
-FROM (SELECT COALESCE(w.executable #> '{jobset,jobs}', '[]') AS all) jobs,
-     jsonb_array_elements(jobs.all) AS j(job),
-     LATERAL (SELECT key, value FROM jsonb_each_text(COALESCE(j.job #> '{spec,args}', '{}'))
-              UNION ALL
-              SELECT 'argv[' || (n - 1) || ']', v FROM jsonb_array_elements_text(COALESCE(j.job #> '{spec,argsList}',
-              '[]')) WITH ORDINALITY AS l(v, n)) AS a(name, value)
-"""
-
-
-#: Experiments whose sweep statistics a process keeps (a few KiB each).
-SWEEP_EXPERIMENTS_KEPT = 1_000
-#: Per experiment, what `sweep_args` has read so far (a process's memory; see there).
-_SWEEP_STATS: dict[int, tuple[int, int, dict[str, tuple[int, str, str]]]] = {}
-_SWEEP_LOCK = threading.Lock()
-
-
-def _arg_stats(xid: int, after_id: int, top_id: int) -> tuple[int, dict[str, tuple[int, str, str]]]:
-    """(the work units with ``after_id < id <= top_id``, name -> (units having it, lowest value, highest value)
-    over them): one statement, so both are of one snapshot."""
-    units = WorkUnit._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH w AS (SELECT id, executable FROM {units} WHERE experiment_id = %s AND id > %s AND id <= %s) "
-                       f"SELECT x.name, count(*), min(x.value), max(x.value) FROM w, LATERAL ({_UNIT_ARGS}) AS "
-                       f"x(name, value) GROUP BY x.name UNION ALL SELECT NULL, count(*), NULL, NULL FROM w",
-                       [xid, after_id, top_id])
-        rows = cursor.fetchall()
-    return (next(n for name, n, _, _ in rows if name is None),
-            {name: (n, low, high) for name, n, low, high in rows if name is not None})
+        yield _units_in_order(xid, batch, query.metrics)
 
 
 def sweep_args(xid: int) -> tuple[list[str], dict[str, str]]:
     """(the argument names whose values differ across the experiment's units, the arguments all share).
 
-    What ``ui.present.sweep`` computes from rows, over every work unit of the
-    experiment, without bringing the rows here: per argument name, how many
-    units have it and its lowest and highest value (a name some unit lacks
-    differs too). Reading every unit's executable costs about 30 µs a unit
-    (3 s at 100,000), so the process keeps what it read (`_SWEEP_STATS`: the
-    units read, the highest id read, the statistics). A work unit's
-    executable never changes after it is created and units are only added,
-    with growing ids, so the next read scans only the units above that id;
-    when fewer units than it read lie at or below it (one with a lower id
-    committed late, or units were deleted) it reads them all again.
+    The sweep read's statistics (``xmc.api.sweep_columns.arg_stats``: one aggregate over the
+    units' flattened ``args``, kept per process while the unit count holds).
     """
-    table = WorkUnit._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*), COALESCE(max(id), 0) FROM {table} WHERE experiment_id = %s", [xid])
-        units, top = cursor.fetchone()
-    with _SWEEP_LOCK:
-        cached = _SWEEP_STATS.get(xid)
-    if cached is not None and (cached[0], cached[1]) != (units, top):
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {table} WHERE experiment_id = %s AND id <= %s", [xid, cached[1]])
-            if cursor.fetchone()[0] != cached[0]:
-                cached = None  # not only additions above what was read: read everything
-    if cached is None:
-        read, stats = _arg_stats(xid, 0, top)
-    elif (cached[0], cached[1]) == (units, top):
-        read, stats = cached[0], cached[2]
-    else:
-        more, added = _arg_stats(xid, cached[1], top)
-        read, stats = cached[0] + more, dict(cached[2])
-        for name, (n, low, high) in added.items():
-            had = stats.get(name)
-            stats[name] = (n, low, high) if had is None else (had[0] + n, min(had[1], low), max(had[2], high))
-    with _SWEEP_LOCK:
-        if len(_SWEEP_STATS) >= SWEEP_EXPERIMENTS_KEPT and xid not in _SWEEP_STATS:
-            _SWEEP_STATS.pop(next(iter(_SWEEP_STATS)))  # the one read longest ago
-        _SWEEP_STATS[xid] = (read, top, stats)
-    ordered = sorted(stats.items())
-    varying = [name for name, (n, low, high) in ordered if n != read or low != high]
-    shared = {name: low for name, (n, low, high) in ordered if n == read and low == high}
-    return varying, shared
+    units = WorkUnit.objects.filter(experiment_id=xid).count()
+    stats = sweep_columns.arg_stats(xid, units)
+    shared = {name: stat.common for name, stat in sorted(stats.items())
+              if stat.units == units and stat.common is not None}
+    return sorted(name for name in stats if name not in shared), shared
 
 
 def artifacts(xid: int, wid: int | None = None) -> list[dict[str, Any]]:

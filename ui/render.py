@@ -16,6 +16,8 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
+from ui import present
+
 
 def _e(value: Any) -> str:
     return escape("" if value is None else str(value), quote=True)
@@ -46,14 +48,30 @@ def _chips(tags: Sequence[str]) -> str:
     return "".join(f'<span class="chip">{_e(tag)}</span>' for tag in tags)
 
 
-def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequence[str]) -> str:
+def _metric_cells(row: Mapping[str, Any], metrics: Sequence[str], best: Mapping[str, float | None]) -> str:
+    out = []
+    for name in metrics:
+        value = row["metrics"].get(name)
+        top = value is not None and best.get(name) is not None and value == best[name]
+        mark = ' best" title="best' if top else ""
+        stored = "" if value is None else repr(value)
+        out.append(f'<td class="num metric{mark}" data-metric="{_e(name)}" data-value="{stored}">'
+                   f'{_e(present.number(value))}</td>')
+    return "".join(out)
+
+
+def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequence[str],
+             metrics: Sequence[str] = (), best: Mapping[str, float | None] | None = None) -> str:
     """One ``<tr>`` of the work unit table (htmx re-fetches it on the work unit's event).
 
     ``columns`` are the sweep's argument names: the re-fetch names them, so
-    the server reads only this one work unit to draw its row again.
+    the server reads only this one work unit to draw its row again; ``metrics``
+    are the metric columns and ``best`` their best values (marked), named too.
     """
     wid = int(row["wid"])
-    cols = [("col", c) for c in columns]
+    best = best or {}
+    cols = [*(("col", c) for c in columns), *(("m", m) for m in metrics),
+            *(("b", f"{m}:{best[m]!r}") for m in metrics if best.get(m) is not None)]
     query = _e(urlencode([("fragment", "row"), ("wid", wid), *cols]))
     state = _e(row["state"])
     stamp, started = _when(row["started"])
@@ -74,7 +92,7 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
         f'<td data-value="{state}"><span class="badge s-{state}">{_e(row["words"])}</span></td>'
         f'<td class="num hide-sm">{_e(row["eid"])}</td>'
         f'<td class="job">{_e(row["job"])}</td>'
-        f'{cells}'
+        f'{cells}{_metric_cells(row, metrics, best)}'
         f'<td class="why">{_e(row["why"])}</td>'
         f'<td class="tags"><div class="chips">{_chips(row["tags"])}</div></td>'
         f'<td class="notes"><span class="note-text">{_e(_truncate(row["notes"], 120))}</span>{edit}</td>'
@@ -86,5 +104,6 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
     )
 
 
-def unit_rows(rows: Sequence[Mapping[str, Any]], xid: int, can_write: bool, columns: Sequence[str]) -> str:
-    return "\n".join(unit_row(row, xid, can_write, columns) for row in rows)
+def unit_rows(rows: Sequence[Mapping[str, Any]], xid: int, can_write: bool, columns: Sequence[str],
+              metrics: Sequence[str] = (), best: Mapping[str, float | None] | None = None) -> str:
+    return "\n".join(unit_row(row, xid, can_write, columns, metrics, best) for row in rows)

@@ -19,7 +19,8 @@ import io
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import wraps
 from typing import Any
@@ -40,9 +41,11 @@ from core import pb
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
+from metrics import summaries
 from notifications import services as notify
 from ui import chart_cards, live, present, reads
 from ui import render as render_rows
+from workunits import arguments
 from workunits import services as wu_services
 from workunits import timeline
 from xmc.api import registry
@@ -179,11 +182,12 @@ def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dic
     last = present.text_of(current.get("user_message")) or present.text_of(current.get("system_message"))
     return {
         "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
-        "job": present.job_name(unit["executable"]), "tags": list(unit["tags"] or []), "notes": unit["notes"] or "",
+        "job": arguments.job_name(unit["executable"]), "tags": list(unit["tags"] or []), "notes": unit["notes"] or "",
         "why": present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now)),
         "last": last, "started": started, "duration": present.duration(started, ended),
         "seconds": present.seconds(started, ended),
-        "cells": [args.get(name, "") for name in varying], "stoppable": state not in present.TERMINAL
+        "cells": [args.get(name, "") for name in varying],
+        "metrics": {name: stats.last for name, stats in (unit.get("metrics") or {}).items()}, "stoppable": state not in present.TERMINAL
         and state != "STOPPING", "links": present.links(unit["urls"]),
     }
 
@@ -194,27 +198,42 @@ def _rows(units: list[dict[str, Any]], varying: list[str]) -> list[dict[str, Any
     return [_unit_row(u, now, varying, present.job_args(u["executable"]), admissions) for u in units]
 
 
-def unit_query(get: Any) -> reads.UnitQuery:
-    """The table's query string: ``filter``, ``sort`` (a column), ``dir``, ``page`` and ``size``."""
+#: Metric columns the page shows when the URL names none (the experiment's first, by name).
+DEFAULT_METRIC_COLUMNS = 3
+
+
+def unit_query(get: Any, metrics: Sequence[str] = ()) -> reads.UnitQuery:
+    """The table's query string: ``filter``, ``sort`` (a column), ``dir``, ``page``, ``size``, the metric
+    columns ``m`` (``metrics`` when none) and ``goal`` overrides (``loss:max``)."""
     page_text, size_text = get.get("page", "1"), get.get("size", "")
     size = int(size_text) if size_text.isdigit() and int(size_text) in reads.UNIT_PAGE_SIZES else 100
+    chosen = list(dict.fromkeys(m[:256] for m in get.getlist("m")[:summaries.MAX_METRICS] if m.strip())) or metrics
+    overrides = dict(g.rsplit(":", 1) for g in get.getlist("goal")[:100] if g.rsplit(":", 1)[-1] in ("min", "max"))
     return reads.UnitQuery(filter=get.get("filter", "")[:2000], sort=get.get("sort", "wid")[:300] or "wid",
                            desc=get.get("dir") == "desc", size=size,
-                           page=int(page_text) if page_text.isdigit() and len(page_text) <= 9 else 1)
+                           page=int(page_text) if page_text.isdigit() and len(page_text) <= 9 else 1,
+                           metrics=tuple(chosen),
+                           goals=tuple((m, overrides.get(m) or present.goal(m)) for m in chosen))
 
 
-def _check_sort(query: reads.UnitQuery, names: list[str]) -> None:
-    if query.sort not in reads.UNIT_SORTS and not (query.sort.startswith("arg:") and query.sort[4:] in names):
+def _check_query(xid: int, query: reads.UnitQuery) -> None:
+    """A sort the table has no column for, or a metric column the experiment has no metric for: words, not a 500."""
+    if query.sort not in reads.UNIT_SORTS and not query.sort.startswith(("arg:", "metric:")):
         raise InvalidArgument(f"cannot sort by {query.sort!r}: choose a column of the table", field="sort")
+    for metric in query.metrics:
+        if not summaries.has_metric(xid, metric):
+            raise InvalidArgument(f"metrics: experiments/{xid} has no metric {metric!r}", field="metrics")
 
 
-def _experiment_context(identity: Identity, xid: int, query: reads.UnitQuery) -> dict[str, Any]:
+def _experiment_context(identity: Identity, xid: int, get: Any) -> dict[str, Any]:
     role, exp = reads.role(identity, xid)
     varying, shared = reads.sweep_args(xid)
+    available = summaries.experiment_metrics(xid)
+    query = unit_query(get, available[:DEFAULT_METRIC_COLUMNS])
     error = ""
     page = reads.UnitPage([], 0, query)
     try:
-        _check_sort(query, [*varying, *shared])
+        _check_query(xid, query)
         page = reads.unit_page(xid, query)
     except InvalidArgument as exc:
         error = str(exc)
@@ -223,6 +242,9 @@ def _experiment_context(identity: Identity, xid: int, query: reads.UnitQuery) ->
     counts = exp["child_state_counts"] or {}
     return {
         "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
+        "metric_columns": list(query.metrics), "available_metrics": available, "best": page.best,
+        "goals": dict(query.goals),
+        "metric_choices": [(m, m in query.metrics, dict(query.goals).get(m) or present.goal(m)) for m in available],
         "filter": query.filter, "query": page.query, "page": page, "first_row": (page.query.page - 1) * query.size + 1,
         "last_row": (page.query.page - 1) * query.size + len(rows), "sizes": reads.UNIT_PAGE_SIZES,
         "rollup": present.rollup(counts), "units": sum(int(v) for v in counts.values()),
@@ -254,6 +276,7 @@ def _table_urls(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]
     return {
         "sorts": {key: sort(key) for key in reads.UNIT_SORTS},
         "arg_sorts": [(name, sort(f"arg:{name}")) for name in context["varying"]],
+        "metric_sorts": [(name, sort(f"metric:{name}"), context["goals"].get(name, "")) for name in context["metric_columns"]],
         "prev_url": url(page=query.page - 1) if query.page > 1 else "",
         "next_url": url(page=query.page + 1) if query.page < page.pages else "",
         "first_url": url(page="") if query.page > 1 else "",
@@ -272,12 +295,12 @@ def experiment(request: HttpRequest, identity: Identity, xid: str) -> HttpRespon
         return _unit_row_fragment(request, identity, x, edit=fragment == "edit")
     if request.GET.get("export") in ("csv", "json"):
         return _export(request, identity, x, request.GET["export"])
-    context = _experiment_context(identity, x, unit_query(request.GET))
+    context = _experiment_context(identity, x, request.GET)
     if fragment == "summary":
         return render(request, "ui/_experiment_summary.html", context)
     # Escaped value by value in ui.render (a template loop over 1,000 rows was most of the page's time).
     context["rows_html"] = mark_safe(render_rows.unit_rows(  # noqa: S308
-        context["rows"], x, context["can_write"], context["varying"]))
+        context["rows"], x, context["can_write"], context["varying"], context["metric_columns"], context["best"]))
     return render(request, "ui/experiment.html", {**context, **_table_urls(request, context)})
 
 
@@ -286,9 +309,10 @@ EXPORT_HEAD = ("wid", "state", "exec", "job")
 EXPORT_TAIL = ("tags", "notes", "why", "last_message", "started", "duration_s")
 
 
-def _export_record(row: dict[str, Any], varying: list[str]) -> dict[str, Any]:
+def _export_record(row: dict[str, Any], varying: list[str], metrics: Sequence[str]) -> dict[str, Any]:
     return {"wid": row["wid"], "state": row["state"], "exec": row["eid"], "job": row["job"],
             **{f"arg:{name}": cell for name, cell in zip(varying, row["cells"])},
+            **{f"metric:{name}": row["metrics"].get(name) for name in metrics},
             "tags": row["tags"], "notes": row["notes"], "why": row["why"], "last_message": row["last"],
             "started": row["started"].isoformat() if row["started"] else "", "duration_s": row["seconds"]}
 
@@ -296,19 +320,20 @@ def _export_record(row: dict[str, Any], varying: list[str]) -> dict[str, Any]:
 def _export(request: HttpRequest, identity: Identity, xid: int, kind: str) -> HttpResponse:
     """The table as CSV or JSON: every work unit the filter matches, in the table's order, with its columns."""
     reads.role(identity, xid)
-    query = unit_query(request.GET)
-    varying, shared = reads.sweep_args(xid)
+    varying, _ = reads.sweep_args(xid)
+    query = unit_query(request.GET, summaries.experiment_metrics(xid)[:DEFAULT_METRIC_COLUMNS])
     try:
-        _check_sort(query, [*varying, *shared])
-        reads.unit_page(xid, reads.UnitQuery(filter=query.filter, size=1))  # a bad filter: 400, before streaming
+        _check_query(xid, query)
+        reads.unit_page(xid, replace(query, size=1, page=1))  # a bad filter or sort: 400, before streaming
     except InvalidArgument as exc:
         return render(request, "ui/error.html", {"message": f"{exc.field}: {exc}"}, status=400)
-    columns = [*EXPORT_HEAD, *(f"arg:{name}" for name in varying), *EXPORT_TAIL]
+    columns = [*EXPORT_HEAD, *(f"arg:{name}" for name in varying), *(f"metric:{m}" for m in query.metrics),
+               *EXPORT_TAIL]
 
     def records() -> Iterator[dict[str, Any]]:
         for chunk in reads.unit_rows(xid, query):
             for row in _rows(chunk, varying):
-                yield _export_record(row, varying)
+                yield _export_record(row, varying, query.metrics)
 
     def csv_body() -> Iterator[str]:
         out = io.StringIO()
@@ -350,19 +375,35 @@ def _unit_row_fragment(request: HttpRequest, identity: Identity, xid: int, *, ed
     if edit:
         if role < Role.WRITER:
             return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
-        return _edit_row(request, xid, units[0], columns)
-    row = _unit_row(units[0], reads.now(), columns, present.job_args(units[0]["executable"]), _admissions(units))
-    return HttpResponse(render_rows.unit_row(row, xid, role >= Role.WRITER, columns))
+        return _edit_row(request, xid, units[0], columns, request.GET)
+    return HttpResponse(_row_html(xid, units[0], role >= Role.WRITER, columns, request.GET))
 
 
-def _edit_row(request: HttpRequest, xid: int, unit: dict[str, Any], columns: list[str], *, tags: str | None = None,
-              notes: str | None = None, error: str = "", status: int = 200) -> HttpResponse:
+def _row_html(xid: int, unit: dict[str, Any], can_write: bool, columns: list[str], params: Any) -> str:
+    """One row again, with the metric columns (``m``) and best values (``b``, ``metric:value``) its URL names."""
+    metrics = [m[:256] for m in params.getlist("m")[:summaries.MAX_METRICS]]
+    best: dict[str, float | None] = {}
+    for item in params.getlist("b")[:summaries.MAX_METRICS]:
+        name, _, value = item.rpartition(":")
+        try:
+            best[name] = float(value)
+        except ValueError:
+            continue
+    unit = reads.with_metrics(unit, metrics)
+    row = _unit_row(unit, reads.now(), columns, present.job_args(unit["executable"]), _admissions([unit]))
+    return render_rows.unit_row(row, xid, can_write, columns, metrics, best)
+
+
+def _edit_row(request: HttpRequest, xid: int, unit: dict[str, Any], columns: list[str], params: Any, *,
+              tags: str | None = None, notes: str | None = None, error: str = "", status: int = 200) -> HttpResponse:
+    keep = [(k, v[:300]) for k in ("m", "b") for v in params.getlist(k)[:summaries.MAX_METRICS]]
     return render(request, "ui/_edit_row.html", {
-        "xid": xid, "wid": unit["wid"], "columns": columns, "span": 11 + len(columns), "error": error,
+        "xid": xid, "wid": unit["wid"], "columns": columns, "keep": keep, "error": error,
+        "span": 12 + len(columns) + len(params.getlist("m")),
         "tags": ", ".join(unit["tags"] or []) if tags is None else tags,
         "notes": unit["notes"] if notes is None else notes,
         "cancel": f"{reverse('ui-experiment', args=[xid])}?" + urlencode(
-            [("fragment", "row"), ("wid", unit["wid"]), *(("col", c) for c in columns)]),
+            [("fragment", "row"), ("wid", unit["wid"]), *(("col", c) for c in columns), *keep]),
     }, status=status)
 
 
@@ -394,12 +435,10 @@ def annotate(request: HttpRequest, identity: Identity, xid: str, wid: str) -> Ht
     except PermissionDenied:
         return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
     except ServiceError as exc:
-        return _edit_row(request, x, units[0], columns, tags=tags_text, notes=notes,
+        return _edit_row(request, x, units[0], columns, request.POST, tags=tags_text, notes=notes,
                          error=f"{exc.field or 'work_unit'}: {exc}", status=422)
     log.info("ui.annotate", extra={"xid": x, "wid": w, "by": identity.email})
-    unit = reads.work_units(x, wids=[w])[0]
-    row = _unit_row(unit, reads.now(), columns, present.job_args(unit["executable"]), _admissions([unit]))
-    return HttpResponse(render_rows.unit_row(row, x, role >= Role.WRITER, columns))
+    return HttpResponse(_row_html(x, reads.work_units(x, wids=[w])[0], role >= Role.WRITER, columns, request.POST))
 
 
 _ACTIONS: dict[str, tuple[str, Callable[..., Any]]] = {

@@ -10,7 +10,7 @@ import csv
 import io
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -18,13 +18,15 @@ from django.test import Client
 
 from tests import factories
 from tests.ui import pages
+from metrics import services as metric_services
 from ui import present, reads
 from workunits import services
-from workunits.models import WorkUnit
+from workunits.models import WorkUnit, WorkUnitExecution
 
 pytestmark = pytest.mark.django_db
 
 ALICE, BOB = "alice@example.com", "bob@example.com"
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 
 @pytest.fixture
@@ -62,12 +64,12 @@ def test_it_pages_every_unit_and_always_says_how_many_match(alice: Client) -> No
 
 def test_it_sorts_in_the_database_numbers_as_numbers(alice: Client) -> None:
     exp = factories.experiment(creator=ALICE, title="lr")
-    for lr in ("10", "9", "0.5", "1e-3", "abc"):
+    for lr in ("10", "9", "0.5", "1e-3"):
         _unit(exp.id, lr)
     body = alice.get(f"/experiments/{exp.id}?sort=arg:lr").content.decode()
-    assert _wids(body) == [4, 3, 2, 1, 5]  # 0.001 < 0.5 < 9 < 10, then text
+    assert _wids(body) == [4, 3, 2, 1]  # 0.001 < 0.5 < 9 < 10 (as text "10" < "1e-3" < "9")
     down = alice.get(f"/experiments/{exp.id}?sort=arg:lr&dir=desc").content.decode()
-    assert _wids(down) == [1, 2, 3, 4, 5]  # numbers from the largest, text still after them
+    assert _wids(down) == [1, 2, 3, 4]
     assert 'href="?sort=arg%3Alr&amp;dir=asc" data-dir="desc">lr</a>' in down  # the header turns it around
 
 
@@ -171,3 +173,50 @@ def test_it_keeps_the_sweeps_columns_right_as_units_are_added_after_a_read() -> 
     assert reads.sweep_args(exp.id) == ([], {"lr": "0.1"})
     services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=0)  # a unit without lr
     assert reads.sweep_args(exp.id) == (["lr"], {})
+
+
+def _write(xid: int, wid: int, metric: str, values: list[float]) -> None:
+    execution = WorkUnitExecution.objects.get(work_unit__experiment_id=xid, work_unit__wid=wid, eid=1).pk
+    metric_services.write_points(execution, [metric_services.Point(metric, step, value, T0 + timedelta(seconds=step))
+                                             for step, value in enumerate(values)])
+
+
+def _metric_sweep() -> Any:
+    exp = factories.experiment(creator=ALICE, title="lr with metrics")
+    for wid, (lr, loss, accuracy) in enumerate((("0.1", 0.9, 0.6), ("0.01", 0.2, 0.9), ("0.001", 0.5, 0.7)), 1):
+        _unit(exp.id, lr)
+        _write(exp.id, wid, "loss", [2.0, loss])
+        _write(exp.id, wid, "accuracy", [0.1, accuracy])
+        _write(exp.id, wid, "val_error", [0.3])
+    return exp
+
+
+def test_it_shows_metric_columns_marks_the_best_and_sorts_by_a_metric(alice: Client) -> None:
+    exp = _metric_sweep()
+    body = alice.get(f"/experiments/{exp.id}").content.decode()  # the experiment's first three metrics
+    for metric in ("accuracy", "loss", "val_error"):
+        assert f'sort=metric%3A{metric}" data-dir="">{metric}</a>' in body
+    assert '<td class="num metric best" title="best" data-metric="loss" data-value="0.2">0.2</td>' in body
+    assert '<td class="num metric best" title="best" data-metric="accuracy" data-value="0.9">0.9</td>' in body
+    by_loss = alice.get(f"/experiments/{exp.id}", {"m": "loss", "sort": "metric:loss"}).content.decode()
+    assert _wids(by_loss) == [2, 3, 1] and "accuracy</a>" not in by_loss  # the columns the URL names
+    assert "m=loss" in by_loss.split('id="export-csv"')[1].split(">")[0]  # kept in the links
+    flipped = alice.get(f"/experiments/{exp.id}", {"m": "loss", "goal": "loss:max"}).content.decode()
+    assert '<td class="num metric best" title="best" data-metric="loss" data-value="0.9">0.9</td>' in flipped
+    filtered = alice.get(f"/experiments/{exp.id}", {"m": "loss", "filter": "args.lr = 0.001"}).content.decode()
+    assert _wids(filtered) == [3] and 'title="best" data-metric="loss" data-value="0.5"' in filtered  # the best of what matches
+    by_metric = alice.get(f"/experiments/{exp.id}", {"m": "loss", "filter": "metrics.loss.last < 0.6"}).content.decode()
+    assert _wids(by_metric) == [2, 3]
+    unknown = alice.get(f"/experiments/{exp.id}", {"m": "nope"}).content.decode()
+    assert 'id="filter-error"' in unknown and "no metric &#x27;nope&#x27;" in unknown
+    rows = list(csv.reader(io.StringIO(_export(alice, exp.id, "csv", m="loss", sort="metric:loss"))))
+    assert rows[0][4:6] == ["arg:lr", "metric:loss"] and [r[5] for r in rows[1:]] == ["0.2", "0.5", "0.9"]
+
+
+def test_it_redraws_a_row_with_its_metric_columns_and_best_mark(alice: Client) -> None:
+    exp = _metric_sweep()
+    page = alice.get(f"/experiments/{exp.id}", {"m": "loss"}).content.decode()
+    url = re.search(r'<tr id="wu-2"[^>]* hx-get="([^"]+)"', page).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+    assert "m=loss" in url and "b=loss%3A0.2" in url
+    row = alice.get(url).content.decode()
+    assert row.startswith('<tr id="wu-2"') and 'title="best" data-metric="loss" data-value="0.2">0.2</td>' in row
