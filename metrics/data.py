@@ -496,11 +496,18 @@ def _add_plot_data(message: Any, scope: Scope, plot: Any, width: int) -> None:
         _add_scatter(message, plot, scope.xid, series)
 
 
+def summary_label(metric: str, wid: int) -> str:
+    """A summary's ``metric_name`` over an experiment: ``SummaryBoxValue`` has no work unit field, so the
+    label names it, as a BAR's category does (``wid 3``)."""
+    return f"{metric} · wid {wid}"
+
+
 def _summary_data(scope: Scope, plot: Any) -> list[Any]:
     rows = _query(_SUMMARY_SQL, scope, plot.data, ())
     out = []
-    for _wid, metric, value, step, time, low, high, mean in rows:
-        summary = M.ChartData.SummaryBoxValue(metric_name=metric, latest_value=value, min_value=low,
+    for wid, metric, value, step, time, low, high, mean in rows:
+        name = metric if scope.wid is not None else summary_label(metric, wid)
+        summary = M.ChartData.SummaryBoxValue(metric_name=name, latest_value=value, min_value=low,
                                               max_value=high, mean_value=float(mean), latest_step=step)
         summary.latest_timestamp.FromDatetime(time)
         out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot.type, summary_data=summary))

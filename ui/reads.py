@@ -11,7 +11,7 @@ plain dicts and small dataclasses for the templates; nothing here writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -34,6 +34,7 @@ from metrics import specs
 from metrics import summaries
 from metrics.models import Chart, MetricSummary
 from ui import plotdata
+from workunits import arguments
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from xmc import listing
@@ -386,6 +387,17 @@ def work_unit_charts(xid: int, wid: int) -> list[dict[str, Any]]:
     rows = Chart.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("create_time", "id").values(
         "chart_id", "title", "description", "plots", "plot_layout")[:MAX_CHARTS]
     return [{**row, "xid": xid, "wid": wid} for row in rows]
+
+
+def job_names(xid: int, wids: Iterable[int]) -> dict[int, str]:
+    """wid -> the job name of those work units of experiment ``xid`` (a chart's legend; caller checked)."""
+    wanted = sorted(set(wids))[:MAX_LEGEND_UNITS]
+    rows = WorkUnit.objects.filter(experiment_id=xid, wid__in=wanted).values_list("wid", "executable")
+    return {int(wid): arguments.job_name(executable) for wid, executable in rows}
+
+
+#: Work units a chart's legend names by job at most (beyond, by wid alone).
+MAX_LEGEND_UNITS = 1_000
 
 
 def metric_names(xid: int, wid: int) -> list[str]:
