@@ -24,13 +24,14 @@ def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: boo
         "src": reverse("ui-chart-data", args=[xid, wid, chart["chart_id"]]),
         "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / work unit {wid}" if where else "",
         "href": reverse("ui-work-unit", args=[xid, wid]) if where else "",
+        "edit": reverse("ui-chart-edit", args=[xid, wid, chart["chart_id"]]),
     }
 
 
 def metric_card(xid: int, wid: int, metric: str, index: int) -> dict[str, Any]:
     return {"key": f"m-{index}", "title": metric, "description": "", "xid": xid, "wid": wid, "cell": plotdata.Cell(),
             "src": reverse("ui-metric-data", args=[xid, wid]) + "?" + urlencode({"metric": metric}),
-            "where": "", "href": ""}
+            "where": "", "href": "", "edit": ""}
 
 
 def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from django.test import Client
 from core import pb
 from metrics import data as chart_data
 from metrics import services, wire
+from metrics.models import Dashboard
 from tests import factories
 from tests.ui import pages
 from ui import plotdata
@@ -376,3 +377,50 @@ def test_a_chart_that_compares_units_draws_every_unit_of_its_experiment_named_by
     alone = _chart(exp.id, 1, chart_id="just-mine")  # no mapping: the chart's own work unit
     status, mine = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{alone.chart_id}/data")
     assert mine["scope"] == "work_unit" and [s["label"] for s in mine["plots"][0]["series"]] == ["loss"]
+
+
+# --- Making and changing charts on the pages ------------------------------------------------------------
+
+def test_it_creates_a_chart_over_all_units_from_the_form_and_puts_it_on_a_new_dashboard(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    for wid in (1, 2, 3):
+        _write(exp.id, wid, "loss", [2.0, 1.0 / wid])
+    form = alice.get(f"/experiments/{exp.id}/workUnits/1/charts/new").content.decode()
+    assert 'name="metrics" value="loss"' in form and '<option value="lr">lr (mean per value)</option>' in form
+    done = alice.post(f"/experiments/{exp.id}/workUnits/1/charts/new", {
+        "title": "Loss of every unit", "metrics": "loss", "units": "all", "kind": "lines", "geom": "points",
+        "dashboard": "new", "dashboard_title": "My sweep"})
+    assert done.status_code == 302 and done["Location"].startswith("/dashboards/")
+    dashboard = Dashboard.objects.get(title="My sweep", owner=ALICE)
+    chart = dashboard.charts.get()
+    assert chart.title == "Loss of every unit" and chart.plots[0]["mapping"]["color"] == "work_unit"
+    assert chart.plots[0]["geoms"] == [{"type": "POINT"}]
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data")
+    assert [s["label"] for s in body["plots"][0]["series"]] == ["wu 1 · trainer", "wu 2 · trainer", "wu 3 · trainer"]
+    page = alice.get(done["Location"]).content.decode()
+    assert f'charts/{chart.chart_id}/edit">Edit</a>' in page
+
+
+def test_it_edits_a_chart_grouping_by_an_argument_and_names_a_refused_field(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [2.0, 1.0])
+    chart = _chart(exp.id, 1, chart_id="mine")
+    edit = alice.get(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit").content.decode()
+    assert 'value="Training"' in edit and 'value="loss" checked' in edit
+    saved = alice.post(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit", {
+        "title": "By lr", "metrics": "loss", "units": "all", "group": "lr", "kind": "lines", "geom": "line"})
+    assert saved.status_code == 302 and saved["Location"].endswith(f"/workUnits/1#metrics")
+    chart.refresh_from_db()
+    assert chart.title == "By lr" and chart.plots[0]["mapping"]["group"] == "arg.lr"
+    refused = alice.post(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit", {"title": "No metrics"})
+    assert refused.status_code == 400 and "chart.plots[0].data.metrics" in refused.content.decode()
+    chart.refresh_from_db()
+    assert chart.title == "By lr"  # nothing written
+    reader = pages.signed_in("bob")
+    shared, _ = pages.sweep(ALICE, acls=pages.shared_with(BOB))
+    _chart(shared.id, 1, chart_id="alices")
+    denied = reader.post(f"/experiments/{shared.id}/workUnits/1/charts/alices/edit", {"title": "x", "metrics": "loss"})
+    assert denied.status_code == 403
+    stranger = pages.signed_in("carol")
+    assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/new").status_code == 404
+    assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit").status_code == 404
