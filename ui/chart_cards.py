@@ -22,7 +22,9 @@ def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: boo
         "key": f"c-{chart['chart_id']}", "title": chart["title"], "description": chart.get("description", ""),
         "xid": xid, "wid": wid, "cell": cell or plotdata.Cell(),
         "src": reverse("ui-chart-data", args=[xid, wid, chart["chart_id"]]),
-        "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / work unit {wid}" if where else "",
+        "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / "
+                 f"{'every work unit' if plotdata.stored_scope(chart.get('plots') or []) == 'experiment' else f'work unit {wid}'}"
+                 if where else "",
         "href": reverse("ui-work-unit", args=[xid, wid]) if where else "",
         "edit": reverse("ui-chart-edit", args=[xid, wid, chart["chart_id"]]),
     }

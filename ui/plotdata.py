@@ -78,6 +78,11 @@ def scope_of(plots: Sequence[Any]) -> str:
     return "work_unit"
 
 
+def stored_scope(plots: Sequence[Mapping[str, Any]]) -> str:
+    """`scope_of` for a chart's stored plots (proto3 JSON, as ``Chart.plots`` keeps them)."""
+    return scope_of([json_format.ParseDict(plot, M.PlotSpec(), ignore_unknown_fields=True) for plot in plots or []])
+
+
 def _lines(spec: Any, entries: Sequence[Any], units: Mapping[int, str]) -> dict[str, Any]:
     by_time = spec.mapping.x == "time"
     labels = {(e.scatter_series.metric_name, e.scatter_series.work_unit_id) for e in entries}

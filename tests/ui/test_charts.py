@@ -398,7 +398,7 @@ def test_it_creates_a_chart_over_all_units_from_the_form_and_puts_it_on_a_new_da
     status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data")
     assert [s["label"] for s in body["plots"][0]["series"]] == ["wu 1 · trainer", "wu 2 · trainer", "wu 3 · trainer"]
     page = alice.get(done["Location"]).content.decode()
-    assert f'charts/{chart.chart_id}/edit">Edit</a>' in page
+    assert f'charts/{chart.chart_id}/edit">Edit</a>' in page and "/ every work unit</a>" in page
 
 
 def test_it_edits_a_chart_grouping_by_an_argument_and_names_a_refused_field(alice: Client) -> None:
