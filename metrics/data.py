@@ -49,10 +49,12 @@ _WORK_UNITS = WorkUnit._meta.db_table
 
 @dataclass(frozen=True)
 class Scope:
-    """Whose points: one experiment, one work unit of it or all of them (``wid`` None)."""
+    """Whose points: one experiment, one work unit of it or all of them (``wid`` None), or, with ``wids``,
+    those work units of it (the pages' compare view)."""
 
     xid: int
     wid: int | None
+    wids: tuple[int, ...] = ()
 
 
 def _ranges(data: Any) -> tuple[str, list[Any]]:
@@ -83,6 +85,8 @@ _SCOPE_FROM = f"{_WORK_UNITS} w JOIN {_EXECUTIONS} e ON e.work_unit_id = w.id AN
 
 def _scope(scope: Scope) -> tuple[str, list[Any]]:
     """The WHERE condition on ``w`` selecting the scope, and its parameters."""
+    if scope.wids:
+        return "w.experiment_id = %s AND w.wid = ANY(%s)", [scope.xid, list(scope.wids)]
     if scope.wid is None:
         return "w.experiment_id = %s", [scope.xid]
     return "w.experiment_id = %s AND w.wid = %s", [scope.xid, scope.wid]
@@ -413,6 +417,8 @@ def _arg_values(scope: Scope, name: str) -> dict[int, str]:
     units = WorkUnit.objects.filter(experiment_id=scope.xid)
     if scope.wid is not None:
         units = units.filter(wid=scope.wid)
+    elif scope.wids:
+        units = units.filter(wid__in=list(scope.wids))
     out = {}
     for wid, executable in units.values_list("wid", "executable"):
         jobs = ((executable or {}).get("jobset") or {}).get("jobs") or [{}]

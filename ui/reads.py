@@ -238,14 +238,14 @@ def unit_page(xid: int, query: UnitQuery) -> UnitPage:
     start = (query.page - 1) * query.size
     # The sort reads narrow rows (wid and the key); only the page's units are then read whole.
     wids = list(queryset.order_by(*order).values_list("wid", flat=True)[start:start + query.size])
-    rows = _units_in_order(xid, wids, query.metrics)
+    rows = units_in_order(xid, wids, query.metrics)
     goals = dict(query.goals)
     best = {metric: _best(xid, queryset if query.filter.strip() else None, metric, goals.get(metric, "min"))
             for metric in query.metrics}
     return UnitPage(rows, total, query, best)
 
 
-def _units_in_order(xid: int, wids: Sequence[int], metrics: Sequence[str]) -> list[dict[str, Any]]:
+def units_in_order(xid: int, wids: Sequence[int], metrics: Sequence[str]) -> list[dict[str, Any]]:
     """The work units ``wids`` in that order (`work_units`), each with ``metrics``: metric -> its summary
     (``metrics.summaries.summaries_of``: one query)."""
     by_wid = {row["wid"]: row for row in work_units(xid, wids)}
@@ -278,10 +278,10 @@ def unit_rows(xid: int, query: UnitQuery, chunk: int = 1_000) -> Iterator[list[d
     for wid in queryset.order_by(*order).values_list("wid", flat=True).iterator(chunk_size=chunk):
         batch.append(wid)
         if len(batch) == chunk:
-            yield _units_in_order(xid, batch, query.metrics)
+            yield units_in_order(xid, batch, query.metrics)
             batch = []
     if batch:
-        yield _units_in_order(xid, batch, query.metrics)
+        yield units_in_order(xid, batch, query.metrics)
 
 
 def sweep_args(xid: int) -> tuple[list[str], dict[str, str]]:
@@ -394,6 +394,13 @@ def job_names(xid: int, wids: Iterable[int]) -> dict[int, str]:
     wanted = sorted(set(wids))[:MAX_LEGEND_UNITS]
     rows = WorkUnit.objects.filter(experiment_id=xid, wid__in=wanted).values_list("wid", "executable")
     return {int(wid): arguments.job_name(executable) for wid, executable in rows}
+
+
+def unit_args(xid: int, wids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """wid -> {"job": its job name, "args": its flattened arguments} (the compare view; caller checked)."""
+    rows = WorkUnit.objects.filter(experiment_id=xid, wid__in=list(wids)).values_list("wid", "executable", "args")
+    return {int(wid): {"job": arguments.job_name(executable), "args": dict(args or {})}
+            for wid, executable, args in rows}
 
 
 #: Work units a chart's legend names by job at most (beyond, by wid alone).

@@ -75,8 +75,9 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
     query = _e(urlencode([("fragment", "row"), ("wid", wid), *cols]))
     state = _e(row["state"])
     stamp, started = _when(row["started"])
+    # Everyone selects (to compare); only writers get stop / restart with the selection.
     select = (f'<td><input type="checkbox" name="wid" value="{wid}" form="bulk" '
-              f'aria-label="Select work unit {wid}"></td>') if can_write else ""
+              f'aria-label="Select work unit {wid}"></td>')
     edit = (f'<button type="button" class="btn small edit" hx-get="/experiments/{xid}?'
             f'{_e(urlencode([("fragment", "edit"), ("wid", wid), *cols]))}" hx-target="closest tr" '
             f'hx-swap="outerHTML" aria-label="Edit the tags and notes of work unit {wid}">Edit</button>'

@@ -14,7 +14,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import chart_edit, charts, events, logfollow, subscriptions, views
+from ui import chart_edit, charts, compare, events, logfollow, subscriptions, views
 
 _ID = r"[0-9]{1,19}"
 _SLUG = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
@@ -30,6 +30,8 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})$", views.experiment, name="ui-experiment"),
     re_path(rf"^experiments/(?P<xid>{_ID})/events$", events.experiment_events, name="ui-experiment-events"),
     re_path(rf"^experiments/(?P<xid>{_ID})/actions$", views.act, name="ui-act"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/compare$", compare.compare, name="ui-compare"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/compare/data$", compare.compare_data, name="ui-compare-data"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/annotate$", views.annotate, name="ui-annotate"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),

@@ -282,6 +282,8 @@ def _table_urls(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]
         "first_url": url(page="") if query.page > 1 else "",
         "last_url": url(page=page.pages) if query.page < page.pages else "",
         "csv_url": url(export="csv", page=""), "json_url": url(export="json", page=""),
+        "compare_all_url": reverse("ui-compare", args=[context["xid"]]) + "?" + urlencode(
+            {"all": "1", "filter": query.filter}),
         "hidden": {k: v for k, v in params.items() if k in ("sort", "dir", "size")},
     }
 

@@ -131,3 +131,44 @@ def test_the_sweep_table_ranks_filters_exports_and_a_dashboard_draws_every_unit(
     _fits(page, width, "the dashboard")
     page.screenshot(path=str(SHOTS / f"dashboard-sweep-{suffix}.png"), full_page=True)
     assert page.csp_errors == []
+
+
+@pytest.mark.parametrize("width", [390, 1440])
+def test_compare_overlays_the_selected_units_brushes_parallel_coordinates_and_diffs_two(browser: Any, site: str,
+                                                                                         width: int) -> None:
+    pages.person("alice")
+    exp = _sweep(site)
+    page = _signed_in(browser, site, "alice", width=width, height=900 if width > 400 else 844)
+    suffix = "desktop" if width > 400 else "phone"
+    page.goto(f"{site}/experiments/{exp.id}")
+    for wid in (3, 5, 6, 9):
+        page.check(f"#wu-{wid} input[name=wid]")
+    page.click("#compare-selected")
+    page.wait_for_url("**/compare?wid=3&wid=5&wid=6&wid=9")
+    _attribute_at_least(page, "#overlay", "data-points", 4 * 40)
+    legend = page.locator("#overlay .u-legend .u-series:not(.band-edge) th").all_inner_texts()
+    assert [t for t in legend if t.startswith("wu ")] == ["wu 3 · train", "wu 5 · train", "wu 6 · train",
+                                                          "wu 9 · train"]
+    assert page.get_attribute("#parallel", "data-brushed") == "4"
+    # Brush the lr axis (the second of batch_size, lr, then the metrics) from its bottom to a third up:
+    # the smallest lrs only, 0.001 and 0.01 of these (units 5, 6, 9).
+    page.locator("#parallel").scroll_into_view_if_needed()
+    box = page.locator("#parallel").bounding_box()
+    axes = page.evaluate("JSON.parse(document.getElementById('parallel-data').textContent).axes.map(a => a.name)")
+    x = box["x"] + 60 + axes.index("lr") * (box["width"] - 120) / (len(axes) - 1)
+    bottom, top = box["y"] + 300 - 20, box["y"] + 28
+    page.mouse.move(x, bottom + 2)
+    page.mouse.down()
+    page.mouse.move(x, bottom - (bottom - top) * 0.6, steps=5)
+    page.mouse.up()
+    assert page.get_attribute("#parallel", "data-brushed") == "3"
+    visible = page.locator("#compare-units tbody tr:not([hidden])").evaluate_all("rows => rows.map(r => r.dataset.wid)")
+    assert sorted(visible) == ["5", "6", "9"]
+    _fits(page, width, "the compare view")
+    page.screenshot(path=str(SHOTS / f"compare-{suffix}.png"), full_page=True)
+
+    page.goto(f"{site}/experiments/{exp.id}/compare?wid=5&wid=6&metric=loss")
+    assert page.locator("#diff tr.differs[data-name=batch_size]").count() == 1
+    assert page.locator("#diff tr.differs[data-name=lr]").count() == 0
+    assert page.locator("#diff tr.differs[data-name='loss.last']").count() == 1
+    assert page.csp_errors == []

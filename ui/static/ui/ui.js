@@ -29,6 +29,15 @@
     }
   });
 
+  // "Compare selected": the compare view of the selected work units (a plain GET, no form token in it).
+  document.addEventListener("click", function (event) {
+    var button = event.target instanceof Element ? event.target.closest("[data-compare]") : null;
+    if (!button || !selected.size) return;
+    var query = Array.from(selected).sort(function (a, b) { return a - b; })
+      .map(function (w) { return "wid=" + encodeURIComponent(w); }).join("&");
+    window.location.assign(button.getAttribute("data-compare") + "?" + query);
+  });
+
   // A row refreshed by an event keeps its check mark.
   document.addEventListener("htmx:afterSwap", function (event) { syncSelection(document); });
   document.addEventListener("DOMContentLoaded", function () {
