@@ -48,7 +48,6 @@ class _Create:
     priority: str | None
     urls: list[Any]
     executable: dict[str, Any]
-    args: dict[str, str]
     tags: list[str]
     notes: str
     requester: Requester
@@ -93,8 +92,7 @@ def create_work_unit(
             if message.priority else None
         ),
         urls=[convert.to_json(u) for u in message.urls],
-        executable=(executable := convert.to_json(message.executable)),
-        args=arguments.flat_args(executable),
+        executable=convert.to_json(message.executable),
         tags=list(message.tags),
         notes=message.notes,
         requester=requester,
@@ -162,7 +160,8 @@ def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], 
             experiment=exp, wid=wid, work_unit_type=request.work_unit_type,
             priority=request.priority or exp.priority, create_time=request.now, update_time=request.now,
             urls=request.urls, executable=request.executable, tags=request.tags, notes=request.notes,
-            current_eid=1, args=request.args, arg_numbers=arguments.numbers(request.args),
+            current_eid=1, args=(args := arguments.flat_args(request.executable)),
+            arg_numbers=arguments.numbers(args),
         )
         op = Operation(
             experiment=exp, action_type=ActionType.CREATE, target=wu.name, create_time=request.now,
