@@ -175,7 +175,7 @@ def _param(request: Request, *names: str) -> str:
     return ""
 
 
-class _SweepView(APIView):
+class SweepView(APIView):
     authentication_classes = (BearerAuthentication,)
     permission_classes = (IsAuthenticated,)
     throttle_classes = (IdentityRateThrottle,)
@@ -187,7 +187,7 @@ class _SweepView(APIView):
         return rest_exception_handler
 
 
-class SummarizeView(_SweepView):
+class SummarizeView(SweepView):
     """``GET /v1/experiments/{xid}/workUnits:summarize``: `summarize` as JSON (lowerCamelCase)."""
 
     def get(self, request: Request, xid: str) -> Response:
