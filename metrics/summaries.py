@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import OuterRef, Subquery
+from django.db.models import F, FilteredRelation, OuterRef, Q, Subquery
 
 from metrics.models import MetricSummary
 
@@ -48,6 +48,16 @@ def experiment_metrics(xid: int, limit: int = MAX_METRICS) -> list[str]:
 def has_metric(xid: int, metric: str) -> bool:
     """Whether any execution of experiment ``xid`` wrote ``metric`` (one index probe)."""
     return MetricSummary.objects.filter(experiment_id=xid, metric=metric).exists()
+
+
+def current_summary(metric: str) -> FilteredRelation:
+    """The outer work unit's current execution's summary of ``metric``, as a LEFT JOIN of work units
+    (annotate it, then read ``<alias>__last``): over a whole experiment Postgres joins the summaries
+    of that metric in one pass (an index-only scan of ``(experiment, metric)`` covering the stats)
+    rather than probing once per work unit."""
+    return FilteredRelation("metric_summaries", condition=Q(
+        metric_summaries__metric=metric, metric_summaries__eid=F("current_eid"),
+        metric_summaries__experiment_id=F("experiment_id")))
 
 
 def summary_value(metric: str, stat: str) -> Subquery:

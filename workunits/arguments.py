@@ -8,8 +8,14 @@ Pure functions over plain data; called by ``workunits.services.create``, the mig
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
+
+#: An argument value that is a number (``0.01``, ``-3``, ``1e-4``, ``.5``); the filters' number literals
+#: are the same (``xmc.listing.filters.NUMBER``).
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 def _scalar(value: Any) -> str:
@@ -32,6 +38,17 @@ def flat_args(executable: Mapping[str, Any] | None) -> dict[str, str]:
             out[f"{prefix}{key}"] = _scalar(value)
         for i, value in enumerate(spec.get("argsList") or []):
             out[f"{prefix}argv[{i}]"] = _scalar(value)
+    return out
+
+
+def numbers(args: Mapping[str, str]) -> dict[str, float]:
+    """Those of ``args`` whose value is a finite number, as numbers (`workunits.models.WorkUnit.arg_numbers`)."""
+    out: dict[str, float] = {}
+    for name, value in args.items():
+        if len(value) <= 100 and NUMBER.fullmatch(value):
+            number = float(value)
+            if math.isfinite(number):
+                out[name] = number
     return out
 
 

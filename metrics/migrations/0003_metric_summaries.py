@@ -44,7 +44,7 @@ class Migration(migrations.Migration):
                 ('work_unit', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='metric_summaries', to='workunits.workunit')),
             ],
             options={
-                'indexes': [models.Index(fields=['experiment', 'metric'], name='metric_summary_xid_metric_idx')],
+                'indexes': [models.Index(fields=['experiment', 'metric'], include=['work_unit', 'eid', 'last', 'min', 'max'], name='metric_summary_xid_metric_idx')],
             },
         ),
         migrations.RunSQL(BACKFILL, migrations.RunSQL.noop),

@@ -20,6 +20,7 @@ from django.test import Client
 from core import pb
 from metrics import services as metric_services
 from tests import factories
+from workunits import arguments
 from workunits import services as wu_services
 from workunits.models import WorkUnit, WorkUnitExecution
 from xmc.auth.tokens import issue_token
@@ -236,3 +237,17 @@ def test_the_migration_fills_the_args_of_units_created_before_it(sweep: Any) -> 
     migration.fill_args(apps, None)
     assert dict(WorkUnit.objects.filter(experiment=sweep, wid=3).values_list("wid", "args")) == {
         3: {"lr": "0.01", "batch_size": "16", "epochs": "10"}}
+
+
+def test_only_finite_decimal_numbers_count_as_numbers() -> None:
+    args = {"a": "0.01", "b": "-3", "c": ".5", "d": "1e-4", "e": "nan", "f": "inf", "g": "1_000", "h": "0x10",
+            "i": "1e999", "j": "", "k": "12abc"}
+    assert arguments.numbers(args) == {"a": 0.01, "b": -3.0, "c": 0.5, "d": 1e-4}
+
+
+def test_an_argument_that_is_not_a_number_compares_as_text_with_a_number_literal(sweep: Any) -> None:
+    _unit(sweep, 40, {"lr": "nan"})
+    _unit(sweep, 41, {"lr": "1_000"})
+    # No numeric lr of the sweep is above 0.5; "nan" and "1_000" are text, and as text both sort after "0.5".
+    assert [r["workUnitId"] for r in summarize(sweep, filter="args.lr > 0.5")[1]["workUnits"]] == [40, 41]
+    assert [r["workUnitId"] for r in summarize(sweep, filter="args.lr < 0.5 args.lr > 0.05")[1]["workUnits"]] == [5, 6]

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.db import migrations, models
 
-from workunits.arguments import flat_args
+from workunits.arguments import flat_args, numbers
 
 BATCH = 2000
 
@@ -18,7 +18,8 @@ def fill_args(apps: Any, schema_editor: Any) -> None:
             return
         for row in rows:
             row.args = flat_args(row.executable)
-        WorkUnit.objects.bulk_update(rows, ["args"])
+            row.arg_numbers = numbers(row.args)
+        WorkUnit.objects.bulk_update(rows, ["args", "arg_numbers"])
         last = rows[-1].id
 
 
@@ -32,6 +33,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='workunit',
             name='args',
+            field=models.JSONField(blank=True, default=dict),
+        ),
+        migrations.AddField(
+            model_name='workunit',
+            name='arg_numbers',
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.RunPython(fill_args, migrations.RunPython.noop),

@@ -160,7 +160,8 @@ def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], 
             experiment=exp, wid=wid, work_unit_type=request.work_unit_type,
             priority=request.priority or exp.priority, create_time=request.now, update_time=request.now,
             urls=request.urls, executable=request.executable, tags=request.tags, notes=request.notes,
-            current_eid=1, args=arguments.flat_args(request.executable),
+            current_eid=1, args=(args := arguments.flat_args(request.executable)),
+            arg_numbers=arguments.numbers(args),
         )
         op = Operation(
             experiment=exp, action_type=ActionType.CREATE, target=wu.name, create_time=request.now,

@@ -20,17 +20,14 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Case, FloatField, QuerySet, When
+from django.db.models import F, FloatField, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
-from django.db.models.lookups import Regex
 
 from metrics import summaries
 from workunits.models import WorkUnit
 from xmc.listing import FilterError, FilterField, ListingError, OrderByError, compile_filter, parse_order_by
 
-#: A stored argument that is a number (Postgres ARE; bounded so that its cast to float8 cannot fail).
-NUMBER_PATTERN = r"^[+-]?([0-9]{1,40}\.?[0-9]{0,40}|\.[0-9]{1,40})([eE][+-]?[0-9]{1,2})?$"
 #: How the placeholders read in "allowed: ..." messages.
 DYNAMIC = ("args.<name>", "metrics.<name>.<last|min|max>")
 #: How long one experiment's argument statistics stay cached (they are exact while the unit count holds:
@@ -48,7 +45,7 @@ class ArgStat:
 
 
 _ARG_STATS_SQL = (
-    "SELECT a.key, count(*), min(a.value), max(a.value), bool_and(a.value ~ %s) "
+    "SELECT a.key, count(*), min(a.value), max(a.value), bool_and(w.arg_numbers ? a.key) "
     f"FROM {WorkUnit._meta.db_table} w CROSS JOIN LATERAL jsonb_each_text(w.args) a "
     "WHERE w.experiment_id = %s GROUP BY a.key"
 )
@@ -65,7 +62,7 @@ def arg_stats(xid: int, units: int) -> dict[str, ArgStat]:
     if cached is not None:
         return dict(cached)
     with connection.cursor() as cursor:
-        cursor.execute(_ARG_STATS_SQL, [NUMBER_PATTERN, xid])
+        cursor.execute(_ARG_STATS_SQL, [xid])
         stats = {name: ArgStat(count, low if low == high else None, bool(numeric))
                  for name, count, low, high, numeric in cursor.fetchall()}
     cache.set(key, stats, ARG_STATS_TTL_S)
@@ -111,10 +108,10 @@ class SweepColumns:
         if not arg or arg not in self.args():
             raise error(f"unknown field {name!r}: no work unit of experiments/{self.xid} has an argument {arg!r}")
         text, number = _alias("arg_text", arg), _alias("arg_number", arg)
-        value = KeyTextTransform(arg, "args")
-        self.annotations[text] = value
-        self.annotations[number] = Case(When(Regex(value, NUMBER_PATTERN), then=Cast(value, FloatField())),
-                                        default=None, output_field=FloatField())
+        self.annotations[text] = KeyTextTransform(arg, "args")
+        # Numbers were parsed once, when the work unit was created (`WorkUnit.arg_numbers`): no text to
+        # check per row here (that check cost more than the rest of the query).
+        self.annotations[number] = Cast(KeyTextTransform(arg, "arg_numbers"), FloatField())
         return text, number
 
     def metric(self, name: str, error: type[FilterError] | type[OrderByError]) -> str:
@@ -124,8 +121,9 @@ class SweepColumns:
             raise error(f"unknown field {name!r}: write metrics.<name>.<{'|'.join(summaries.STATS)}>")
         if not self._has_metric(metric):
             raise error(f"unknown field {name!r}: experiments/{self.xid} has no metric {metric!r}")
-        alias = _alias(f"metric_{stat}", metric)
-        self.annotations[alias] = summaries.summary_value(metric, stat)
+        relation, alias = _alias("metric", metric), _alias(f"metric_{stat}", metric)
+        self.annotations[relation] = summaries.current_summary(metric)
+        self.annotations[alias] = F(f"{relation}__{stat}")
         return alias
 
     def apply(self, queryset: QuerySet[Any, Any]) -> QuerySet[Any, Any]:
