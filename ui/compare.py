@@ -26,12 +26,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from core import pb
-from core.errors import InvalidArgument, NotFound, PermissionDenied
+from core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from metrics import data as chart_data
 from metrics import specs, summaries
 from ui import plotdata, present, reads
 from ui.views import _ids, signed_in
 from workunits import arguments
+from xmc.api import importance as param_importance
 from xmc.auth.identity import Identity
 
 M = pb.dashboard
@@ -184,3 +185,19 @@ def compare(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
         "table": table, "table_metrics": available[:10], "parallel": parallel, "diff": diff,
         "params": params, "src": src, "max": MAX_COMPARE,
     })
+
+
+@require_GET
+@signed_in
+def importance(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
+    """Parameter importance for a metric as bars (a fragment the experiment page asks for when opened):
+    the sweep read's ``xmc.api.importance.importance`` (Optuna's fANOVA over the completed units)."""
+    (x,) = _ids(xid)
+    metric, goal = request.GET.get("metric", "")[:256], request.GET.get("goal", "MINIMIZE")
+    try:
+        found = param_importance.importance(identity, x, metric=metric, goal=goal)
+    except (InvalidArgument, FailedPrecondition) as exc:
+        return render(request, "ui/_importance.html", {"error": str(exc), "metric": metric})
+    bars = sorted(found.importances.items(), key=lambda item: (-item[1], item[0]))
+    return render(request, "ui/_importance.html", {"bars": bars, "metric": metric, "goal": goal,
+                                                   "units": found.units})

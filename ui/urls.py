@@ -32,6 +32,7 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})/actions$", views.act, name="ui-act"),
     re_path(rf"^experiments/(?P<xid>{_ID})/compare$", compare.compare, name="ui-compare"),
     re_path(rf"^experiments/(?P<xid>{_ID})/compare/data$", compare.compare_data, name="ui-compare-data"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/importance$", compare.importance, name="ui-importance"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/annotate$", views.annotate, name="ui-annotate"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),

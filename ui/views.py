@@ -244,6 +244,7 @@ def _experiment_context(identity: Identity, xid: int, get: Any) -> dict[str, Any
         "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
         "metric_columns": list(query.metrics), "available_metrics": available, "best": page.best,
         "goals": dict(query.goals),
+        "importance_goal": "MAXIMIZE" if query.goals and query.goals[0][1] == "max" else "MINIMIZE",
         "metric_choices": [(m, m in query.metrics, dict(query.goals).get(m) or present.goal(m)) for m in available],
         "filter": query.filter, "query": page.query, "page": page, "first_row": (page.query.page - 1) * query.size + 1,
         "last_row": (page.query.page - 1) * query.size + len(rows), "sizes": reads.UNIT_PAGE_SIZES,

@@ -6,6 +6,7 @@ overlay is GetChartData's evaluation over exactly the selected units.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -87,3 +88,21 @@ def test_it_says_when_more_units_match_than_it_compares(alice: Client, monkeypat
     assert stranger.get(f"/experiments/{exp.id}/compare/data", {"wid": "1", "metric": "loss"}).status_code == 404
     assert alice.get(f"/experiments/{exp.id}/compare/data", {"wid": "1", "metric": ""}).status_code == 400
 
+
+
+def test_it_shows_parameter_importance_as_bars_when_opened(alice: Client) -> None:
+    exp = factories.experiment(creator=ALICE, title="importance")
+    for wid, (lr, batch) in enumerate(((lr, b) for lr in ("0.1", "0.01", "0.001") for b in ("32", "64")), 1):
+        message = factories.work_unit_message(name="train")
+        message.executable.jobset.jobs[0].spec.args.update({"lr": lr, "batch": batch})
+        services.create_work_unit(exp.id, message, work_unit_id=0)
+        _write(exp.id, wid, "loss", [5.0, float(lr) * 100 + int(batch) / 1000])
+        pages.move(exp.id, wid, 1, "SCHEDULING", "STARTING", "RUNNING", "COMPLETED")
+    page = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert f'hx-get="/experiments/{exp.id}/importance?metric=loss&amp;goal=MINIMIZE"' in page
+    bars = alice.get(f"/experiments/{exp.id}/importance", {"metric": "loss", "goal": "MINIMIZE"}).content.decode()
+    found = dict(re.findall(r'data-arg="([^"]+)" data-value="([0-9.]+)"', bars))
+    assert set(found) == {"lr", "batch"} and float(found["lr"]) > float(found["batch"])
+    assert bars.index('data-arg="lr"') < bars.index('data-arg="batch"') and "<meter" in bars
+    few = alice.get(f"/experiments/{exp.id}/importance", {"metric": "nope"}).content.decode()
+    assert 'id="importance-error"' in few and "nope" in few
