@@ -58,7 +58,7 @@ def copy_units(xid: int, units: int) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'workunits_workunit' "
-                       "AND column_name NOT IN ('id', 'wid', 'executable')")
+                       "AND column_name NOT IN ('id', 'wid', 'executable', 'args', 'arg_numbers')")
         unit_columns = [r[0] for r in cursor.fetchall()]
         cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = "
                        "'workunits_workunitexecution' AND column_name NOT IN ('id', 'work_unit_id', 'state')")
@@ -66,8 +66,10 @@ def copy_units(xid: int, units: int) -> None:
         u, e = ", ".join(unit_columns), ", ".join(ex_columns)
         te = ", ".join(f"t.{c}" for c in ex_columns)
         cursor.execute(
-            f"INSERT INTO workunits_workunit (wid, executable, {u}) SELECT g, jsonb_set(w.executable, "
-            f"'{{jobset,jobs,0,spec,args,lr}}', to_jsonb((0.1 / g)::text)), {u} FROM workunits_workunit w, "
+            f"INSERT INTO workunits_workunit (wid, executable, args, arg_numbers, {u}) SELECT g, "
+            f"jsonb_set(w.executable, '{{jobset,jobs,0,spec,args,lr}}', to_jsonb((0.1 / g)::text)), "
+            f"jsonb_set(w.args, '{{lr}}', to_jsonb((0.1 / g)::text)), "
+            f"jsonb_set(w.arg_numbers, '{{lr}}', to_jsonb(0.1 / g)), {u} FROM workunits_workunit w, "
             f"generate_series(%s, %s) g WHERE w.experiment_id = %s AND w.wid = %s",
             [BY_SERVICE + 1, units, xid, BY_SERVICE])
         cursor.execute(
