@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import optuna
 from django.db.models import F
 from django.urls import URLPattern, re_path
 from rest_framework.request import Request
@@ -41,7 +42,18 @@ SEED = 0
 TREES = 64
 MAX_DEPTH = 6
 
-optuna.logging.set_verbosity(logging.WARNING)
+if TYPE_CHECKING:
+    import optuna
+
+
+@cache
+def _optuna() -> ModuleType:
+    """Optuna, imported on first use: it takes a second or two to import, which every web and gRPC
+    process would otherwise pay at start for an endpoint few of them serve."""
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)
+    return optuna
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class Importance:
 
 def _trials(rows: list[tuple[dict[str, str], dict[str, float], float]]) -> list[optuna.trial.FrozenTrial]:
     """One complete trial per work unit over the arguments every unit has and that take several values."""
+    op = _optuna()
     names = sorted(set.intersection(*(set(args) for args, _, _ in rows)))
     distributions: dict[str, optuna.distributions.BaseDistribution] = {}
     for name in names:
@@ -67,17 +80,17 @@ def _trials(rows: list[tuple[dict[str, str], dict[str, float], float]]) -> list[
             continue
         if all(name in numbers for _, numbers, _ in rows):
             found = [numbers[name] for _, numbers, _ in rows]
-            distributions[name] = optuna.distributions.FloatDistribution(min(found), max(found))
+            distributions[name] = op.distributions.FloatDistribution(min(found), max(found))
         else:
-            distributions[name] = optuna.distributions.CategoricalDistribution(sorted(values))
+            distributions[name] = op.distributions.CategoricalDistribution(sorted(values))
     if not distributions:
         raise FailedPrecondition("no argument takes different values across the completed work units: "
                                  "nothing to rank", field="metric")
     trials = []
     for args, numbers, value in rows:
-        params = {name: numbers[name] if isinstance(dist, optuna.distributions.FloatDistribution) else args[name]
+        params = {name: numbers[name] if isinstance(dist, op.distributions.FloatDistribution) else args[name]
                   for name, dist in distributions.items()}
-        trials.append(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
+        trials.append(op.trial.create_trial(params=params, distributions=distributions, value=value))
     return trials
 
 
@@ -110,10 +123,11 @@ def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last",
         raise FailedPrecondition(f"{metric} ({stat}) is the same for every completed work unit: nothing to explain",
                                  field="metric")
     trials = _trials(rows)
-    study = optuna.create_study(direction=goal.lower())
+    op = _optuna()
+    study = op.create_study(direction=goal.lower())
     study.add_trials(trials)
-    found = optuna.importance.get_param_importances(
-        study, evaluator=optuna.importance.FanovaImportanceEvaluator(n_trees=TREES, max_depth=MAX_DEPTH, seed=SEED), normalize=True)
+    evaluator = op.importance.FanovaImportanceEvaluator(n_trees=TREES, max_depth=MAX_DEPTH, seed=SEED)
+    found = op.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
     return Importance(metric=metric, stat=stat, goal=goal, units=len(rows),
                       importances={name: max(0.0, float(value)) for name, value in found.items()})
 
