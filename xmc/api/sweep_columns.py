@@ -152,7 +152,7 @@ class _Fields(Mapping[str, FilterField]):
         found = self.get(name)
         if found is None:
             raise KeyError(name)
-        return found  # type: ignore[no-any-return]
+        return found
 
     def __iter__(self) -> Iterator[str]:
         yield from self.columns._base_fields

@@ -111,7 +111,8 @@ def summarize(identity: Identity, xid: int, *, metrics: Sequence[str] | None = N
     when filtered); the arguments' statistics are cached per experiment size (`xmc.api.sweep_columns.arg_stats`).
     """
     experiment = reads.experiment(xid, identity, Role.READER)
-    units = sum(int(n) for n in (experiment.child_state_counts or {}).values())
+    counts: dict[str, Any] = getattr(experiment, "child_state_counts", None) or {}
+    units = sum((int(n) for n in counts.values()), 0)
     names = _metric_columns(xid, metrics)
     with transaction.atomic(), connection.cursor() as cursor:
         # Over a large experiment the planner's cost estimates cross jit_above_cost, and compiling the
@@ -137,7 +138,8 @@ def _summarize(xid: int, units: int, names: list[str], filter: str, order_by: st
     except listing.ListingError as exc:
         raise InvalidArgument(str(exc), field=_LISTING_FIELDS.get(type(exc).__name__)) from None
     pks = [key["pk"] for key in keys]
-    by_pk = {row["pk"]: row for row in handlers.work_units_of(xid).filter(pk__in=pks).values(
+    units_of: Any = handlers.work_units_of(xid)  # annotated (current_state): beyond what the stubs can see
+    by_pk = {row["pk"]: row for row in units_of.filter(pk__in=pks).values(
         "pk", "wid", "current_eid", "executable", "current_state", "tags", "notes", "args")}
     items = [by_pk[pk] for pk in pks if pk in by_pk]
     found = summaries.summaries_of(((row["pk"], row["current_eid"]) for row in items), names)
