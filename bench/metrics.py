@@ -121,6 +121,35 @@ def copy_rows(rows: list[tuple[int, str, int, float, datetime]]) -> None:
                 copy.write_row(row)
 
 
+def summaries_ratio(services: Any, free: list[int], batch: int, rounds: int = 6, batches: int = 40) -> float:
+    """Points/s of `write_points` with the summaries' upsert over points/s without it (same batches)."""
+    plain = services._INSERT_POINTS_AND_BLOCKS.removesuffix(", ") + " SELECT count(*) FROM new"
+    today = services._INSERT
+    stamp = datetime.now(timezone.utc)
+    per_metric = max(1, batch // 10)
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    executions = iter(free)
+    try:
+        for r in range(rounds):
+            for label in (("without", "with") if r % 2 else ("with", "without")):
+                services._INSERT = plain if label == "without" else today
+                execution = next(executions)
+                started = time.perf_counter()
+                for b in range(batches):
+                    services.write_points(execution, [
+                        services.Point(f"m{m}", b * per_metric + s, 1.0 / (s + 1), stamp)
+                        for m in range(10) for s in range(per_metric)])
+                rates[label].append(batches * 10 * per_metric / (time.perf_counter() - started))
+    finally:
+        services._INSERT = today
+    with_rate, without_rate = pct(rates["with"], .5), pct(rates["without"], .5)
+    ratio = with_rate / without_rate
+    print(f"  summaries at ingest: write_points {with_rate:8.0f} points/s with them, {without_rate:8.0f} without "
+          f"(median of {rounds} rounds of {batches} batches, 10 metrics x {per_metric} steps): "
+          f"{ratio:.2f}x (target >= 0.8x)")
+    return ratio
+
+
 def plan_nodes(sql: str, params: list[Any]) -> list[str]:
     """The scan nodes of ``sql``'s EXPLAIN ANALYZE ("Index Only Scan using x" ...)."""
     from django.db import connection
@@ -141,7 +170,8 @@ def main() -> None:
     parser.add_argument("--chart-calls", type=int, default=30)
     args = parser.parse_args()
     exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
-    args.work_units = max(args.work_units, 2 * args.clients)  # fresh executions for each ingest run
+    # Fresh executions for each ingest run, and 12 for the summaries' rounds.
+    args.work_units = max(args.work_units, 2 * args.clients + 12)
 
     with bench_database():
         from django.db import connection
@@ -226,6 +256,11 @@ def main() -> None:
             print(f"  HTTP write path      {http_rate:10.0f} points/s   batch p50 {pct(latencies, .5) * 1000:.1f} ms"
                   f"  p99 {pct(latencies, .99) * 1000:.1f} ms   {http_rate / copy_rate:.2f}x the floor")
             print(f"  raw COPY floor       {copy_rate:10.0f} points/s   (same batches, one transaction each)")
+
+            # 2b. What the metric summaries cost at ingest: write_points in-process, the statement of before
+            # (points and blocks only) against today's (with the summaries' upsert), alternating rounds on
+            # fresh executions, 10 metrics x 100 steps a batch (a job logging ten metrics).
+            summaries_ratio(services, list(executions.values())[2 * args.clients:], args.batch)
 
             # 3. GetChartData over many points of many work units, written the way jobs write them.
             with connection.cursor() as cursor:

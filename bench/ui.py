@@ -1,6 +1,6 @@
 """Benchmark: the experiment page with 1,000 work units, and one change fanned out to 500 open streams.
 
-    ./dev bench ui        (or: python bench/ui.py [--units 1000] [--subscribers 500])
+    ./dev bench ui        (or: python bench/ui.py [--units 1000] [--subscribers 500] [--page-only])
 
 On a throw-away database:
 
@@ -47,6 +47,40 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+#: Work units made through the service; beyond, copies of the last one made in SQL (as the rows are).
+BY_SERVICE = 1000
+
+
+def copy_units(xid: int, units: int) -> None:
+    """Work units BY_SERVICE+1 .. ``units``: copies in SQL of unit BY_SERVICE and its execution, each with its own
+    ``lr`` and a state among RUNNING / COMPLETED / FAILED / SCHEDULING (the service path takes 30 ms a unit)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'workunits_workunit' "
+                       "AND column_name NOT IN ('id', 'wid', 'executable', 'args', 'arg_numbers')")
+        unit_columns = [r[0] for r in cursor.fetchall()]
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = "
+                       "'workunits_workunitexecution' AND column_name NOT IN ('id', 'work_unit_id', 'state')")
+        ex_columns = [r[0] for r in cursor.fetchall()]
+        u, e = ", ".join(unit_columns), ", ".join(ex_columns)
+        te = ", ".join(f"t.{c}" for c in ex_columns)
+        cursor.execute(
+            f"INSERT INTO workunits_workunit (wid, executable, args, arg_numbers, {u}) SELECT g, "
+            f"jsonb_set(w.executable, '{{jobset,jobs,0,spec,args,lr}}', to_jsonb((0.1 / g)::text)), "
+            f"jsonb_set(w.args, '{{lr}}', to_jsonb((0.1 / g)::text)), "
+            f"jsonb_set(w.arg_numbers, '{{lr}}', to_jsonb(0.1 / g)), {u} FROM workunits_workunit w, "
+            f"generate_series(%s, %s) g WHERE w.experiment_id = %s AND w.wid = %s",
+            [BY_SERVICE + 1, units, xid, BY_SERVICE])
+        cursor.execute(
+            f"INSERT INTO workunits_workunitexecution (work_unit_id, state, {e}) SELECT w.id, "
+            f"(ARRAY['RUNNING', 'COMPLETED', 'FAILED', 'SCHEDULING'])[1 + w.wid %% 4], {te} "
+            f"FROM workunits_workunit w, workunits_workunitexecution t JOIN workunits_workunit tw ON "
+            f"tw.id = t.work_unit_id WHERE w.experiment_id = %s AND w.wid > %s AND tw.experiment_id = %s "
+            f"AND tw.wid = %s", [xid, BY_SERVICE, xid, BY_SERVICE])
+        cursor.execute("ANALYZE workunits_workunit; ANALYZE workunits_workunitexecution")
+
+
 def page_bench(units: int) -> None:
     from django.contrib.auth.models import User
     from django.test import Client
@@ -58,11 +92,13 @@ def page_bench(units: int) -> None:
     User.objects.create_user("alice", factories.ALICE, "bench password 1234")
     exp = factories.experiment(title="bench sweep")
     started = time.monotonic()
-    for i in range(units):
+    for i in range(min(units, BY_SERVICE)):
         message = factories.work_unit_message()
         message.executable.jobset.jobs[0].spec.args["lr"] = str(0.1 / (i + 1))
         message.executable.jobset.jobs[0].spec.args["batch"] = "64"
         services.create_work_unit(exp.id, message, work_unit_id=0)
+    if units > BY_SERVICE:
+        copy_units(exp.id, units)
     print(f"created {units} work units in {time.monotonic() - started:.1f} s", flush=True)
     client = Client()
     client.login(username="alice", password="bench password 1234")
@@ -78,6 +114,12 @@ def page_bench(units: int) -> None:
         return out
 
     page_times = timed(lambda: client.get(f"/experiments/{exp.id}"))
+    for label, query in (("sorted by state", "?sort=state"), ("sorted by lr, descending", "?sort=arg:lr&dir=desc"),
+                         ("filtered state = FAILED", "?filter=state%20%3D%20FAILED"),
+                         ("sorted by duration, page 500", "?sort=duration&page=500")):
+        got = timed(lambda: client.get(f"/experiments/{exp.id}{query}"), n=5)
+        print(f"  experiment page {label}: median {statistics.median(got) * 1000:.0f} ms, "
+              f"max {max(got) * 1000:.0f} ms", flush=True)
     size = len(client.get(f"/experiments/{exp.id}").content)
     api_times = timed(lambda: client.get(f"/v1/experiments/{exp.id}/workUnits?pageSize={min(units, 1000)}",
                                          HTTP_AUTHORIZATION=f"Bearer {token}"))
@@ -194,11 +236,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units", type=int, default=1000)
     parser.add_argument("--subscribers", type=int, default=500)
+    parser.add_argument("--page-only", action="store_true", help="only the page (e.g. --units 100000 --page-only)")
     args = parser.parse_args()
     exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     with bench_database():
         page_bench(args.units)
-        fan_out_bench(args.subscribers)
+        if not args.page_only:
+            fan_out_bench(args.subscribers)
 
 
 if __name__ == "__main__":

@@ -49,10 +49,12 @@ _WORK_UNITS = WorkUnit._meta.db_table
 
 @dataclass(frozen=True)
 class Scope:
-    """Whose points: one experiment, one work unit of it or all of them (``wid`` None)."""
+    """Whose points: one experiment, one work unit of it or all of them (``wid`` None), or, with ``wids``,
+    those work units of it (the pages' compare view)."""
 
     xid: int
     wid: int | None
+    wids: tuple[int, ...] = ()
 
 
 def _ranges(data: Any) -> tuple[str, list[Any]]:
@@ -83,6 +85,8 @@ _SCOPE_FROM = f"{_WORK_UNITS} w JOIN {_EXECUTIONS} e ON e.work_unit_id = w.id AN
 
 def _scope(scope: Scope) -> tuple[str, list[Any]]:
     """The WHERE condition on ``w`` selecting the scope, and its parameters."""
+    if scope.wids:
+        return "w.experiment_id = %s AND w.wid = ANY(%s)", [scope.xid, list(scope.wids)]
     if scope.wid is None:
         return "w.experiment_id = %s", [scope.xid]
     return "w.experiment_id = %s AND w.wid = %s", [scope.xid, scope.wid]
@@ -413,6 +417,8 @@ def _arg_values(scope: Scope, name: str) -> dict[int, str]:
     units = WorkUnit.objects.filter(experiment_id=scope.xid)
     if scope.wid is not None:
         units = units.filter(wid=scope.wid)
+    elif scope.wids:
+        units = units.filter(wid__in=list(scope.wids))
     out = {}
     for wid, executable in units.values_list("wid", "executable"):
         jobs = ((executable or {}).get("jobset") or {}).get("jobs") or [{}]
@@ -496,11 +502,18 @@ def _add_plot_data(message: Any, scope: Scope, plot: Any, width: int) -> None:
         _add_scatter(message, plot, scope.xid, series)
 
 
+def summary_label(metric: str, wid: int) -> str:
+    """A summary's ``metric_name`` over an experiment: ``SummaryBoxValue`` has no work unit field, so the
+    label names it, as a BAR's category does (``wid 3``)."""
+    return f"{metric} · wid {wid}"
+
+
 def _summary_data(scope: Scope, plot: Any) -> list[Any]:
     rows = _query(_SUMMARY_SQL, scope, plot.data, ())
     out = []
-    for _wid, metric, value, step, time, low, high, mean in rows:
-        summary = M.ChartData.SummaryBoxValue(metric_name=metric, latest_value=value, min_value=low,
+    for wid, metric, value, step, time, low, high, mean in rows:
+        name = metric if scope.wid is not None else summary_label(metric, wid)
+        summary = M.ChartData.SummaryBoxValue(metric_name=name, latest_value=value, min_value=low,
                                               max_value=high, mean_value=float(mean), latest_step=step)
         summary.latest_timestamp.FromDatetime(time)
         out.append(M.ChartData.PlotData(plot_id=plot.plot_id, type=plot.type, summary_data=summary))

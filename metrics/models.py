@@ -167,3 +167,41 @@ class PointBlock(models.Model):
 
     class Meta:
         indexes = [BrinIndex(fields=["last_time"], name="metric_block_time_brin")]
+
+
+class MetricSummary(models.Model):
+    """One metric of one execution, summed up: its last value (at the highest step) and that step, its
+    min, max and count, its first and last time.
+
+    Kept by the write path in the same statement as the points (`metrics.services.write_points`: one
+    upsert per metric of a batch, GREATEST/LEAST, never a scan of the points), so the sweep read
+    (`metrics.sweeps`) orders and filters work units by their metrics without reading a point. Keyed
+    by (work unit, eid, metric): a work unit's summary is its current execution's (``eid =
+    current_eid``), which the read joins on this key. ``experiment`` is there for the experiment's
+    metric names (a loose index scan of ``(experiment, metric)``). Retention drops points, not
+    summaries: a summary is of every point ever written.
+    """
+
+    pk = models.CompositePrimaryKey("work_unit", "eid", "metric")
+    work_unit = models.ForeignKey("workunits.WorkUnit", on_delete=models.CASCADE, related_name="metric_summaries",
+                                  db_index=False, db_constraint=False)
+    eid = models.BigIntegerField()
+    metric = models.CharField(max_length=METRIC_NAME)
+    # No database constraints (as the points): the write path resolves the execution in the same request;
+    # deleting a work unit (or its experiment) deletes its summaries through Django's CASCADE (executions
+    # are never deleted alone).
+    experiment = models.ForeignKey("experiments.Experiment", on_delete=models.CASCADE,
+                                   related_name="metric_summaries", db_index=False, db_constraint=False)
+    last = models.FloatField()
+    last_step = models.BigIntegerField()
+    min = models.FloatField()
+    max = models.FloatField()
+    count = models.BigIntegerField()
+    first_time = models.DateTimeField()
+    last_time = models.DateTimeField()
+
+    class Meta:
+        # The experiment's metric names (a loose index scan) and, covering the stats a sweep orders and
+        # filters by, one metric's summaries of a whole experiment (an index-only scan the read joins).
+        indexes = [models.Index(fields=["experiment", "metric"], include=["work_unit", "eid", "last", "min", "max"],
+                                name="metric_summary_xid_metric_idx")]

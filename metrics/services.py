@@ -33,7 +33,16 @@ from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
 from metrics import hooks, specs
-from metrics.models import BLOCK_SIZES, Chart, Dashboard, DashboardChart, MetricPoint, PointBlock, PointSpan
+from metrics.models import (
+    BLOCK_SIZES,
+    Chart,
+    Dashboard,
+    DashboardChart,
+    MetricPoint,
+    MetricSummary,
+    PointBlock,
+    PointSpan,
+)
 from metrics.wire import chart_to_proto
 from workunits.choices import ExecutionState
 from workunits.models import WorkUnit, WorkUnitExecution
@@ -323,6 +332,7 @@ def execution_pk(xid: int, wid: int, eid: int | None) -> int | None:
 _POINTS = MetricPoint._meta.db_table
 _SPANS = PointSpan._meta.db_table
 _BLOCKS = PointBlock._meta.db_table
+_SUMMARIES = MetricSummary._meta.db_table
 #: The session's staging table. COPY fills it; the commit empties it in place (ON COMMIT DELETE ROWS:
 #: no dead rows pile up, temporary tables are never vacuumed); a write inside a caller's transaction
 #: (tests) empties it itself.
@@ -350,8 +360,9 @@ def floor_div_sql(a: str, b: str) -> str:
 
 
 #: The staged points not already stored (the first occurrence in the batch wins), in one statement
-#: with the span's update and the new points added to their blocks (`PointBlock`, every size).
-_INSERT = (
+#: with the span's update, the new points added to their blocks (`PointBlock`, every size) and to their
+#: metric's summary (`MetricSummary`, `_SUMMARIES_CTE`).
+_INSERT_POINTS_AND_BLOCKS = (
     "WITH {widen} new AS ("
     f"INSERT INTO {_POINTS} (execution_id, metric, step, value, time) "
     f"SELECT DISTINCT ON (s.metric, s.step) %(execution)s, s.metric, s.step, s.value, s.time FROM {_STAGE} s "
@@ -365,9 +376,24 @@ _INSERT = (
     "FROM fine f CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) GROUP BY 2, 3, 4 "
     "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
     "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
-    "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)) "
-    "SELECT count(*) FROM new"
+    "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)), "
 )
+#: One summary row per metric of the batch (`MetricSummary`): GREATEST/LEAST per batch, never a scan of points.
+#: The last value is the one at the highest step (steps are unique per metric: only new points are here).
+#: (bench/metrics.py measures the ingest with and without it.)
+_SUMMARIES_CTE = (
+    f"summaries AS (INSERT INTO {_SUMMARIES} AS m (work_unit_id, eid, metric, experiment_id, last, last_step, min, "
+    "max, count, first_time, last_time) SELECT x.work_unit_id, x.eid, n.metric, w.experiment_id, "
+    "(array_agg(n.value ORDER BY n.step DESC))[1], max(n.step), min(n.value), max(n.value), count(*), min(n.time), "
+    f"max(n.time) FROM new n CROSS JOIN {WorkUnitExecution._meta.db_table} x JOIN {WorkUnit._meta.db_table} w "
+    "ON w.id = x.work_unit_id WHERE x.id = %(execution)s GROUP BY x.work_unit_id, x.eid, n.metric, w.experiment_id "
+    "ON CONFLICT (work_unit_id, eid, metric) DO UPDATE SET "
+    "last = CASE WHEN excluded.last_step > m.last_step THEN excluded.last ELSE m.last END, "
+    "last_step = greatest(m.last_step, excluded.last_step), min = least(m.min, excluded.min), "
+    "max = greatest(m.max, excluded.max), count = m.count + excluded.count, "
+    "first_time = least(m.first_time, excluded.first_time), last_time = greatest(m.last_time, excluded.last_time)) "
+)
+_INSERT = _INSERT_POINTS_AND_BLOCKS + _SUMMARIES_CTE + "SELECT count(*) FROM new"
 #: The duplicate probe, only when the batch has a step the execution already has: one (execution, metric,
 #: step) lookup per point in the partitions the span covers (literal bounds: the planner prunes the rest).
 _PROBE = (
@@ -399,9 +425,8 @@ def write_points(execution: int, points: Sequence[Point]) -> int:
     written stays. One transaction: COPY into the session's staging table,
     lock the execution's `PointSpan`, INSERT ... SELECT the staged points
     (skipping those already stored when the batch has steps the execution
-    already has), add the new ones to their `PointBlock` rows and widen the
-    span.
-    span. After the commit, when it added points, `metrics.hooks.written_hooks`
+    already has), add the new ones to their `PointBlock` rows and their
+    metric's `MetricSummary` row, and widen the span. After the commit, when it added points, `metrics.hooks.written_hooks`
     hear of it (the open charts of that work unit read their data again).
     """
     if not points:

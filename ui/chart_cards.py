@@ -22,30 +22,30 @@ def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: boo
         "key": f"c-{chart['chart_id']}", "title": chart["title"], "description": chart.get("description", ""),
         "xid": xid, "wid": wid, "cell": cell or plotdata.Cell(),
         "src": reverse("ui-chart-data", args=[xid, wid, chart["chart_id"]]),
-        "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / work unit {wid}" if where else "",
+        "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / "
+                 f"{'every work unit' if plotdata.stored_scope(chart.get('plots') or []) == 'experiment' else f'work unit {wid}'}"
+                 if where else "",
         "href": reverse("ui-work-unit", args=[xid, wid]) if where else "",
+        "edit": reverse("ui-chart-edit", args=[xid, wid, chart["chart_id"]]),
     }
 
 
 def metric_card(xid: int, wid: int, metric: str, index: int) -> dict[str, Any]:
     return {"key": f"m-{index}", "title": metric, "description": "", "xid": xid, "wid": wid, "cell": plotdata.Cell(),
             "src": reverse("ui-metric-data", args=[xid, wid]) + "?" + urlencode({"metric": metric}),
-            "where": "", "href": ""}
+            "where": "", "href": "", "edit": ""}
 
 
 def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:
-    """The work unit page's Metrics section: its charts, else a default chart per metric (caller checked).
+    """The work unit page's Metrics section: its charts and a default chart per metric (caller checked).
 
     ``metrics_key`` names what the section shows (its charts, or the metrics of its default charts):
     on each "metrics" event the section asks for its contents again with it (``?fragment=metrics&have=``)
     and is answered 204 (no swap) until a chart or a metric appears that it has none for."""
     rows = reads.work_unit_charts(xid, wid)
-    if rows:
-        charts = [card(c) for c in rows]
-        shown = ["charts", *(c["chart_id"] for c in rows)]
-    else:
-        names = reads.metric_names(xid, wid)
-        charts = [metric_card(xid, wid, m, i) for i, m in enumerate(names)]
-        shown = ["metrics", *names]
+    names = reads.metric_names(xid, wid)
+    # Its stored charts first, then one chart per metric, always (a preset chart does not hide them).
+    charts = [*(card(c) for c in rows), *(metric_card(xid, wid, m, i) for i, m in enumerate(names))]
+    shown = ["charts", *(c["chart_id"] for c in rows), "metrics", *names]
     key = hashlib.sha256("\n".join(shown).encode()).hexdigest()[:16]
-    return {"charts": charts, "default_charts": not rows and bool(charts), "metrics_key": key}
+    return {"charts": charts, "default_charts": bool(names), "stored_charts": len(rows), "metrics_key": key}

@@ -59,14 +59,18 @@ def chart_data(request: HttpRequest, identity: Identity, xid: str, wid: str, cha
     width = plotdata.width_of(request.GET.get("width"))
     try:
         chart = _invoke("GetChart", D.GetChartRequest(name=name), identity)
-        data = _invoke("GetChartData", D.GetChartDataRequest(name=name, chart_width_pixels=width), identity)
+        # A chart that compares units (colour or group by work unit or argument) is over every unit.
+        over = f"experiments/{x}" if plotdata.scope_of(chart.plots) == "experiment" else ""
+        data = _invoke("GetChartData", D.GetChartDataRequest(name=name, chart_width_pixels=width,
+                                                             parent_experiment=over), identity)
     except (NotFound, PermissionDenied):
         return _json({"error": "not found"}, 404)
     except InvalidArgument as exc:
         return _json({"error": str(exc)}, 400)
     layout = plotdata.layout(plotdata.message_json(chart.plot_layout), [p.plot_id for p in chart.plots])
-    return _json({"name": name, "width": width, "layout": _layout_json(layout),
-                  **plotdata.chart_json(chart.plots, data)})
+    units = reads.job_names(x, plotdata.wids_of(data))
+    return _json({"name": name, "width": width, "layout": _layout_json(layout), "scope": "experiment" if over
+                  else "work_unit", **plotdata.chart_json(chart.plots, data, units)})
 
 
 @require_GET

@@ -23,6 +23,7 @@ metric names are whatever users wrote.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from core import pb
+from metrics.specs import ARG_MAPPING
 
 M = pb.dashboard
 _SCALES = {M.CoordSpec.LOG: "log", M.CoordSpec.SYMLOG: "symlog"}
@@ -48,18 +50,44 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None  # JSON has no NaN or infinities
 
 
-def _series_label(metric: str, label: str, several: bool) -> str:
+def unit_label(wid: int | str, units: Mapping[int, str]) -> str:
+    """A work unit as a legend names it: ``wu 3 · trainer`` (its job name when known)."""
+    job = units.get(int(wid), "")
+    return f"wu {wid} · {job}" if job else f"wu {wid}"
+
+
+def _series_label(metric: str, label: str, several: bool, one_metric: bool, units: Mapping[int, str]) -> str:
     if not several:
         return metric
-    if label.isdigit():
-        return f"{metric} · wu {label}"
-    return f"{metric} · {label}" if label else f"{metric} (all)"
+    who = unit_label(label, units) if label.isdigit() else label or "(all)"
+    return who if one_metric and label else f"{metric} · {who}"
 
 
-def _lines(spec: Any, entries: Sequence[Any]) -> dict[str, Any]:
+#: A SUMMARY entry over an experiment names its work unit in its metric name (``metrics.data.summary_label``).
+_SUMMARY_OF_UNIT = re.compile(r"^(?P<metric>.*) · wid (?P<wid>[0-9]+)$", re.DOTALL)
+
+
+def scope_of(plots: Sequence[Any]) -> str:
+    """"experiment" when a plot maps colour or group to the work unit or an argument (``work_unit``,
+    ``arg.<name>``): such a plot compares units, so it is drawn over every work unit of the chart's
+    experiment (GetChartData's ``parent_experiment``); else "work_unit", the chart's own."""
+    for plot in plots:
+        for value in (plot.mapping.color, plot.mapping.group):
+            if value in ("work_unit", "wid") or ARG_MAPPING.fullmatch(value):
+                return "experiment"
+    return "work_unit"
+
+
+def stored_scope(plots: Sequence[Mapping[str, Any]]) -> str:
+    """`scope_of` for a chart's stored plots (proto3 JSON, as ``Chart.plots`` keeps them)."""
+    return scope_of([json_format.ParseDict(plot, M.PlotSpec(), ignore_unknown_fields=True) for plot in plots or []])
+
+
+def _lines(spec: Any, entries: Sequence[Any], units: Mapping[int, str]) -> dict[str, Any]:
     by_time = spec.mapping.x == "time"
     labels = {(e.scatter_series.metric_name, e.scatter_series.work_unit_id) for e in entries}
     several = len(labels) > 1
+    one_metric = len({metric for metric, _ in labels}) == 1
     columns: list[dict[float, tuple[float, float, float]]] = []
     names = []
     for entry in entries:
@@ -75,7 +103,7 @@ def _lines(spec: Any, entries: Sequence[Any]) -> dict[str, Any]:
     for (metric, label), points in zip(names, columns):
         y = [_number(points[x][0]) if x in points else None for x in xs]
         banded = any(v[1] != v[2] for v in points.values())
-        item: dict[str, Any] = {"label": _series_label(metric, label, several), "metric": metric,
+        item: dict[str, Any] = {"label": _series_label(metric, label, several, one_metric, units), "metric": metric,
                                 "wid": int(label) if label.isdigit() else None, "y": y}
         if banded:
             item["lo"] = [_number(points[x][1]) if x in points else None for x in xs]
@@ -115,15 +143,22 @@ def _style(geoms: set[int]) -> str:
     return "line"
 
 
-def _bars(spec: Any, entries: Sequence[Any]) -> dict[str, Any]:
+def _category(category: str, units: Mapping[int, str]) -> str:
+    """A BAR category: ``wid 3`` (one bar per work unit) is named as the legends name units."""
+    wid = category.removeprefix("wid ")
+    return unit_label(wid, units) if category.startswith("wid ") and wid.isdigit() else category
+
+
+def _bars(spec: Any, entries: Sequence[Any], units: Mapping[int, str]) -> dict[str, Any]:
     categories: list[str] = []
     values: dict[str, dict[str, float]] = {}
     for entry in entries:
         bar = entry.bar_data
         for bucket in bar.buckets:
-            if bucket.category_or_bin not in categories:
-                categories.append(bucket.category_or_bin)
-            values.setdefault(bar.metric_name, {})[bucket.category_or_bin] = bucket.value_or_count
+            category = _category(bucket.category_or_bin, units)
+            if category not in categories:
+                categories.append(category)
+            values.setdefault(bar.metric_name, {})[category] = bucket.value_or_count
     series = [{"label": metric, "metric": metric, "y": [_number(by.get(c, math.nan)) for c in categories]}
               for metric, by in values.items()]
     return {"kind": "bars", "histogram": spec.type == M.HISTOGRAM, "categories": categories, "series": series,
@@ -131,18 +166,36 @@ def _bars(spec: Any, entries: Sequence[Any]) -> dict[str, Any]:
             "points": sum(1 for s in series for v in s["y"] if v is not None)}
 
 
-def _summary(entries: Sequence[Any]) -> dict[str, Any]:
+def _summary(entries: Sequence[Any], units: Mapping[int, str]) -> dict[str, Any]:
     rows = []
     for entry in entries:
         s = entry.summary_data
-        rows.append({"metric": s.metric_name, "latest": _number(s.latest_value), "min": _number(s.min_value),
+        of_unit = _SUMMARY_OF_UNIT.match(s.metric_name)
+        rows.append({"metric": of_unit.group("metric") if of_unit else s.metric_name,
+                     "unit": unit_label(of_unit.group("wid"), units) if of_unit else "", "latest": _number(s.latest_value), "min": _number(s.min_value),
                      "max": _number(s.max_value), "mean": _number(s.mean_value), "step": s.latest_step,
                      "time": s.latest_timestamp.ToJsonString() if s.HasField("latest_timestamp") else ""})
-    return {"kind": "summary", "rows": rows, "points": len(rows)}
+    return {"kind": "summary", "rows": rows, "points": len(rows), "units": any(r["unit"] for r in rows)}
 
 
-def chart_json(plots: Sequence[Any], data: Any) -> dict[str, Any]:
-    """``{"plots": [...], "points": n}``: each of ``plots`` (``PlotSpec``) with its entries of ``data``."""
+def wids_of(data: Any) -> set[int]:
+    """The work units a ``ChartData`` has entries of (series, bar categories, summaries)."""
+    out: set[int] = set()
+    for entry in data.plots_data:
+        if entry.HasField("scatter_series") and entry.scatter_series.work_unit_id.isdigit():
+            out.add(int(entry.scatter_series.work_unit_id))
+        elif entry.HasField("bar_data"):
+            out.update(int(b.category_or_bin[4:]) for b in entry.bar_data.buckets
+                       if b.category_or_bin.startswith("wid ") and b.category_or_bin[4:].isdigit())
+        elif entry.HasField("summary_data") and (found := _SUMMARY_OF_UNIT.match(entry.summary_data.metric_name)):
+            out.add(int(found.group("wid")))
+    return out
+
+
+def chart_json(plots: Sequence[Any], data: Any, units: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """``{"plots": [...], "points": n}``: each of ``plots`` (``PlotSpec``) with its entries of ``data``;
+    ``units`` (wid -> job name) names the work units in legends, categories and summaries."""
+    units = units or {}
     by_plot: dict[str, list[Any]] = {}
     for entry in data.plots_data:
         by_plot.setdefault(entry.plot_id, []).append(entry)
@@ -150,11 +203,11 @@ def chart_json(plots: Sequence[Any], data: Any) -> dict[str, Any]:
     for spec in plots:
         entries = by_plot.get(spec.plot_id, [])
         if spec.type == M.SUMMARY_BOX or spec.stats.type == M.StatSpec.SUMMARY:
-            plot = _summary(entries)
+            plot = _summary(entries, units)
         elif spec.type in (M.BAR, M.HISTOGRAM):
-            plot = _bars(spec, entries)
+            plot = _bars(spec, entries, units)
         else:
-            plot = _lines(spec, entries)
+            plot = _lines(spec, entries, units)
         plot["id"] = spec.plot_id
         plot["title"] = spec.title or ", ".join(spec.data.metrics)
         out.append(plot)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from workunits import headline
+from workunits import arguments, headline
 
 #: The roll-up bar's order and each state's colour class (ui/static/ui/ui.css).
 STATE_ORDER = ("RUNNING", "STARTING", "SCHEDULING", "INITIALIZING", "RESTARTING", "SCHEDULING_PAUSED",
@@ -156,16 +156,7 @@ def _scalar(value: Any) -> str:
 
 def job_args(executable: Mapping[str, Any] | None) -> dict[str, str]:
     """A work unit's arguments as ``name -> value`` (every job's ``args`` and ``argsList``; job-prefixed if several)."""
-    jobs = (((executable or {}).get("jobset") or {}).get("jobs") or [])
-    out: dict[str, str] = {}
-    for job in jobs:
-        prefix = f"{job.get('name')}." if len(jobs) > 1 else ""
-        spec = job.get("spec") or {}
-        for key, value in sorted((spec.get("args") or {}).items()):
-            out[f"{prefix}{key}"] = _scalar(value)
-        for i, value in enumerate(spec.get("argsList") or []):
-            out[f"{prefix}argv[{i}]"] = _scalar(value)
-    return out
+    return arguments.flat_args(executable)
 
 
 def job_env(executable: Mapping[str, Any] | None) -> list[tuple[str, str, str]]:
@@ -191,6 +182,26 @@ def sweep(args_per_unit: Sequence[Mapping[str, str]]) -> tuple[list[str], dict[s
     varying = [n for n in names if len({args.get(n) for args in args_per_unit}) > 1]
     shared = {n: args_per_unit[0][n] for n in names if n not in varying and n in args_per_unit[0]}
     return varying, shared
+
+
+def goal(metric: str) -> str:
+    """Which value of a metric column is best: "min" for names containing ``loss`` or ``error``, else "max"."""
+    name = metric.lower()
+    return "min" if "loss" in name or "error" in name else "max"
+
+
+def number(value: float | None) -> str:
+    """A metric value as the table prints it (4 significant digits; "" for none)."""
+    if value is None:
+        return ""
+    return f"{value:.4g}"
+
+
+def seconds(start: datetime | None, end: datetime | None) -> int | None:
+    """Whole seconds from ``start`` to ``end`` (what a duration sorts and exports by); None without a start."""
+    if start is None or end is None:
+        return None
+    return max(0, int((end - start).total_seconds()))
 
 
 def queue_name(executable: Mapping[str, Any] | None) -> str:

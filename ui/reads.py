@@ -11,13 +11,15 @@ plain dicts and small dataclasses for the templates; nothing here writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db.models import CharField, Count, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Cast, Concat, JSONObject
+from django.db.models import (Case, CharField, Count, Max, Min, DurationField, ExpressionWrapper, F, FilteredRelation, OuterRef, Q,
+                              QuerySet, Subquery, Value, When)
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast, Coalesce, Concat, JSONObject, Now
 from django.utils import timezone
 
 from artifacts import xprof
@@ -30,16 +32,18 @@ from experiments.models import Experiment
 from metrics import data as chart_data
 from metrics import services as metric_services
 from metrics import specs
-from metrics.models import Chart
+from metrics import summaries
+from metrics.models import Chart, MetricSummary
 from ui import plotdata
+from workunits import arguments
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExecution
 from xmc import listing
-from xmc.api import handlers, reads, registry
+from xmc.api import handlers, reads, registry, sweep_columns
 from xmc.auth.identity import Identity
 
-#: Work units one experiment page shows at most (the table sorts and filters in the page).
-MAX_UNITS = 5_000
+#: Work units one bulk action (stop / restart) confirms at once.
+MAX_ACTION_UNITS = 1_000
 
 
 def role(identity: Identity, xid: int) -> tuple[Role, dict[str, Any]]:
@@ -118,32 +122,188 @@ _CURRENT_JSON = Subquery(_CURRENT.values(row=JSONObject(
     scheduling_information="scheduling_information"))[:1])
 
 
-def work_units(xid: int, filter_text: str = "", wids: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """The experiment's work units with their current execution, by wid (caller checked the role).
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    current = row["current"] or {}
+    if isinstance(current, str):  # a jsonb annotation may come back undecoded (no JSONField to decode it)
+        current = json.loads(current)
+    for key in ("create_time", "update_time", "complete_time"):
+        if isinstance(current.get(key), str):
+            current[key] = datetime.fromisoformat(current[key])
+    row["current"] = current
+    return row
 
-    ``filter_text`` is the API's AIP-160 work unit filter (``state = RUNNING``).
-    """
-    queryset = handlers.work_units_of(xid).annotate(current=_CURRENT_JSON)
-    if filter_text.strip():
+
+_ROW = ("id", "wid", "executable", "urls", "tags", "notes", "create_time", "current", "current_eid")
+
+
+def work_units(xid: int, wids: Sequence[int]) -> list[dict[str, Any]]:
+    """The work units ``wids`` of experiment ``xid`` with their current execution, by wid (caller checked the role)."""
+    queryset = handlers.work_units_of(xid).annotate(current=_CURRENT_JSON).filter(wid__in=list(wids))
+    return [_decoded(row) for row in queryset.order_by("wid").values(*_ROW)]
+
+
+# --- The experiment page's table: filtered, sorted and paged in the database ------------------
+
+@dataclass(frozen=True)
+class UnitQuery:
+    """The work unit table's query string (every part of it is in the URL, so a view can be shared)."""
+
+    filter: str = ""  # the API's AIP-160 work unit filter
+    sort: str = "wid"  # a key of UNIT_SORTS, or "arg:<name>"
+    desc: bool = False
+    page: int = 1  # from 1
+    size: int = 100
+    metrics: tuple[str, ...] = ()  # the metric columns
+    goals: tuple[tuple[str, str], ...] = ()  # (metric, "min" | "max"): which value of a column is best
+
+
+#: Rows one page of the table shows (the ``size`` choices).
+UNIT_PAGE_SIZES = (50, 100, 500)
+_TERMINAL = [WorkUnitState.COMPLETED, WorkUnitState.FAILED, WorkUnitState.STOPPED]
+#: How long the current execution has run: to its end, its last update when it ended without one, or now.
+_DURATION = ExpressionWrapper(
+    Coalesce("cur__complete_time", Case(When(cur__state__in=_TERMINAL, then=F("cur__update_time")), default=Now()))
+    - F("cur__create_time"), output_field=DurationField())
+#: The table's columns the database sorts by, besides ``arg:<name>``: name -> expression.
+UNIT_SORTS: dict[str, Any] = {
+    "wid": F("wid"), "state": F("cur__state"), "exec": F("cur__eid"), "started": F("cur__create_time"),
+    "duration": _DURATION, "job": RawSQL(
+        f'COALESCE(NULLIF("{WorkUnit._meta.db_table}"."executable" #>> %s, \'\'), '
+        f'"{WorkUnit._meta.db_table}"."executable" #>> %s)',
+        (["jobset", "jobs", "0", "groupName"], ["jobset", "jobs", "0", "name"])),
+}
+def _columns(xid: int, query: UnitQuery) -> tuple[sweep_columns.SweepColumns, list[Any]]:
+    """The sweep read's dynamic fields (``args.<name>``, ``metrics.<name>.<stat>``) resolved for the query's
+    filter and sort, and its ORDER BY (units without the value last, then wid)."""
+    columns = sweep_columns.SweepColumns(xid, WorkUnit.objects.filter(experiment_id=xid).count(),
+                                         handlers.WORK_UNIT_FIELDS, handlers.WORK_UNIT_ORDER)
+    sweep_columns.prepare(columns, query.filter, "")
+    if query.sort.startswith("arg:"):
+        key: Any = F(columns.orderable[f"args.{query.sort[4:]}"])
+    elif query.sort.startswith("metric:"):
+        key = F(columns.orderable[f"metrics.{query.sort[7:]}.last"])
+    else:
+        key = UNIT_SORTS.get(query.sort, UNIT_SORTS["wid"])
+    order = [key.desc(nulls_last=True) if query.desc else key.asc(nulls_last=True),
+             F("wid").desc() if query.desc else F("wid").asc()]
+    return columns, order
+
+
+#: The sorts that read the current execution (the others read the work unit's row alone).
+_EXECUTION_SORTS = frozenset({"state", "exec", "started", "duration"})
+
+
+def _table(xid: int, query: UnitQuery) -> QuerySet[WorkUnit]:
+    """The experiment's work units, with the API's filter fields' names, joined to their current execution
+    when the sort or the filter reads it (``state``): the join costs most of a sort over 100,000 units."""
+    queryset = WorkUnit.objects.filter(experiment_id=xid).annotate(
+        api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField())))
+    if query.sort in _EXECUTION_SORTS or "state" in query.filter:
+        # The one ACTIVE row (``execution_one_active_per_work_unit``); a new FilteredRelation each time (a query
+        # takes it over).
+        queryset = queryset.annotate(
+            cur=FilteredRelation("executions", condition=Q(executions__execution_state=ExecutionState.ACTIVE)),
+            current_state=F("cur__state"))
+    return queryset
+
+
+def _filtered(xid: int, query: UnitQuery) -> tuple[QuerySet[WorkUnit], list[Any]]:
+    """The units matching the query's filter (``InvalidArgument`` naming ``filter`` or ``sort``) and its order."""
+    try:
+        columns, order = _columns(xid, query)
+    except (listing.ListingError, KeyError) as exc:
+        raise InvalidArgument(f"cannot sort by {query.sort!r}: {exc}", field="sort") from None
+    queryset = columns.apply(_table(xid, query))
+    if query.filter.strip():
         try:
-            queryset = queryset.filter(listing.compile_filter(filter_text, handlers.WORK_UNIT_FIELDS))
+            queryset = queryset.filter(listing.compile_filter(query.filter, columns.fields))
         except listing.ListingError as exc:
             raise InvalidArgument(str(exc), field="filter") from None
-    if wids is not None:
-        queryset = queryset.filter(wid__in=list(wids))
-    rows = queryset.order_by("wid").values("id", "wid", "executable", "urls", "tags", "notes", "create_time",
-                                          "current", "current_eid")[:MAX_UNITS]
-    out = []
+    return queryset, order
+
+
+@dataclass(frozen=True)
+class UnitPage:
+    rows: list[dict[str, Any]]  # the page's work units, as `work_units` returns them, with their "metrics"
+    total: int  # the work units matching the filter (all of them, not only this page)
+    query: UnitQuery
+    #: metric -> the best last value among every matching unit (by the column's goal), None without one
+    best: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.query.size))
+
+
+def unit_page(xid: int, query: UnitQuery) -> UnitPage:
+    """One page of the experiment's work units, filtered, sorted and counted in the database (caller checked).
+
+    ``InvalidArgument`` (field ``filter``) for a filter the API would refuse. Two statements: the count
+    of matching units, and the page's rows (the join on each unit's ACTIVE execution, ORDER BY, OFFSET).
+    """
+    queryset, order = _filtered(xid, query)
+    total = (WorkUnit.objects.filter(experiment_id=xid) if not query.filter.strip() else queryset).count()
+    query = replace(query, page=max(1, min(query.page, -(-total // query.size))))  # past the end: the last page
+    start = (query.page - 1) * query.size
+    # The sort reads narrow rows (wid and the key); only the page's units are then read whole.
+    wids = list(queryset.order_by(*order).values_list("wid", flat=True)[start:start + query.size])
+    rows = units_in_order(xid, wids, query.metrics)
+    goals = dict(query.goals)
+    best = {metric: _best(xid, queryset if query.filter.strip() else None, metric, goals.get(metric, "min"))
+            for metric in query.metrics}
+    return UnitPage(rows, total, query, best)
+
+
+def units_in_order(xid: int, wids: Sequence[int], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    """The work units ``wids`` in that order (`work_units`), each with ``metrics``: metric -> its summary
+    (``metrics.summaries.summaries_of``: one query)."""
+    by_wid = {row["wid"]: row for row in work_units(xid, wids)}
+    rows = [by_wid[w] for w in wids if w in by_wid]
+    found = summaries.summaries_of(((row["id"], row["current_eid"]) for row in rows), metrics)
     for row in rows:
-        current = row["current"] or {}
-        if isinstance(current, str):  # a jsonb annotation may come back undecoded (no JSONField to decode it)
-            current = json.loads(current)
-        for key in ("create_time", "update_time", "complete_time"):
-            if isinstance(current.get(key), str):
-                current[key] = datetime.fromisoformat(current[key])
-        row["current"] = current
-        out.append(row)
-    return out
+        row["metrics"] = found.get(row["id"], {})
+    return rows
+
+
+def with_metrics(unit: dict[str, Any], metrics: Sequence[str]) -> dict[str, Any]:
+    """``unit`` (a `work_units` row) with its ``metrics`` summaries (one query; none asked: none read)."""
+    found = summaries.summaries_of([(unit["id"], unit["current_eid"])], metrics) if metrics else {}
+    return {**unit, "metrics": found.get(unit["id"], {})}
+
+
+def _best(xid: int, matching: QuerySet[WorkUnit] | None, metric: str, goal: str) -> float | None:
+    """The lowest (goal "min") or highest last value of ``metric`` over the current executions of the units
+    ``matching`` selects (None: every unit of the experiment), from the summaries alone."""
+    summaries_q = MetricSummary.objects.filter(experiment_id=xid, metric=metric, eid=F("work_unit__current_eid"))
+    if matching is not None:
+        summaries_q = summaries_q.filter(work_unit_id__in=matching.values("pk"))
+    return summaries_q.aggregate(best=Min("last") if goal == "min" else Max("last"))["best"]
+
+
+def unit_rows(xid: int, query: UnitQuery, chunk: int = 1_000) -> Iterator[list[dict[str, Any]]]:
+    """Every work unit matching the query, in its order, ``chunk`` at a time (the table's export)."""
+    queryset, order = _filtered(xid, query)
+    batch: list[int] = []
+    for wid in queryset.order_by(*order).values_list("wid", flat=True).iterator(chunk_size=chunk):
+        batch.append(wid)
+        if len(batch) == chunk:
+            yield units_in_order(xid, batch, query.metrics)
+            batch = []
+    if batch:
+        yield units_in_order(xid, batch, query.metrics)
+
+
+def sweep_args(xid: int) -> tuple[list[str], dict[str, str]]:
+    """(the argument names whose values differ across the experiment's units, the arguments all share).
+
+    The sweep read's statistics (``xmc.api.sweep_columns.arg_stats``: one aggregate over the
+    units' flattened ``args``, kept per process while the unit count holds).
+    """
+    units = WorkUnit.objects.filter(experiment_id=xid).count()
+    stats = sweep_columns.arg_stats(xid, units)
+    shared = {name: stat.common for name, stat in sorted(stats.items())
+              if stat.units == units and stat.common is not None}
+    return sorted(name for name in stats if name not in shared), shared
 
 
 def artifacts(xid: int, wid: int | None = None) -> list[dict[str, Any]]:
@@ -249,6 +409,24 @@ def work_unit_charts(xid: int, wid: int) -> list[dict[str, Any]]:
     rows = Chart.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("create_time", "id").values(
         "chart_id", "title", "description", "plots", "plot_layout")[:MAX_CHARTS]
     return [{**row, "xid": xid, "wid": wid} for row in rows]
+
+
+def job_names(xid: int, wids: Iterable[int]) -> dict[int, str]:
+    """wid -> the job name of those work units of experiment ``xid`` (a chart's legend; caller checked)."""
+    wanted = sorted(set(wids))[:MAX_LEGEND_UNITS]
+    rows = WorkUnit.objects.filter(experiment_id=xid, wid__in=wanted).values_list("wid", "executable")
+    return {int(wid): arguments.job_name(executable) for wid, executable in rows}
+
+
+def unit_args(xid: int, wids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """wid -> {"job": its job name, "args": its flattened arguments} (the compare view; caller checked)."""
+    rows = WorkUnit.objects.filter(experiment_id=xid, wid__in=list(wids)).values_list("wid", "executable", "args")
+    return {int(wid): {"job": arguments.job_name(executable), "args": dict(args or {})}
+            for wid, executable, args in rows}
+
+
+#: Work units a chart's legend names by job at most (beyond, by wid alone).
+MAX_LEGEND_UNITS = 1_000
 
 
 def metric_names(xid: int, wid: int) -> list[str]:

@@ -14,7 +14,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import charts, events, logfollow, subscriptions, views
+from ui import chart_edit, charts, compare, events, logfollow, subscriptions, views
 
 _ID = r"[0-9]{1,19}"
 _SLUG = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
@@ -30,8 +30,12 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})$", views.experiment, name="ui-experiment"),
     re_path(rf"^experiments/(?P<xid>{_ID})/events$", events.experiment_events, name="ui-experiment-events"),
     re_path(rf"^experiments/(?P<xid>{_ID})/actions$", views.act, name="ui-act"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/compare$", compare.compare, name="ui-compare"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/compare/data$", compare.compare_data, name="ui-compare-data"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/importance$", compare.importance, name="ui-importance"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/artifacts/(?P<aid>{_ID})$", views.artifact, name="ui-artifact"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/annotate$", views.annotate, name="ui-annotate"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs$", views.logs_panel, name="ui-logs"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/logs/follow$", logfollow.follow,
             name="ui-logs-follow"),
@@ -39,6 +43,10 @@ urlpatterns: list[URLPattern] = [
             name="ui-logs-download"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/charts/(?P<chart_id>{_SLUG})/data$",
             charts.chart_data, name="ui-chart-data"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/charts/new$", chart_edit.new_chart,
+            name="ui-chart-new"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/charts/(?P<chart_id>{_SLUG})/edit$",
+            chart_edit.edit_chart, name="ui-chart-edit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/metrics/data$", charts.metric_data,
             name="ui-metric-data"),
     path("dashboards", charts.dashboards, name="ui-dashboards"),

@@ -14,9 +14,13 @@ value as text (Django's autoescape); links only for http/https
 """
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import wraps
 from typing import Any
@@ -31,15 +35,21 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from google.protobuf import field_mask_pb2
+
 from artifacts import wire as artifact_wire
+from core import pb
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
+from metrics import summaries
 from notifications import services as notify
 from ui import chart_cards, live, present, reads
 from ui import render as render_rows
+from workunits import arguments
 from workunits import services as wu_services
 from workunits import timeline
+from xmc.api import registry
 from xmc.auth.identity import Identity, Unauthenticated, identity_for_email
 from xmc.auth.throttle import ThrottledAuthenticationForm
 
@@ -173,9 +183,12 @@ def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dic
     last = present.text_of(current.get("user_message")) or present.text_of(current.get("system_message"))
     return {
         "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
+        "job": arguments.job_name(unit["executable"]), "tags": list(unit["tags"] or []), "notes": unit["notes"] or "",
         "why": present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now)),
         "last": last, "started": started, "duration": present.duration(started, ended),
-        "cells": [args.get(name, "") for name in varying], "stoppable": state not in present.TERMINAL
+        "seconds": present.seconds(started, ended),
+        "cells": [args.get(name, "") for name in varying],
+        "metrics": {name: stats.last for name, stats in (unit.get("metrics") or {}).items()}, "stoppable": state not in present.TERMINAL
         and state != "STOPPING", "links": present.links(unit["urls"]),
     }
 
@@ -220,22 +233,63 @@ def artifact(request: HttpRequest, identity: Identity, xid: str, aid: str) -> Ht
     return render(request, "ui/artifact.html", context)
 
 
-def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[str, Any]:
-    role, exp = reads.role(identity, xid)
-    error = ""
-    try:
-        units = reads.work_units(xid, filter_text)
-    except InvalidArgument as exc:
-        units, error = [], str(exc)
-    args = [present.job_args(u["executable"]) for u in units]
-    varying, shared = present.sweep(args)
+def _rows(units: list[dict[str, Any]], varying: list[str]) -> list[dict[str, Any]]:
     now = reads.now()
     admissions = _admissions(units)
-    rows = [_unit_row(u, now, varying, a, admissions) for u, a in zip(units, args)]
+    return [_unit_row(u, now, varying, present.job_args(u["executable"]), admissions) for u in units]
+
+
+#: Metric columns the page shows when the URL names none (the experiment's first, by name).
+DEFAULT_METRIC_COLUMNS = 3
+
+
+def unit_query(get: Any, metrics: Sequence[str] = ()) -> reads.UnitQuery:
+    """The table's query string: ``filter``, ``sort`` (a column), ``dir``, ``page``, ``size``, the metric
+    columns ``m`` (``metrics`` when none) and ``goal`` overrides (``loss:max``)."""
+    page_text, size_text = get.get("page", "1"), get.get("size", "")
+    size = int(size_text) if size_text.isdigit() and int(size_text) in reads.UNIT_PAGE_SIZES else 100
+    chosen = list(dict.fromkeys(m[:256] for m in get.getlist("m")[:summaries.MAX_METRICS] if m.strip())) or metrics
+    overrides = dict(g.rsplit(":", 1) for g in get.getlist("goal")[:100] if g.rsplit(":", 1)[-1] in ("min", "max"))
+    return reads.UnitQuery(filter=get.get("filter", "")[:2000], sort=get.get("sort", "wid")[:300] or "wid",
+                           desc=get.get("dir") == "desc", size=size,
+                           page=int(page_text) if page_text.isdigit() and len(page_text) <= 9 else 1,
+                           metrics=tuple(chosen),
+                           goals=tuple((m, overrides.get(m) or present.goal(m)) for m in chosen))
+
+
+def _check_query(xid: int, query: reads.UnitQuery) -> None:
+    """A sort the table has no column for, or a metric column the experiment has no metric for: words, not a 500."""
+    if query.sort not in reads.UNIT_SORTS and not query.sort.startswith(("arg:", "metric:")):
+        raise InvalidArgument(f"cannot sort by {query.sort!r}: choose a column of the table", field="sort")
+    for metric in query.metrics:
+        if not summaries.has_metric(xid, metric):
+            raise InvalidArgument(f"metrics: experiments/{xid} has no metric {metric!r}", field="metrics")
+
+
+def _experiment_context(identity: Identity, xid: int, get: Any) -> dict[str, Any]:
+    role, exp = reads.role(identity, xid)
+    varying, shared = reads.sweep_args(xid)
+    available = summaries.experiment_metrics(xid)
+    query = unit_query(get, available[:DEFAULT_METRIC_COLUMNS])
+    error = ""
+    page = reads.UnitPage([], 0, query)
+    try:
+        _check_query(xid, query)
+        page = reads.unit_page(xid, query)
+    except InvalidArgument as exc:
+        error = str(exc)
+    rows = _rows(page.rows, varying)
+    now = reads.now()
     counts = exp["child_state_counts"] or {}
     return {
         "xid": xid, "exp": exp, "rows": rows, "varying": varying, "shared": shared, "error": error,
-        "filter": filter_text, "rollup": present.rollup(counts), "units": sum(int(v) for v in counts.values()),
+        "metric_columns": list(query.metrics), "available_metrics": available, "best": page.best,
+        "goals": dict(query.goals),
+        "importance_goal": "MAXIMIZE" if query.goals and query.goals[0][1] == "max" else "MINIMIZE",
+        "metric_choices": [(m, m in query.metrics, dict(query.goals).get(m) or present.goal(m)) for m in available],
+        "filter": query.filter, "query": page.query, "page": page, "first_row": (page.query.page - 1) * query.size + 1,
+        "last_row": (page.query.page - 1) * query.size + len(rows), "sizes": reads.UNIT_PAGE_SIZES,
+        "rollup": present.rollup(counts), "units": sum(int(v) for v in counts.values()),
         "can_write": role >= Role.WRITER, "links": present.links(exp["urls"]),
         "artifacts": _artifact_chips(xid, reads.artifacts(xid)),
         "duration": present.duration(exp["create_time"], exp["complete_time"] or now),
@@ -245,32 +299,188 @@ def _experiment_context(identity: Identity, xid: int, filter_text: str) -> dict[
     }
 
 
+def _table_urls(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
+    """The links of the table: each header's sort, the pages, the exports (every other parameter kept)."""
+    params = {k: v for k, v in request.GET.items() if k not in ("fragment", "export")}
+    query: reads.UnitQuery = context["query"]
+    page: reads.UnitPage = context["page"]
+
+    def url(**changes: Any) -> str:
+        return "?" + urlencode({k: v for k, v in {**params, **changes}.items() if v not in ("", None)})
+
+    def sort(key: str) -> dict[str, str]:
+        on = query.sort == key
+        return {"href": url(sort=key, dir="asc" if on and query.desc else ("desc" if on else ""), page=""),
+                "dir": ("desc" if query.desc else "asc") if on else ""}
+
+    return {
+        "sorts": {key: sort(key) for key in reads.UNIT_SORTS},
+        "arg_sorts": [(name, sort(f"arg:{name}")) for name in context["varying"]],
+        "metric_sorts": [(name, sort(f"metric:{name}"), context["goals"].get(name, "")) for name in context["metric_columns"]],
+        "prev_url": url(page=query.page - 1) if query.page > 1 else "",
+        "next_url": url(page=query.page + 1) if query.page < page.pages else "",
+        "first_url": url(page="") if query.page > 1 else "",
+        "last_url": url(page=page.pages) if query.page < page.pages else "",
+        "csv_url": url(export="csv", page=""), "json_url": url(export="json", page=""),
+        "compare_all_url": reverse("ui-compare", args=[context["xid"]]) + "?" + urlencode(
+            {"all": "1", "filter": query.filter}),
+        "hidden": {k: v for k, v in params.items() if k in ("sort", "dir", "size")},
+    }
+
+
 @require_GET
 @signed_in
 def experiment(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
     (x,) = _ids(xid)
     fragment = request.GET.get("fragment")
-    if fragment == "row":
-        return _unit_row_fragment(request, identity, x)
-    context = _experiment_context(identity, x, request.GET.get("filter", "")[:2000])
+    if fragment in ("row", "edit"):
+        return _unit_row_fragment(request, identity, x, edit=fragment == "edit")
+    if request.GET.get("export") in ("csv", "json"):
+        return _export(request, identity, x, request.GET["export"])
+    context = _experiment_context(identity, x, request.GET)
     if fragment == "summary":
         return render(request, "ui/_experiment_summary.html", context)
     # Escaped value by value in ui.render (a template loop over 1,000 rows was most of the page's time).
     context["rows_html"] = mark_safe(render_rows.unit_rows(  # noqa: S308
-        context["rows"], x, context["can_write"], context["varying"]))
-    return render(request, "ui/experiment.html", context)
+        context["rows"], x, context["can_write"], context["varying"], context["metric_columns"], context["best"]))
+    return render(request, "ui/experiment.html", {**context, **_table_urls(request, context)})
 
 
-def _unit_row_fragment(request: HttpRequest, identity: Identity, xid: int) -> HttpResponse:
-    """One work unit's row again (an event re-fetches it), reading only that unit; ``col`` names the sweep columns."""
+#: The exported columns, in the table's order (the sweep's arguments go after ``job``).
+EXPORT_HEAD = ("wid", "state", "exec", "job")
+EXPORT_TAIL = ("tags", "notes", "why", "last_message", "started", "duration_s")
+
+
+def _export_record(row: dict[str, Any], varying: list[str], metrics: Sequence[str]) -> dict[str, Any]:
+    return {"wid": row["wid"], "state": row["state"], "exec": row["eid"], "job": row["job"],
+            **{f"arg:{name}": cell for name, cell in zip(varying, row["cells"])},
+            **{f"metric:{name}": row["metrics"].get(name) for name in metrics},
+            "tags": row["tags"], "notes": row["notes"], "why": row["why"], "last_message": row["last"],
+            "started": row["started"].isoformat() if row["started"] else "", "duration_s": row["seconds"]}
+
+
+def _export(request: HttpRequest, identity: Identity, xid: int, kind: str) -> HttpResponse:
+    """The table as CSV or JSON: every work unit the filter matches, in the table's order, with its columns."""
+    reads.role(identity, xid)
+    varying, _ = reads.sweep_args(xid)
+    query = unit_query(request.GET, summaries.experiment_metrics(xid)[:DEFAULT_METRIC_COLUMNS])
+    try:
+        _check_query(xid, query)
+        reads.unit_page(xid, replace(query, size=1, page=1))  # a bad filter or sort: 400, before streaming
+    except InvalidArgument as exc:
+        return render(request, "ui/error.html", {"message": f"{exc.field}: {exc}"}, status=400)
+    columns = [*EXPORT_HEAD, *(f"arg:{name}" for name in varying), *(f"metric:{m}" for m in query.metrics),
+               *EXPORT_TAIL]
+
+    def records() -> Iterator[dict[str, Any]]:
+        for chunk in reads.unit_rows(xid, query):
+            for row in _rows(chunk, varying):
+                yield _export_record(row, varying, query.metrics)
+
+    def csv_body() -> Iterator[str]:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        for record in records():
+            writer.writerow(" ".join(v) if isinstance(v, list) else ("" if v is None else v)
+                            for v in (record[c] for c in columns))
+            if out.tell() > 64 * 1024:
+                yield out.getvalue()
+                out.seek(0)
+                out.truncate()
+        yield out.getvalue()
+
+    def json_body() -> Iterator[str]:
+        yield '{"columns": ' + json.dumps(columns) + ', "rows": ['
+        for i, record in enumerate(records()):
+            yield ("," if i else "") + json.dumps(record, default=str)
+        yield "]}"
+
+    body, content_type = (csv_body(), "text/csv; charset=utf-8") if kind == "csv" else \
+        (json_body(), "application/json")
+    response = StreamingHttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="xmc-{xid}-work-units.{kind}"'
+    return with_csp(response)
+
+
+def _unit_row_fragment(request: HttpRequest, identity: Identity, xid: int, *, edit: bool = False) -> HttpResponse:
+    """One work unit's row again (an event re-fetches it), reading only that unit; ``col`` names the sweep columns.
+
+    ``edit``: the row as a form for its tags and notes (a writer's "Edit").
+    """
     role, _ = reads.role(identity, xid)
     wid_text = request.GET.get("wid", "")
     units = reads.work_units(xid, wids=[int(wid_text)]) if wid_text.isdigit() and len(wid_text) <= 18 else []
     if not units:
         raise Http404("not found")
     columns = [c[:200] for c in request.GET.getlist("col")[:200]]
-    row = _unit_row(units[0], reads.now(), columns, present.job_args(units[0]["executable"]), _admissions(units))
-    return HttpResponse(render_rows.unit_row(row, xid, role >= Role.WRITER, columns))
+    if edit:
+        if role < Role.WRITER:
+            return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
+        return _edit_row(request, xid, units[0], columns, request.GET)
+    return HttpResponse(_row_html(xid, units[0], role >= Role.WRITER, columns, request.GET))
+
+
+def _row_html(xid: int, unit: dict[str, Any], can_write: bool, columns: list[str], params: Any) -> str:
+    """One row again, with the metric columns (``m``) and best values (``b``, ``metric:value``) its URL names."""
+    metrics = [m[:256] for m in params.getlist("m")[:summaries.MAX_METRICS]]
+    best: dict[str, float | None] = {}
+    for item in params.getlist("b")[:summaries.MAX_METRICS]:
+        name, _, value = item.rpartition(":")
+        try:
+            best[name] = float(value)
+        except ValueError:
+            continue
+    unit = reads.with_metrics(unit, metrics)
+    row = _unit_row(unit, reads.now(), columns, present.job_args(unit["executable"]), _admissions([unit]))
+    return render_rows.unit_row(row, xid, can_write, columns, metrics, best)
+
+
+def _edit_row(request: HttpRequest, xid: int, unit: dict[str, Any], columns: list[str], params: Any, *,
+              tags: str | None = None, notes: str | None = None, error: str = "", status: int = 200) -> HttpResponse:
+    keep = [(k, v[:300]) for k in ("m", "b") for v in params.getlist(k)[:summaries.MAX_METRICS]]
+    return render(request, "ui/_edit_row.html", {
+        "xid": xid, "wid": unit["wid"], "columns": columns, "keep": keep, "error": error,
+        "span": 12 + len(columns) + len(params.getlist("m")),
+        "tags": ", ".join(unit["tags"] or []) if tags is None else tags,
+        "notes": unit["notes"] if notes is None else notes,
+        "cancel": f"{reverse('ui-experiment', args=[xid])}?" + urlencode(
+            [("fragment", "row"), ("wid", unit["wid"]), *(("col", c) for c in columns), *keep]),
+    }, status=status)
+
+
+#: Tags typed in the edit form: separated by commas (or new lines).
+_TAG_SPLIT = re.compile(r"[,\n]")
+
+
+@require_POST
+@signed_in
+def annotate(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
+    """Save a work unit's tags and notes (the table's inline edit): the API's UpdateWorkUnit, as the caller.
+
+    Its access check (WRITER) and validation are the API's; a refused value comes back in the form with the
+    field it names (422, which htmx swaps in), and nothing is written. Answers the row, drawn again.
+    """
+    x, w = _ids(xid, wid)
+    role, _ = reads.role(identity, x)
+    units = reads.work_units(x, wids=[w])
+    if not units:
+        raise Http404("not found")
+    columns = [c[:200] for c in request.POST.getlist("col")[:200]]
+    tags_text, notes = request.POST.get("tags", ""), request.POST.get("notes", "")
+    tags = [t.strip() for t in _TAG_SPLIT.split(tags_text) if t.strip()]
+    message = pb.work_unit.WorkUnit(name=f"experiments/{x}/workUnits/{w}", tags=tags, notes=notes)
+    try:
+        registry.invoke(registry.ESS, "UpdateWorkUnit", pb.api.UpdateWorkUnitRequest(
+            work_unit=message, update_mask=field_mask_pb2.FieldMask(paths=["tags", "notes"])),
+            registry.Caller(identity))
+    except PermissionDenied:
+        return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
+    except ServiceError as exc:
+        return _edit_row(request, x, units[0], columns, request.POST, tags=tags_text, notes=notes,
+                         error=f"{exc.field or 'work_unit'}: {exc}", status=422)
+    log.info("ui.annotate", extra={"xid": x, "wid": w, "by": identity.email})
+    return HttpResponse(_row_html(x, reads.work_units(x, wids=[w])[0], role >= Role.WRITER, columns, request.POST))
 
 
 _ACTIONS: dict[str, tuple[str, Callable[..., Any]]] = {
@@ -290,7 +500,7 @@ def act(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
         return render(request, "ui/error.html", {"message": "Unknown action."}, status=400)
     if role < Role.WRITER:
         return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
-    wids = sorted({int(w) for w in request.POST.getlist("wid") if w.isdigit()})[:reads.MAX_UNITS]
+    wids = sorted({int(w) for w in request.POST.getlist("wid") if w.isdigit()})[:reads.MAX_ACTION_UNITS]
     label, service = _ACTIONS[action]
     context: dict[str, Any] = {"xid": x, "exp": exp, "action": action, "label": label, "wids": wids}
     if not wids:

@@ -40,6 +40,12 @@ class WorkUnit(models.Model):
     notes = models.TextField(blank=True, default="")
     #: eid of the current (ACTIVE) execution.
     current_eid = models.BigIntegerField(default=1)
+    #: The executable's arguments flattened, ``name -> value`` (`workunits.arguments.flat_args`): written by
+    #: the create path (executables never change), filtered and ordered by the sweep read (``args.<name>``).
+    args = models.JSONField(default=dict, blank=True)
+    #: Those arguments that are numbers, as JSON numbers (`workunits.arguments.numbers`): ``args.lr < 0.1``
+    #: compares them without parsing text per row.
+    arg_numbers = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["experiment_id", "wid"]

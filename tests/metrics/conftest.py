@@ -75,3 +75,31 @@ def persona(fresh_email: Callable[[str], str]) -> Callable[[str], tuple[str, lis
         return email, metadata_for(email)
 
     return make
+
+
+def summaries_from_points() -> dict[tuple[int, int, str], tuple[Any, ...]]:
+    """Every metric summary as the points say it should be: (work unit pk, eid, metric) ->
+    (last, last_step, min, max, count, first_time, last_time, xid); the oracle of `MetricSummary`."""
+    from metrics.models import MetricPoint
+
+    out: dict[tuple[int, int, str], tuple[Any, ...]] = {}
+    rows = MetricPoint.objects.values_list("execution__work_unit_id", "execution__eid", "metric", "step", "value",
+                                           "time", "execution__work_unit__experiment_id")
+    grouped: dict[tuple[int, int, str], list[tuple[Any, ...]]] = {}
+    for unit, eid, metric, step, value, time, xid in rows:
+        grouped.setdefault((unit, eid, metric), []).append((step, value, time, xid))
+    for key, points in grouped.items():
+        points.sort()
+        values = [p[1] for p in points]
+        out[key] = (points[-1][1], points[-1][0], min(values), max(values), len(points),
+                    min(p[2] for p in points), max(p[2] for p in points), points[0][3])
+    return out
+
+
+def stored_summaries() -> dict[tuple[int, int, str], tuple[Any, ...]]:
+    """What the write path kept, in the shape of `summaries_from_points`."""
+    from metrics.models import MetricSummary
+
+    return {(r[0], r[1], r[2]): tuple(r[3:]) for r in MetricSummary.objects.values_list(
+        "work_unit_id", "eid", "metric", "last", "last_step", "min", "max", "count", "first_time", "last_time",
+        "experiment_id")}

@@ -11,7 +11,13 @@ from core.protos import metrics_pb2
 from metrics import tokens
 from metrics.models import MetricPoint
 from tests import factories
-from tests.metrics.conftest import experiment_for, fresh_write_buckets, metadata_for
+from tests.metrics.conftest import (
+    experiment_for,
+    fresh_write_buckets,
+    metadata_for,
+    stored_summaries,
+    summaries_from_points,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,6 +58,8 @@ def test_it_writes_points_with_the_token_idempotently_and_refuses_the_rest(write
     # The owner's own token writes into the current execution.
     assert write(P.WriteMetricsRequest(parent=parent, points=[P.MetricPoint(metric="m", value=1)]),
                  metadata=metadata_for("alice@example.com")).written == 1
+    # The summaries came with the points (docs/architecture/sweeps.md).
+    assert stored_summaries() == summaries_from_points() and len(stored_summaries()) == 2
     health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="xmc.metrics.v1.MetricsService"))
     assert health.status == health_pb2.HealthCheckResponse.SERVING
 

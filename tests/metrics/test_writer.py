@@ -18,7 +18,7 @@ import pytest
 from metrics import tokens
 from metrics.models import MetricPoint
 from tests import factories
-from tests.metrics.conftest import experiment_for
+from tests.metrics.conftest import experiment_for, stored_summaries, summaries_from_points
 from workunits.models import WorkUnit
 
 SRC = Path(__file__).resolve().parents[2] / "clients" / "python" / "src"
@@ -51,6 +51,8 @@ def test_it_batches_and_sends_logged_values_and_scalars(live_server: Any, unit: 
     assert writer.written == 22 and writer.dropped == 0
     assert MetricPoint.objects.count() == 22
     assert sorted(MetricPoint.objects.filter(metric="val/loss").values_list("step", "value")) == [(3, 0.5), (4, 0.25)]
+    summaries = stored_summaries()
+    assert summaries == summaries_from_points() and summaries[unit.pk, 1, "loss"][:2] == (0.1, 9)
 
 
 class _Flaky(http.server.BaseHTTPRequestHandler):

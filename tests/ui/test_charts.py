@@ -17,6 +17,7 @@ from django.test import Client
 from core import pb
 from metrics import data as chart_data
 from metrics import services, wire
+from metrics.models import Dashboard
 from tests import factories
 from tests.ui import pages
 from ui import plotdata
@@ -134,13 +135,13 @@ def test_the_section_asks_for_its_contents_again_only_when_a_metric_or_a_chart_a
     assert ask(have(charted.content.decode())).status_code == 204
 
 
-def test_the_units_charts_replace_the_defaults_and_print_what_users_wrote_as_text(alice: Client) -> None:
+def test_the_units_charts_come_before_its_default_ones_and_print_what_users_wrote_as_text(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [3.0, 2.0])
     chart = _chart(exp.id, 1, title=pages.HOSTILE, chart_id="train")
     body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
-    assert f'data-src="/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data"' in body
-    assert "metrics/data?metric" not in body
+    stored = body.index(f'data-src="/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data"')
+    assert stored < body.index(f'data-src="/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss"')
     assert pages.HOSTILE not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
 
 
@@ -203,7 +204,7 @@ def test_bars_histograms_and_hostile_names_come_back_as_data_not_markup(alice: C
     histogram, bars = body["plots"]
     assert histogram["kind"] == "bars" and histogram["histogram"] and sum(histogram["series"][0]["y"]) == 4
     assert histogram["title"] == pages.HOSTILE and histogram["series"][0]["label"] == pages.HOSTILE
-    assert bars["categories"] == ["wid 1"] and bars["series"][0]["y"] == [3.0]
+    assert bars["categories"] == ["wu 1 · trainer"] and bars["series"][0]["y"] == [3.0]
 
 
 def test_a_stranger_gets_404_for_the_page_the_data_and_a_missing_chart_alike(alice: Client) -> None:
@@ -323,7 +324,7 @@ def test_series_of_several_units_share_one_x_with_gaps_as_null() -> None:
     (plot,) = plotdata.chart_json([spec], data)["plots"]
     assert plot["xs"] == [0, 1, 2, 3] and plot["y_scale"] == "log" and plot["hlines"] == [0.5]
     assert [(s["label"], s["y"]) for s in plot["series"]] == [
-        ("loss · wu 1", [0.0, 1.0, 2.0, None]), ("loss · wu 2", [None, 1.0, None, 3.0])]
+        ("wu 1", [0.0, 1.0, 2.0, None]), ("wu 2", [None, 1.0, None, 3.0])]  # one metric: the units name them
     assert "lo" not in plot["series"][0] and plot["points"] == 5
 
 
@@ -348,3 +349,78 @@ def test_a_plots_geoms_say_how_its_series_are_drawn(geoms: tuple[str, ...], styl
         metric_name="loss", work_unit_id="1", points=[M.ChartData.SeriesPoint(step=1, avg_value=2, min_value=1, max_value=3)]))])
     (plot,) = plotdata.chart_json([spec], data)["plots"]
     assert plot["style"] == style and plot["series"][0]["lo"] == [1] and plot["series"][0]["hi"] == [3]
+
+
+def test_a_chart_that_compares_units_draws_every_unit_of_its_experiment_named_by_wid_and_job(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)  # three units, lr 0.1 / 0.01 / 0.001, job "trainer"
+    for wid, final in ((1, 0.9), (2, 0.2), (3, 0.5)):
+        _write(exp.id, wid, "loss", [2.0, final])
+    per_unit = M.PlotSpec(plot_id="curves", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                          mapping=M.MappingSpec(color="work_unit"))
+    grouped = M.PlotSpec(plot_id="by_lr", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
+                         mapping=M.MappingSpec(group="arg.lr"))
+    bars = M.PlotSpec(plot_id="final", type=M.BAR, data=M.DataSpec(metrics=["loss"]),
+                      mapping=M.MappingSpec(color="work_unit"))
+    boxes = M.PlotSpec(plot_id="kpi", type=M.SUMMARY_BOX, data=M.DataSpec(metrics=["loss"]),
+                       mapping=M.MappingSpec(color="work_unit"))
+    chart = _chart(exp.id, 1, per_unit, grouped, bars, boxes, chart_id="sweep-overview")
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data")
+    curves, by_lr, final, kpi = body["plots"]
+    assert status == 200 and body["scope"] == "experiment"
+    assert [s["label"] for s in curves["series"]] == ["wu 1 · trainer", "wu 2 · trainer", "wu 3 · trainer"]
+    assert sorted(s["label"] for s in by_lr["series"]) == ["lr=0.001", "lr=0.01", "lr=0.1"]
+    assert final["categories"] == ["wu 1 · trainer", "wu 2 · trainer", "wu 3 · trainer"]
+    assert final["series"][0]["y"] == [0.9, 0.2, 0.5]
+    assert [(r["unit"], r["metric"], r["latest"]) for r in kpi["rows"]] == [
+        ("wu 1 · trainer", "loss", 0.9), ("wu 2 · trainer", "loss", 0.2), ("wu 3 · trainer", "loss", 0.5)]
+    assert kpi["units"] is True
+    alone = _chart(exp.id, 1, chart_id="just-mine")  # no mapping: the chart's own work unit
+    status, mine = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{alone.chart_id}/data")
+    assert mine["scope"] == "work_unit" and [s["label"] for s in mine["plots"][0]["series"]] == ["loss"]
+
+
+# --- Making and changing charts on the pages ------------------------------------------------------------
+
+def test_it_creates_a_chart_over_all_units_from_the_form_and_puts_it_on_a_new_dashboard(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    for wid in (1, 2, 3):
+        _write(exp.id, wid, "loss", [2.0, 1.0 / wid])
+    form = alice.get(f"/experiments/{exp.id}/workUnits/1/charts/new").content.decode()
+    assert 'name="metrics" value="loss"' in form and '<option value="lr">lr (mean per value)</option>' in form
+    done = alice.post(f"/experiments/{exp.id}/workUnits/1/charts/new", {
+        "title": "Loss of every unit", "metrics": "loss", "units": "all", "kind": "lines", "geom": "points",
+        "dashboard": "new", "dashboard_title": "My sweep"})
+    assert done.status_code == 302 and done["Location"].startswith("/dashboards/")
+    dashboard = Dashboard.objects.get(title="My sweep", owner=ALICE)
+    chart = dashboard.charts.get()
+    assert chart.title == "Loss of every unit" and chart.plots[0]["mapping"]["color"] == "work_unit"
+    assert chart.plots[0]["geoms"] == [{"type": "POINT"}]
+    status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data")
+    assert [s["label"] for s in body["plots"][0]["series"]] == ["wu 1 · trainer", "wu 2 · trainer", "wu 3 · trainer"]
+    page = alice.get(done["Location"]).content.decode()
+    assert f'charts/{chart.chart_id}/edit">Edit</a>' in page and "/ every work unit</a>" in page
+
+
+def test_it_edits_a_chart_grouping_by_an_argument_and_names_a_refused_field(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [2.0, 1.0])
+    chart = _chart(exp.id, 1, chart_id="mine")
+    edit = alice.get(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit").content.decode()
+    assert 'value="Training"' in edit and 'value="loss" checked' in edit
+    saved = alice.post(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit", {
+        "title": "By lr", "metrics": "loss", "units": "all", "group": "lr", "kind": "lines", "geom": "line"})
+    assert saved.status_code == 302 and saved["Location"].endswith(f"/workUnits/1#metrics")
+    chart.refresh_from_db()
+    assert chart.title == "By lr" and chart.plots[0]["mapping"]["group"] == "arg.lr"
+    refused = alice.post(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit", {"title": "No metrics"})
+    assert refused.status_code == 400 and "chart.plots[0].data.metrics" in refused.content.decode()
+    chart.refresh_from_db()
+    assert chart.title == "By lr"  # nothing written
+    reader = pages.signed_in("bob")
+    shared, _ = pages.sweep(ALICE, acls=pages.shared_with(BOB))
+    _chart(shared.id, 1, chart_id="alices")
+    denied = reader.post(f"/experiments/{shared.id}/workUnits/1/charts/alices/edit", {"title": "x", "metrics": "loss"})
+    assert denied.status_code == 403
+    stranger = pages.signed_in("carol")
+    assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/new").status_code == 404
+    assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit").status_code == 404

@@ -23,7 +23,7 @@ from core.errors import Aborted, FailedPrecondition, NotFound
 from experiments import services as experiment_services
 from experiments.models import Experiment
 from jobsets.validation import validate_executable, validate_work_unit_request
-from workunits import outbox
+from workunits import arguments, outbox
 from workunits.choices import ActionType, ExecutionState, TaskType, WorkUnitState, WorkUnitType, Writer
 from workunits.group_commit import GroupCommit
 from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecution
@@ -160,7 +160,8 @@ def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], 
             experiment=exp, wid=wid, work_unit_type=request.work_unit_type,
             priority=request.priority or exp.priority, create_time=request.now, update_time=request.now,
             urls=request.urls, executable=request.executable, tags=request.tags, notes=request.notes,
-            current_eid=1,
+            current_eid=1, args=(args := arguments.flat_args(request.executable)),
+            arg_numbers=arguments.numbers(args),
         )
         op = Operation(
             experiment=exp, action_type=ActionType.CREATE, target=wu.name, create_time=request.now,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from django.conf import settings
@@ -38,6 +38,8 @@ from workunits.wire import operation_to_proto, status_message_to_proto, work_uni
 from xmc import listing
 from xmc.api import access, reads, waits
 from xmc.api.registry import ESS, OPERATIONS, Caller, rpc
+from xmc.api.sweep_columns import SweepColumns
+from xmc.api.sweep_columns import prepare as prepare_columns
 from xmc.listing import FilterField
 
 
@@ -115,7 +117,7 @@ def _mask(paths: Sequence[str]) -> list[str]:
     return [p for p in paths if p]
 
 
-def _page(queryset: QuerySet[Any, Any], request: Any, *, fields: dict[str, FilterField], orderable: dict[str, str],
+def _page(queryset: QuerySet[Any, Any], request: Any, *, fields: Mapping[str, FilterField], orderable: Mapping[str, str],
           fingerprint: str, default_order: Sequence[str]) -> listing.Page[Any]:
     """One page for a List/Search request (any message with filter, page_size, page_token)."""
     try:
@@ -293,10 +295,18 @@ def _page_under_experiment(xid: int, caller: Caller, queryset: QuerySet[Any, Any
     return page
 
 
+def sweep_columns(xid: int) -> SweepColumns:
+    """The work unit fields of experiment ``xid`` with its ``args.<name>`` and ``metrics.<name>.<stat>``."""
+    counts = Experiment.objects.filter(id=xid).values_list("child_state_counts", flat=True).first() or {}
+    return SweepColumns(xid, sum((int(n) for n in counts.values()), 0), WORK_UNIT_FIELDS, WORK_UNIT_ORDER)
+
+
 def _list_work_units(request: api.ListWorkUnitsRequest, caller: Caller) -> api.ListWorkUnitsResponse:
     xid = parse_experiment(request.parent, "parent")
-    queryset = work_units_of(xid).annotate(current_execution=_CURRENT_EXECUTION_JSON)
-    page = _page_under_experiment(xid, caller, queryset, request, fields=WORK_UNIT_FIELDS, orderable=WORK_UNIT_ORDER,
+    columns = sweep_columns(xid)
+    prepare_columns(columns, request.filter, request.order_by)
+    queryset = columns.apply(work_units_of(xid).annotate(current_execution=_CURRENT_EXECUTION_JSON))
+    page = _page_under_experiment(xid, caller, queryset, request, fields=columns.fields, orderable=columns.orderable,
                                   fingerprint=f"workUnits|{request.parent}", default_order=["wid"])
     return api.ListWorkUnitsResponse(
         work_units=[work_unit_to_proto(wu, cast(Any, reads.execution_row(wu.current_execution)))

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from xmc.api import extensions, headlines, metrics_write, openapi, rest, scheduling
+from xmc.api import extensions, headlines, importance, metrics_write, openapi, rest, scheduling, sweeps
 
 urlpatterns: list[URLPattern] = [
     path("v1/openapi.json", openapi.openapi_json, name="rest-openapi"),
     path("v1/docs", openapi.docs_page, name="rest-docs"),
     *metrics_write.urlpatterns,  # jobs write metric points (not an RPC: its own token)
+    *sweeps.urlpatterns,  # the sweep read (not an RPC: no such message in the proto)
+    *importance.urlpatterns,  # a sweep's parameter importance (likewise)
     *extensions.urlpatterns,  # e.g. container logs (not an RPC: plain text or NDJSON, streamed)
     *rest.urlpatterns(),
     *scheduling.urlpatterns,  # staff-only: the scheduling switch

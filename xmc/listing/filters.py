@@ -42,7 +42,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from xmc.listing.errors import FilterError
 
-FieldKind = Literal["string", "enum", "int", "bool", "timestamp", "string_list"]
+FieldKind = Literal["string", "enum", "int", "bool", "timestamp", "string_list", "number", "mixed"]
 FIELD_KINDS: frozenset[str] = frozenset(get_args(FieldKind))
 
 #: Longest accepted filter, in characters. The client passes user input
@@ -81,6 +81,13 @@ class FilterField:
     optionally maps proto enum numbers to those names so ``state=4`` works too.
     ``aliases`` maps alternate spellings a user may write to the stored value;
     it applies to any non-wildcard literal of this field.
+
+    ``kind="number"`` is a float column (``metrics.loss.last < 0.1``).
+    ``kind="mixed"`` is a text value that may hold a number (a work unit's
+    ``args.lr``): ``lookup`` is the text and ``number_lookup`` the same value
+    as a number (NULL when the text is not one); a comparison with a number
+    literal compares numbers where the stored value is one and text
+    elsewhere, any other literal compares text (all six operators).
     """
 
     lookup: str
@@ -88,6 +95,7 @@ class FilterField:
     enum_names: frozenset[str] = frozenset()
     aliases: Mapping[str, str] = field(default_factory=dict, hash=False)
     enum_numbers: Mapping[int, str] = field(default_factory=dict, hash=False)
+    number_lookup: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in FIELD_KINDS:
@@ -107,6 +115,8 @@ class FilterField:
                 )
         elif self.enum_names or self.enum_numbers:
             raise ValueError(f"FilterField {self.lookup!r}: enum_names/enum_numbers only apply to kind='enum'")
+        if (self.kind == "mixed") != bool(self.number_lookup):
+            raise ValueError(f"FilterField {self.lookup!r}: number_lookup is needed by, and only by, kind='mixed'")
 
     @classmethod
     def for_enum(
@@ -328,6 +338,8 @@ _RFC3339 = re.compile(
     re.ASCII,  # \d is 0-9 only, not every Unicode digit
 )
 _INT = re.compile(r"-?[0-9]+")
+#: A number literal of ``number`` and ``mixed`` fields (``0.01``, ``-3``, ``1e-4``, ``.5``).
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 def parse_rfc3339(text: str) -> dt.datetime:
@@ -431,6 +443,10 @@ class _Compiler:
         kind = spec.kind
         if kind == "string":
             return self.string(name, spec.lookup, op, lit)
+        if kind == "mixed":
+            return self.mixed(name, spec, op, lit)
+        if kind == "number" and not lit.wildcard:
+            return self.number(name, spec.lookup, op, lit)
         if op in _ORDERING_LOOKUPS and kind in ("enum", "bool", "string_list"):
             raise self.bad_operator(name, kind, op, lit)
         if lit.wildcard:
@@ -496,6 +512,39 @@ class _Compiler:
             return Q(**{f"{lookup}__{i}contains": middle[0]})
         pattern = "^" + ".*".join(_pg_regex_escape(s) for s in lit.segments) + "$"
         return Q(**{f"{lookup}__{i}regex": pattern})
+
+    @staticmethod
+    def number_value(lit: _Literal) -> float | None:
+        """The literal as a finite float, or None when it is not a number."""
+        if lit.wildcard or not NUMBER.fullmatch(lit.text):
+            return None
+        value = float(lit.text)
+        return value if value not in (float("inf"), float("-inf")) else None
+
+    def number(self, name: str, lookup: str, op: str, lit: _Literal) -> Q:
+        value = self.number_value(lit)
+        if value is None:
+            raise FilterError(
+                f"invalid filter: number field {name!r} expects a number, got {lit.source!r} at position {lit.pos}"
+            )
+        return Q(**{f"{lookup}__{_ORDERING_LOOKUPS[op]}" if op in _ORDERING_LOOKUPS else lookup: value})
+
+    def mixed(self, name: str, spec: FilterField, op: str, lit: _Literal) -> Q:
+        """Numbers as numbers where both sides are numbers, text otherwise (``args.lr < 0.1``)."""
+        if lit.wildcard and not (lit.is_star and op == ":"):
+            return self.string(name, spec.lookup, op, lit)
+        if lit.is_star:
+            return _present(spec.lookup, "string")
+        value = self.number_value(lit)
+        if op in _ORDERING_LOOKUPS:
+            suffix = f"__{_ORDERING_LOOKUPS[op]}"
+            text = Q(**{f"{spec.lookup}{suffix}": lit.text})
+        else:
+            suffix = ""
+            text = Q(**{f"{spec.lookup}__icontains" if op == ":" else spec.lookup: lit.text})
+        if value is None:
+            return text
+        return Q(**{f"{spec.number_lookup}{suffix}": value}) | (Q(**{f"{spec.number_lookup}__isnull": True}) & text)
 
     def enum_value(self, name: str, spec: FilterField, lit: _Literal) -> str:
         text = lit.text

@@ -46,6 +46,7 @@ from simulators.cluster.controllers.script import (
     ScriptError,
     Timeline,
     View,
+    container_args,
     metric_points,
     parse_script,
 )
@@ -290,8 +291,9 @@ class Kubelet(Controller):
     def _effective_script(self, pod: Obj) -> tuple[Script, str | None]:
         md = pod.get("metadata") or {}
         text = (md.get("annotations") or {}).get(SCRIPT_ANNOTATION)
+        argv = (((pod.get("spec") or {}).get("containers") or [{}])[0] or {}).get("args")
         try:
-            script = parse_script(text if text is not None else DEFAULT_SCRIPT)
+            script = parse_script(text if text is not None else DEFAULT_SCRIPT, container_args(argv))
             error = None
         except ScriptError as exc:
             script, error = parse_script(DEFAULT_SCRIPT), f"invalid {SCRIPT_ANNOTATION} {text!r}: {exc}"

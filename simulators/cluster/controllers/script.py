@@ -43,9 +43,12 @@ the exit line of a non-zero exit and the ``stderr`` lines go to stderr.
 
 A metrics expression is arithmetic (``+ - * / ** %``, parentheses) over ``t``
 (seconds since the attempt started), ``n`` (the point number, 1-based: also
-its step), the constants ``e`` and ``pi`` and the functions ``exp``, ``log``,
-``sqrt``, ``sin``, ``cos``, ``abs``, ``min`` and ``max``, e.g.
-``metrics=every:1s:loss=exp(-t/30),acc=1-exp(-t/20)``.
+its step), the constants ``e`` and ``pi``, the functions ``exp``, ``log``,
+``sqrt``, ``sin``, ``cos``, ``abs``, ``min`` and ``max``, and ``arg('name')``:
+the number after ``--name=`` in the container's args (`container_args`),
+read when the script is parsed (a missing or non-numeric argument is a
+script error), e.g. ``metrics=every:1s:loss=exp(-t/30),acc=1-exp(-t/20)`` or,
+for a sweep with an optimum, ``loss=(log(arg('lr'))+4.6)**2/10+exp(-t/20)``.
 
 Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
 """
@@ -120,8 +123,21 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * float(_UNITS[m.group(2)])
 
 
-def parse_script(text: str | None) -> Script:
-    """Parse the annotation value; None/empty gives the default behaviour."""
+def container_args(argv: Any) -> dict[str, str]:
+    """``--name=value`` items of a container's args as ``{name: value}`` (what ``arg('name')`` reads)."""
+    out: dict[str, str] = {}
+    for item in argv or ():
+        if isinstance(item, str) and item.startswith("--") and "=" in item:
+            name, _, value = item[2:].partition("=")
+            out.setdefault(name, value)
+    return out
+
+
+def parse_script(text: str | None, args: dict[str, str] | None = None) -> Script:
+    """Parse the annotation value; None/empty gives the default behaviour.
+
+    ``args`` are the container's ``--name=value`` arguments (`container_args`), which metrics
+    expressions read with ``arg('name')``."""
     script = Script()
     if text is None or not text.strip():
         return script
@@ -212,7 +228,7 @@ def parse_script(text: str | None) -> Script:
                 raise ScriptError("metrics must be every:<duration>:<name>=<expr>[,<name>=<expr>...]")
             every, _, spec = value[len("every:"):].partition(":")
             values["metrics_every"] = max(0.001, parse_duration(every))
-            values["metrics"] = parse_metrics(spec)
+            values["metrics"] = parse_metrics(spec, args)
         elif key == "print":
             values["prints"] = (*values.get("prints", ()), value)
         elif key == "stderr":
@@ -241,6 +257,32 @@ def _split_top(text: str) -> list[str]:
             start = i + 1
     parts.append(text[start:])
     return [p.strip() for p in parts if p.strip()]
+
+
+class _Arguments(ast.NodeTransformer):
+    """Replace every ``arg('name')`` by the container's value of ``--name=``, a number (else ScriptError)."""
+
+    def __init__(self, args: dict[str, str]) -> None:
+        self.args = args
+        self.used = False
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 - ast's name
+        if not (isinstance(node.func, ast.Name) and node.func.id == "arg"):
+            return self.generic_visit(node)
+        if (len(node.args) != 1 or node.keywords or not isinstance(node.args[0], ast.Constant)
+                or not isinstance(node.args[0].value, str)):
+            raise ScriptError(f"metrics expression: {ast.unparse(node)!r}: write arg('<name>')")
+        name = node.args[0].value
+        if name not in self.args:
+            raise ScriptError(f"metrics expression: arg({name!r}): the container has no --{name}=<number> argument")
+        try:
+            value = float(self.args[name])
+        except ValueError:
+            raise ScriptError(f"metrics expression: arg({name!r}): --{name}={self.args[name]!r} is not a number") from None
+        if not math.isfinite(value):
+            raise ScriptError(f"metrics expression: arg({name!r}): --{name}={self.args[name]!r} is not a finite number")
+        self.used = True
+        return ast.copy_location(ast.Constant(value), node)
 
 
 def _check_expression(node: ast.AST) -> None:
@@ -279,8 +321,9 @@ def _evaluate(node: ast.AST, t: float, n: int) -> float:
     return float(_FUNCTIONS[node.func.id](*(_evaluate(a, t, n) for a in node.args)))
 
 
-def parse_metrics(spec: str) -> tuple[tuple[str, str], ...]:
-    """``loss=exp(-t/30),acc=1-exp(-t/20)`` -> ((name, expression), ...), each expression checked."""
+def parse_metrics(spec: str, args: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+    """``loss=exp(-t/30),acc=1-exp(-t/20)`` -> ((name, expression), ...), each expression checked, with
+    every ``arg('name')`` replaced by the value of the container's ``--name=`` (``args``)."""
     out: list[tuple[str, str]] = []
     for part in _split_top(spec):
         name, eq, expr = part.partition("=")
@@ -290,8 +333,10 @@ def parse_metrics(spec: str) -> tuple[tuple[str, str], ...]:
             tree = ast.parse(expr.strip(), mode="eval")
         except SyntaxError:
             raise ScriptError(f"metrics: {expr.strip()!r} is not an expression") from None
+        arguments = _Arguments(args or {})
+        tree = ast.fix_missing_locations(arguments.visit(tree))
         _check_expression(tree)
-        out.append((name.strip(), expr.strip()))
+        out.append((name.strip(), ast.unparse(tree) if arguments.used else expr.strip()))
     if not out:
         raise ScriptError("metrics needs at least one <name>=<expression>")
     return tuple(out)

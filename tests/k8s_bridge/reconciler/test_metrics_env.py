@@ -18,7 +18,7 @@ import pytest
 
 from core import task_wire
 from k8s_bridge import client, tasks
-from metrics.models import MetricPoint
+from metrics.models import MetricPoint, MetricSummary
 from tests import factories
 from tests.k8s_bridge.reconciler.conftest import NS, Cluster, state_of
 from tests.waiting import eventually
@@ -97,3 +97,7 @@ def test_a_scripted_pod_reports_its_curve_through_the_write_path(
     for step, value in loss.items():
         assert value == pytest.approx(math.exp(-step / 30))
     assert MetricPoint.objects.filter(metric="acc").count() == len(loss)
+    # The simulator's points keep the summary too: last value at the highest step, min, max, count.
+    summary = MetricSummary.objects.get(work_unit=wu, eid=1, metric="loss")
+    assert (summary.last_step, summary.count) == (max(loss), len(loss))
+    assert (summary.last, summary.min, summary.max) == (loss[max(loss)], min(loss.values()), max(loss.values()))

@@ -105,7 +105,7 @@ def test_status_shows_the_units_the_args_that_differ_and_their_progress(xmc: Xmc
     assert lines[2].split() == ["Units", "1▶", "1✓", "1✗"]
     assert lines[3] == "Shared args steps=100"
     header = next(line for line in lines if line.startswith("WID"))
-    assert header.split() == ["WID", "STATE", "EX", "lr", "MESSAGE", "TIME"]  # lr differs, steps is shared
+    assert header.split() == ["WID", "JOB", "STATE", "EX", "lr", "MESSAGE", "TIME"]  # lr differs, steps is shared
     rows = {int(line.split()[0]): line for line in lines[lines.index(header) + 1:]}
     assert "✓ completed" in rows[1] and "0.1" in rows[1]
     assert "✗ failed" in rows[2] and "0.01" in rows[2]

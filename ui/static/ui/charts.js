@@ -180,10 +180,14 @@
   function summaryTable(plot) {
     var table = text("table", "data summary");
     var head = table.createTHead().insertRow();
-    ["metric", "latest", "min", "max", "mean", "step"].forEach(function (h) { head.appendChild(text("th", "", h)); });
+    // Over an experiment each row is one work unit's (its wid and job name first).
+    (plot.units ? ["unit"] : []).concat(["metric", "latest", "min", "max", "mean", "step"]).forEach(function (h) {
+      head.appendChild(text("th", "", h));
+    });
     var body = table.createTBody();
     plot.rows.forEach(function (r) {
       var tr = body.insertRow();
+      if (plot.units) tr.appendChild(text("td", "", r.unit));
       tr.appendChild(text("td", "", r.metric));
       [r.latest, r.min, r.max, r.mean].forEach(function (v) { tr.appendChild(text("td", "num", fmt(v))); });
       tr.appendChild(text("td", "num", String(r.step)));

@@ -1,6 +1,6 @@
 // The pages' own script (a static file: the Content-Security-Policy allows no inline script).
-// Row selection for bulk actions, a live indicator, full reload on the stream's "reload", and the
-// logs panel's toggles. Everything else is htmx attributes in the templates.
+// Row selection for bulk actions, a live indicator, full reload on the stream's "reload", the
+// table's scroll hint, and the logs panel's toggles. Everything else is htmx attributes in the templates.
 (function () {
   "use strict";
   var selected = new Set();
@@ -27,6 +27,15 @@
       });
       syncSelection(document);
     }
+  });
+
+  // "Compare selected": the compare view of the selected work units (a plain GET, no form token in it).
+  document.addEventListener("click", function (event) {
+    var button = event.target instanceof Element ? event.target.closest("[data-compare]") : null;
+    if (!button || !selected.size) return;
+    var query = Array.from(selected).sort(function (a, b) { return a - b; })
+      .map(function (w) { return "wid=" + encodeURIComponent(w); }).join("&");
+    window.location.assign(button.getAttribute("data-compare") + "?" + query);
   });
 
   // A row refreshed by an event keeps its check mark.
@@ -61,39 +70,32 @@
     showLive();
   });
 
-  // Client-side sort of the work unit table by any column (numbers as numbers).
-  document.addEventListener("click", function (event) {
-    var th = event.target instanceof Element ? event.target.closest("th[data-sort]") : null;
-    if (!th) return;
-    var table = th.closest("table"), body = table.tBodies[0];
-    var index = Array.prototype.indexOf.call(th.parentNode.children, th);
-    var dir = th.getAttribute("data-dir") === "asc" ? "desc" : "asc";
-    table.querySelectorAll("th[data-sort]").forEach(function (h) { h.removeAttribute("data-dir"); });
-    th.setAttribute("data-dir", dir);
-    var rows = Array.prototype.slice.call(body.rows);
-    function key(row) {
-      var cell = row.children[index];
-      var text = cell ? (cell.getAttribute("data-value") || cell.textContent.trim()) : "";
-      var n = Number(text);
-      return text !== "" && !isNaN(n) ? [0, n] : [1, text.toLowerCase()];
-    }
-    rows.sort(function (a, b) {
-      var ka = key(a), kb = key(b);
-      var c = ka[0] - kb[0] || (ka[1] < kb[1] ? -1 : ka[1] > kb[1] ? 1 : 0);
-      return dir === "asc" ? c : -c;
-    });
-    rows.forEach(function (r) { body.appendChild(r); });
+  // The table is sorted, filtered and paged by the server (links and forms); a select with
+  // data-autosubmit (rows per page) sends its form when changed.
+  document.addEventListener("change", function (event) {
+    var select = event.target;
+    if (select instanceof HTMLSelectElement && select.hasAttribute("data-autosubmit") && select.form) select.form.submit();
   });
 
-  // Quick filter of the work unit table by text in any cell (the server-side filter takes AIP-160).
-  document.addEventListener("input", function (event) {
-    var input = event.target;
-    if (!(input instanceof HTMLInputElement) || !input.hasAttribute("data-quick-filter")) return;
-    var needle = input.value.trim().toLowerCase();
-    document.querySelectorAll(input.getAttribute("data-quick-filter") + " tbody tr").forEach(function (row) {
-      row.hidden = needle !== "" && row.textContent.toLowerCase().indexOf(needle) === -1;
+  // A table that is wider than its box says so (the hint and a shadow at the edge it scrolls to).
+  function markScrolling() {
+    document.querySelectorAll("[data-scroll]").forEach(function (box) {
+      var more = box.scrollWidth > box.clientWidth + 1;
+      box.classList.toggle("scrolls", more);
+      box.classList.toggle("at-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
+      var hint = box.previousElementSibling;
+      if (hint && hint.classList.contains("scroll-hint")) hint.hidden = !more;
     });
-  });
+  }
+  document.addEventListener("DOMContentLoaded", markScrolling);
+  window.addEventListener("resize", markScrolling);
+  document.addEventListener("htmx:afterSettle", markScrolling);
+  document.addEventListener("scroll", function (event) {
+    var box = event.target;
+    if (box instanceof Element && box.hasAttribute("data-scroll")) {
+      box.classList.toggle("at-end", box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
+    }
+  }, true);
 
   // Logs panel: keep a followed log scrolled to the end as lines arrive (ui/logfollow.py pushes
   // them), drop the "no lines yet" placeholder at the first, and say when the stream ended.

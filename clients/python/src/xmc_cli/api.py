@@ -10,7 +10,7 @@ else's experiment from a missing one.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -157,3 +157,21 @@ class Api:
 
     def operation(self, name: str) -> dict[str, Any]:
         return dict(self.request("GET", f"/v1/{name}", what=f"operation {name}"))
+
+    def summarize(self, xid: int, *, metrics: Sequence[str] = (), filter: str = "", order_by: str = "",
+                  limit: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The sweep read (``workUnits:summarize``): its first page's envelope (metrics, argsInCommon,
+        totalSize, ...) and every row up to ``limit``, following the pages."""
+        params = {**({"metrics": ",".join(metrics)} if metrics else {}), **({"filter": filter} if filter else {}),
+                  **({"orderBy": order_by} if order_by else {})}
+        path, rows, token = f"/v1/experiments/{xid}/workUnits:summarize", [], ""
+        first: dict[str, Any] = {}
+        while True:
+            size = 1000 if limit is None else max(1, min(1000, limit - len(rows)))
+            body = self.request("GET", path, what=f"experiment {xid}",
+                                params={**params, "pageSize": size, **({"pageToken": token} if token else {})})
+            first = first or dict(body)
+            rows += list(body.get("workUnits") or [])
+            token = body.get("nextPageToken") or ""
+            if not token or (limit is not None and len(rows) >= limit):
+                return first, rows[:limit] if limit is not None else rows

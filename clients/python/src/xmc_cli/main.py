@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from xmc_cli import __version__, actions, auth, logs, present, render, safe, watch
+from xmc_cli import __version__, actions, auth, compare, logs, present, render, safe, watch
 from xmc_cli.api import Api
 from xmc_cli.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError
 from xmc_cli.targets import parse
@@ -121,12 +121,21 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         missing = sorted(wanted - {present.last_id(u.get("name", "")) for u in units})
         if missing:
             raise CliError(f"work unit {target.xid}/{missing[0]} not found")
+    sweep, metrics = _sweep_rows(ctx, target.xid)
     if args.json:
-        ctx.json({"experiment": experiment, "summary": render.experiment_summary(experiment),
-                  "workUnits": [{**render.unit_summary(u), "workUnit": u} for u in units]})
+        ctx.json({"experiment": experiment, "summary": render.experiment_summary(experiment), "metrics": metrics,
+                  "workUnits": [{**render.unit_summary(u, sweep), "workUnit": u} for u in units]})
         return EXIT_OK
-    ctx.out.print(render.status_view(experiment, units, ctx.out))
+    ctx.out.print(render.status_view(experiment, units, ctx.out, sweep=sweep, metrics=metrics))
     return EXIT_OK
+
+
+def _sweep_rows(ctx: Context, xid: int) -> tuple[dict[int, dict[str, Any]], list[str]]:
+    """``wid -> row`` of the sweep read (job name, the last value of up to three metrics) and those metrics."""
+    head, _ = ctx.api.summarize(xid, limit=1)
+    metrics = compare.metric_columns(list(head.get("metrics") or []))
+    _, rows = ctx.api.summarize(xid, metrics=metrics)  # no metrics: the experiment's, which are none
+    return {int(row["workUnitId"]): row for row in rows}, metrics
 
 
 # --- why ------------------------------------------------------------------------------------------
@@ -240,6 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="XID[/WID]")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_status)
+
+    p = command("compare", "a sweep's work units ranked by a metric (best first)")
+    p.add_argument("target", metavar="XID")
+    p.add_argument("--metric", type=compare.metric_arg, metavar="NAME[:min|:max]",
+                   help="rank by this metric's last value; :min lower is better, :max higher (default: by its "
+                        "name, lower for loss/error); default metric: the experiment's first loss-like one")
+    p.add_argument("--filter", default="", help="an AIP-160 filter, e.g. 'args.lr < 0.01 AND state = COMPLETED'")
+    p.add_argument("--top", type=_positive, default=20, metavar="N", help="the best N (default 20)")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="machine-readable output")
+    output.add_argument("--csv", action="store_true", help="CSV: args and every stat of the metrics shown")
+    p.set_defaults(run=compare.cmd_compare)
 
     p = command("why", "in plain words: why a work unit is not running, or why it failed")
     p.add_argument("target", metavar="XID/WID")

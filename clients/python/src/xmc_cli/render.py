@@ -113,11 +113,21 @@ def shared_args(units: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return {k: v for k, v in all_args[0].items() if k not in varying and all(a.get(k) == v for a in all_args)}
 
 
-def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4) -> Table:
+def _last(row: Mapping[str, Any] | None, metric: str) -> str:
+    value = (((row or {}).get("metrics") or {}).get(metric) or {}).get("last")
+    return "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4,
+                sweep: Mapping[int, Mapping[str, Any]] | None = None, metrics: Sequence[str] = ()) -> Table:
+    """The work units, one row each; with ``sweep`` (the sweep read's rows by wid) also their job name and
+    the last value of ``metrics``."""
     all_args = [present.args_of(u) for u in units]
     columns = present.differing(all_args)
     table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
     table.add_column("WID", justify="right", no_wrap=True)
+    if sweep is not None:
+        table.add_column("JOB", no_wrap=True, overflow="ellipsis", max_width=14)
     table.add_column("STATE", no_wrap=True)
     table.add_column("EX", justify="right", no_wrap=True)
     shown = columns[:max_arg_columns]
@@ -125,16 +135,23 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
         table.add_column(safe.plain(name), no_wrap=True, overflow="ellipsis", max_width=14)  # as written: arguments, not ours
     if len(columns) > len(shown):
         table.add_column(Text(f"+{len(columns) - len(shown)} args"), no_wrap=True, overflow="ellipsis", max_width=10)
+    for metric in metrics:
+        table.add_column(safe.plain(metric), justify="right", no_wrap=True, overflow="ellipsis", max_width=12)
     table.add_column("MESSAGE", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
     table.add_column("TIME", justify="right", no_wrap=True)
     for unit, args in zip(units, all_args):
         execution = unit.get("currentWorkUnitExecution") or {}
         value = present.state_of(unit)
-        cells: list[Any] = [str(present.last_id(unit.get("name", ""))), state(value),
-                            str(present.last_id(execution.get("name", ""))) if execution else ""]
+        wid = present.last_id(unit.get("name", ""))
+        row = (sweep or {}).get(wid) if isinstance(wid, int) else None
+        cells: list[Any] = [str(wid)]
+        if sweep is not None:
+            cells.append(safe.plain((row or {}).get("jobName", "")))
+        cells += [state(value), str(present.last_id(execution.get("name", ""))) if execution else ""]
         cells += [safe.plain(args.get(name, "")) for name in shown]
         if len(columns) > len(shown):
             cells.append(safe.plain(" ".join(f"{n}={args.get(n, '')}" for n in columns[len(shown):])))
+        cells += [_last(row, metric) for metric in metrics]
         message = present.one_line(safe.clean(present.headline_of(unit)))
         cells.append(Text(message, style="red" if value in present.FAILED_STATES else "dim" if not message else ""))
         cells.append(present.duration(execution.get("createTime"), execution.get("completeTime")))
@@ -142,16 +159,23 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4)
     return table
 
 
-def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], console: Console) -> Group:
-    body = fit(units_table(units), console) if units else Text("No work units yet.", style="dim")
+def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], console: Console, *,
+                sweep: Mapping[int, Mapping[str, Any]] | None = None, metrics: Sequence[str] = ()) -> Group:
+    body = (fit(units_table(units, sweep=sweep, metrics=metrics), console) if units
+            else Text("No work units yet.", style="dim"))
     return Group(experiment_header(e, units, width=console.width), Text(""), body)
 
 
-def unit_summary(unit: Mapping[str, Any]) -> dict[str, Any]:
-    """The stable, flat record of a work unit ``--json`` outputs beside the raw resource."""
+def unit_summary(unit: Mapping[str, Any], sweep: Mapping[int, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The stable, flat record of a work unit ``--json`` outputs beside the raw resource (with ``sweep``,
+    the sweep read's rows by wid: also its job name and metric summaries)."""
     execution = unit.get("currentWorkUnitExecution") or {}
+    wid = present.last_id(unit.get("name", ""))
+    row = (sweep or {}).get(wid) if isinstance(wid, int) else None
+    extra = {"jobName": row.get("jobName", ""), "metrics": row.get("metrics") or {}} if row is not None else {}
     return {
-        "wid": present.last_id(unit.get("name", "")),
+        **extra,
+        "wid": wid,
         "state": present.state_of(unit),
         "execution": present.last_id(execution.get("name", "")) if execution else None,
         "args": present.args_of(unit),

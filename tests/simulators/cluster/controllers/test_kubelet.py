@@ -144,6 +144,15 @@ def test_it_falls_back_to_the_default_behaviour_for_an_invalid_script(sim: Sim) 
     assert warning and warning[0]["type"] == "Warning" and "bad duration 'soon'" in warning[0]["message"]
 
 
+def test_a_metrics_expression_reading_a_missing_argument_is_a_script_error_when_the_pod_starts(sim: Sim) -> None:
+    job = rjob("main", script="run=1s;metrics=every:1s:loss=log(arg('lr'))")
+    job["template"]["spec"]["template"]["spec"]["containers"][0]["args"] = ["--batch_size=32"]
+    sim.create_jobset("noarg", [job])
+    warning = sim.eventually(lambda: [e for e in sim.list("events") if e["reason"] == "InvalidSimScript"],
+                             what="the script error")
+    assert "arg('lr'): the container has no --lr=<number> argument" in warning[0]["message"]
+
+
 def test_it_reports_a_terminated_container_before_confirming_a_deletion(sim: Sim) -> None:
     seen: list[dict[str, Any]] = []
     sim.store.add_listener(lambda event, rt, obj: seen.append(obj) if rt.plural == "pods" and event == "MODIFIED"

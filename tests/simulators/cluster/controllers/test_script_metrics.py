@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from simulators.cluster.controllers.script import ScriptError, metric_points, parse_script
+from simulators.cluster.controllers.script import ScriptError, container_args, metric_points, parse_script
 
 
 def test_it_parses_metrics_and_computes_the_points_due() -> None:
@@ -31,3 +31,23 @@ def test_it_leaves_out_values_undefined_at_a_point() -> None:
 def test_it_refuses_anything_but_arithmetic(text: str) -> None:
     with pytest.raises(ScriptError):
         parse_script(text)
+
+
+def test_an_expression_reads_the_containers_arguments() -> None:
+    args = container_args(["--lr=0.01", "--batch_size=32", "positional", "--name=resnet", "-v"])
+    assert args == {"lr": "0.01", "batch_size": "32", "name": "resnet"}
+    script = parse_script("metrics=every:1s:loss=(log(arg('lr'))+4.6)**2/10+exp(-t/20),b=arg('batch_size')*n", args)
+    (point,) = metric_points(script, 0.0, 0, 1.0)
+    assert point[2] == {"loss": pytest.approx((math.log(0.01) + 4.6) ** 2 / 10 + math.exp(-1 / 20)), "b": 32.0}
+
+
+@pytest.mark.parametrize(("expression", "words"), [
+    ("arg('lr')", "no --lr=<number> argument"),  # missing
+    ("arg('name')", "'resnet' is not a number"),
+    ("arg('inf')", "not a finite number"),
+    ("arg(lr)", "write arg('<name>')"),
+    ("arg('lr', 1)", "write arg('<name>')"),
+])
+def test_a_missing_or_non_numeric_argument_is_a_script_error(expression: str, words: str) -> None:
+    with pytest.raises(ScriptError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        parse_script(f"metrics=every:1s:x={expression}", {"name": "resnet", "inf": "inf"})

@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('workunits', '0006_internal_update_operations'),
+        ('workunits', '0007_work_unit_args'),
     ]
 
     operations = [

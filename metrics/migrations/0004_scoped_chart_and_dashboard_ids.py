@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('experiments', '0002_acl_indexes'),
-        ('metrics', '0002_partitioned_points'),
+        ('metrics', '0003_metric_summaries'),
         ('workunits', '0006_internal_update_operations'),
     ]
 
