@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from tests.system.test_run_command import _admin_sign_in, _fresh_machine_env, _wait_for_line
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = [sys.executable, "scripts/devservices.py"]
@@ -170,7 +171,8 @@ def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_t
         for name, port in zip(("a", "b"), brokers):
             own = redis.Redis(host="127.0.0.1", port=int(port))
             assert own.config_get("dir")["dir"] == str((tmp_path / name / "redis").resolve())
-            assert len(own.client_list()) > 1
+            # Its processes connect as they start (the worker and beat after the web answers): wait for one.
+            eventually(lambda: len(own.client_list()) > 1, 60, f"a process of system {name} on its broker")
         # ./dev manage in each folder reaches that folder's system.
         for env, name in zip(envs, ("a", "b")):
             done = subprocess.run(["./dev", "manage", "shell", "-c",
