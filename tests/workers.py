@@ -45,7 +45,10 @@ def _assign() -> None:
         return
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     own = redis_url_for_worker(url, index)
-    if os.environ.get("CELERY_BROKER_URL", url) == url:
+    # CELERY_BROKER_URL follows REDIS_URL in the settings when it is unset: it is moved only when it
+    # was set to the same server. Setting it here otherwise would leak into every process a test
+    # starts, and a whole ./dev run of a test would take the suite's broker for its own.
+    if os.environ.get("CELERY_BROKER_URL") == url:
         os.environ["CELERY_BROKER_URL"] = own
     os.environ["REDIS_URL"] = own
 

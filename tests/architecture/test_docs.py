@@ -1,6 +1,6 @@
 """Docs match the code: every relative link and every named code symbol exists.
 
-Covers README.md and docs/architecture/*.md. A symbol is a backticked dotted
+Covers README.md, docs/testing.md and docs/architecture/*.md. A symbol is a backticked dotted
 path that starts with one of our packages (``workunits.state.merge_execution``);
 it must import, attribute by attribute.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs" / "architecture").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "docs" / "testing.md", *sorted((ROOT / "docs" / "architecture").glob("*.md"))]
 PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SYMBOL = re.compile(r"`((?:%s)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`" % "|".join(PACKAGES))

@@ -296,9 +296,13 @@ def _page_under_experiment(xid: int, caller: Caller, queryset: QuerySet[Any, Any
 
 
 def sweep_columns(xid: int) -> SweepColumns:
-    """The work unit fields of experiment ``xid`` with its ``args.<name>`` and ``metrics.<name>.<stat>``."""
-    counts = Experiment.objects.filter(id=xid).values_list("child_state_counts", flat=True).first() or {}
-    return SweepColumns(xid, sum((int(n) for n in counts.values()), 0), WORK_UNIT_FIELDS, WORK_UNIT_ORDER)
+    """The work unit fields of experiment ``xid`` with its ``args.<name>`` and ``metrics.<name>.<stat>``
+    (the unit count is read only when an ``args.`` name is: a plain list stays one statement)."""
+    def units() -> int:
+        counts = Experiment.objects.filter(id=xid).values_list("child_state_counts", flat=True).first() or {}
+        return sum((int(n) for n in counts.values()), 0)
+
+    return SweepColumns(xid, units, WORK_UNIT_FIELDS, WORK_UNIT_ORDER)
 
 
 def _list_work_units(request: api.ListWorkUnitsRequest, caller: Caller) -> api.ListWorkUnitsResponse:

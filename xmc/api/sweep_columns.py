@@ -14,7 +14,7 @@ Used by ListWorkUnits (``xmc.api.handlers``) and by the sweep read (``xmc.api.sw
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,9 +77,12 @@ def _alias(kind: str, name: str) -> str:
 class SweepColumns:
     """The filter fields and orderable fields of one experiment's work units, static and dynamic."""
 
-    def __init__(self, xid: int, units: int, fields: Mapping[str, FilterField], orderable: Mapping[str, str]) -> None:
+    def __init__(self, xid: int, units: int | Callable[[], int], fields: Mapping[str, FilterField],
+                 orderable: Mapping[str, str]) -> None:
         self.xid = xid
-        self.units = units
+        # The unit count keys the argument statistics' cache; a callable is read only when an
+        # ``args.`` name is resolved, so a list that names none costs no query for it.
+        self._units = units
         self.annotations: dict[str, Any] = {}
         self._base_fields = fields
         self._base_order = orderable
@@ -89,6 +92,12 @@ class SweepColumns:
         self.orderable: Mapping[str, str] = _Order(self)
 
     # -- what exists ------------------------------------------------------------------------
+
+    @property
+    def units(self) -> int:
+        if callable(self._units):
+            self._units = self._units()
+        return self._units
 
     def args(self) -> dict[str, ArgStat]:
         if self._args is None:

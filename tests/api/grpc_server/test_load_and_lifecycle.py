@@ -169,7 +169,8 @@ def test_it_holds_at_most_one_database_connection_per_worker_under_200_concurren
         deadline = time.monotonic() + 5
         while sampler.count() > baseline and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sampler.count() == baseline
+        # At most the baseline: a connection an earlier test of this worker left may close meanwhile.
+        assert sampler.count() <= baseline
 
 
 # --- Graceful stop ---------------------------------------------------------------------------

@@ -164,7 +164,8 @@ class Api:
         totalSize, ...) and every row up to ``limit``, following the pages."""
         params = {**({"metrics": ",".join(metrics)} if metrics else {}), **({"filter": filter} if filter else {}),
                   **({"orderBy": order_by} if order_by else {})}
-        path, rows, token = f"/v1/experiments/{xid}/workUnits:summarize", [], ""
+        path, token = f"/v1/experiments/{xid}/workUnits:summarize", ""
+        rows: list[dict[str, Any]] = []
         first: dict[str, Any] = {}
         while True:
             size = 1000 if limit is None else max(1, min(1000, limit - len(rows)))
