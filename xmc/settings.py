@@ -211,6 +211,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "xmc.logs.RequestLogMiddleware",
     "xmc.ops.DatabaseUnavailableMiddleware",
+    # No NUL or lone surrogate in a path, query parameter or form field reaches a view (core.inputs).
+    "xmc.inputs.InputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -369,4 +371,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["xmc.auth.drf.IdentityRateThrottle"],
     "UNAUTHENTICATED_USER": None,
+    # No `?format=` override: an unknown one raised Http404 inside content negotiation (a 500); the logs
+    # endpoint has a `format` parameter of its own.
+    "URL_FORMAT_OVERRIDE": None,
 }
