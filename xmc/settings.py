@@ -177,6 +177,9 @@ XMC_LOG_ARCHIVE_FINALIZER_WAIT_S = env.float("XMC_LOG_ARCHIVE_FINALIZER_WAIT_S",
 XMC_LOGS_CONSOLE_URL_TEMPLATE = env.str("XMC_LOGS_CONSOLE_URL_TEMPLATE", default="")
 # Followed logs (?follow=true) one web process keeps open at once; each holds a request thread.
 XMC_LOGS_MAX_FOLLOWS = env.int("XMC_LOGS_MAX_FOLLOWS", default=2)
+# An open event stream re-checks its caller's access before every event it sends and at least this
+# often (seconds); a stream whose caller lost access, or was deactivated, ends with a final "denied" event.
+XMC_STREAM_RECHECK_S = env.float("XMC_STREAM_RECHECK_S", default=10.0)
 # Name of this cluster in execution metadata (management/executing cluster); "" leaves it out.
 XMC_K8S_CLUSTER_NAME = env.str("XMC_K8S_CLUSTER_NAME", default="")
 
