@@ -29,8 +29,9 @@ _ID = re.compile(r"[0-9]{1,19}")
 _INT = re.compile(r"[-+]?[0-9]{1,20}")
 #: How deep a JSON body may nest (objects and arrays); our deepest message is far shallower.
 MAX_JSON_DEPTH = 32
-#: The longest integer literal a JSON body may hold (digits).
-MAX_JSON_INT_DIGITS = 40
+#: The longest integer literal a JSON body may hold (digits): far above any number a field takes (a
+#: larger one is refused naming its field), far below the 4,300 digits where Python's int() raises.
+MAX_JSON_INT_DIGITS = 1000
 #: The longest text (a query value, a form field) the input middleware lets through.
 MAX_TEXT = 64 * 1024
 
