@@ -20,6 +20,12 @@ Events (``ui.live`` supplies them from the process's one Redis subscription):
   ``hello`` instead of having it replayed;
 * ``reload``: the page missed events it cannot replay (``Last-Event-ID`` or
   ``since`` older than the log, or its queue overflowed): read everything again;
+* ``denied``, the last event: the caller lost read access to the experiment
+  (or was deactivated, or their token revoked). Access is checked again
+  before every event the stream sends and at least every
+  ``XMC_STREAM_RECHECK_S`` seconds (`_recheck`); the list page's stream
+  drops the experiments its caller can no longer read and ends only when
+  the caller is gone;
 * ``hello`` once, at the start, once the process's Redis subscription is
   confirmed (whatever the page reads after it is current), and a comment every
   :data:`HEARTBEAT_S` so proxies keep the connection open.
@@ -31,9 +37,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 
@@ -93,6 +101,55 @@ def _authorize(request: HttpRequest, xid: int | None, wanted: list[int]) -> list
             connection.close()
 
 
+def _fresh_identity(request: HttpRequest) -> Identity:
+    """The caller as the database says now: a bearer token verified again, a session's user read again."""
+    header = request.headers.get("Authorization")
+    if header:
+        return authenticate_bearer(header)
+    user_id = getattr(request.user, "pk", None)
+    email = (get_user_model().objects.filter(pk=user_id, is_active=True).values_list("email", flat=True).first()
+             if user_id is not None else None)
+    if not email:
+        raise Unauthenticated("the account is deactivated or gone")
+    return identity_for_email(str(email))
+
+
+def _recheck(request: HttpRequest, xid: int | None, xids: list[int]) -> list[int]:
+    """The experiments the open stream may still show; [] when the caller lost everything.
+
+    Runs in a thread (``sync_to_async``), connections closed after, like `_authorize`.
+    """
+    try:
+        try:
+            identity = _fresh_identity(request)
+        except Unauthenticated:
+            return []
+        if xid is not None:
+            try:
+                api_reads.require_experiment_role(xid, identity, Role.READER)
+            except (NotFound, PermissionDenied):
+                return []
+            return [xid]
+        return reads.readable_xids(identity, xids)
+    finally:
+        for connection in connections.all(initialized_only=True):
+            connection.close()
+
+
+Recheck = Callable[[], Awaitable[list[int]]]
+
+
+def _rechecker(request: HttpRequest, xid: int | None, xids: list[int]) -> Recheck:
+    async def recheck() -> list[int]:
+        async with _checks_slot():
+            return await sync_to_async(_recheck, thread_sensitive=False)(request, xid, xids)
+
+    return recheck
+
+
+DENIED = b"event: denied\ndata: {}\n\n"
+
+
 def _text(status: int, body: str) -> HttpResponse:
     return HttpResponse(body + "\n", status=status, content_type="text/plain; charset=utf-8")
 
@@ -102,7 +159,7 @@ def _frame(event: str, data: str, event_id: str | None = None) -> bytes:
     return f"{head}event: {event}\ndata: {data}\n\n".encode()
 
 
-async def _stream(scope: live.Scope, since: str, list_page: bool) -> AsyncIterator[bytes]:
+async def _stream(scope: live.Scope, since: str, list_page: bool, recheck: Recheck) -> AsyncIterator[bytes]:
     hub = live.hub()
     subscriber = hub.subscribe(scope)  # before the replay: nothing falls between the two
     try:
@@ -126,21 +183,37 @@ async def _stream(scope: live.Scope, since: str, list_page: bool) -> AsyncIterat
         yield _frame("hello", "{}", None)
         loop = asyncio.get_running_loop()
         closes = loop.time() + MAX_STREAM_S
+        every = max(0.05, float(settings.XMC_STREAM_RECHECK_S))
+        next_check = loop.time() + every
         while loop.time() < closes:
+            if loop.time() >= next_check:  # at least every XMC_STREAM_RECHECK_S, events or not
+                allowed = set(await recheck())
+                next_check = loop.time() + every
+                if not allowed:
+                    yield DENIED
+                    return
             if subscriber.stale:
                 while not subscriber.queue.empty():
                     subscriber.queue.get_nowait()
                 subscriber.stale = False
                 yield _frame("reload", "{}", None)
                 continue
+            wait = min(HEARTBEAT_S, max(0.0, next_check - loop.time()))
             try:
-                event = await asyncio.wait_for(subscriber.queue.get(), timeout=HEARTBEAT_S)
+                event = await asyncio.wait_for(subscriber.queue.get(), timeout=wait)
             except asyncio.TimeoutError:
-                yield b": keep-alive\n\n"
+                if loop.time() < next_check:
+                    yield b": keep-alive\n\n"
                 continue
             batch = [event]
             while not subscriber.queue.empty():  # coalesce what arrived together
                 batch.append(subscriber.queue.get_nowait())
+            allowed = set(await recheck())  # before every event sent: access may be gone since the last
+            next_check = loop.time() + every
+            if not allowed:
+                yield DENIED
+                return
+            batch = [e for e in batch if e.xid in allowed]
             states = [e for e in batch if not e.ephemeral and (
                 last is None or last == "0-0" or live.stream_key(e.id) > live.stream_key(last))]  # else replayed
             # New points: one "metrics" per work unit of the batch, not in the log (no id: Last-Event-ID stays).
@@ -188,7 +261,7 @@ async def experiment_events(request: HttpRequest, xid: str) -> HttpResponseBase:
     except (NotFound, PermissionDenied):
         return _text(404, "not found")
     scope = live.scope_of([x], wid, metrics=request.GET.get("metrics") == "1")
-    return _response(_stream(scope, _since(request), list_page=False))
+    return _response(_stream(scope, _since(request), list_page=False, recheck=_rechecker(request, x, [])))
 
 
 async def experiments_events(request: HttpRequest) -> HttpResponseBase:
@@ -199,4 +272,4 @@ async def experiments_events(request: HttpRequest) -> HttpResponseBase:
     except Unauthenticated as exc:
         return _text(401, str(exc))
     scope = live.scope_of(xids, metrics=request.GET.get("metrics") == "1")
-    return _response(_stream(scope, _since(request), list_page=True))
+    return _response(_stream(scope, _since(request), list_page=True, recheck=_rechecker(request, None, xids)))

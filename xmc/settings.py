@@ -195,6 +195,9 @@ XMC_LOG_ARCHIVE_FINALIZER_WAIT_S = env.float("XMC_LOG_ARCHIVE_FINALIZER_WAIT_S",
 XMC_LOGS_CONSOLE_URL_TEMPLATE = env.str("XMC_LOGS_CONSOLE_URL_TEMPLATE", default="")
 # Followed logs (?follow=true) one web process keeps open at once; each holds a request thread.
 XMC_LOGS_MAX_FOLLOWS = env.int("XMC_LOGS_MAX_FOLLOWS", default=2)
+# An open event stream re-checks its caller's access before every event it sends and at least this
+# often (seconds); a stream whose caller lost access, or was deactivated, ends with a final "denied" event.
+XMC_STREAM_RECHECK_S = env.float("XMC_STREAM_RECHECK_S", default=10.0)
 # Name of this cluster in execution metadata (management/executing cluster); "" leaves it out.
 XMC_K8S_CLUSTER_NAME = env.str("XMC_K8S_CLUSTER_NAME", default="")
 
@@ -229,6 +232,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "xmc.logs.RequestLogMiddleware",
     "xmc.ops.DatabaseUnavailableMiddleware",
+    # No NUL or lone surrogate in a path, query parameter or form field reaches a view (core.inputs).
+    "xmc.inputs.InputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -391,4 +396,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["xmc.auth.drf.IdentityRateThrottle"],
     "UNAUTHENTICATED_USER": None,
+    # No `?format=` override: an unknown one raised Http404 inside content negotiation (a 500); the logs
+    # endpoint has a `format` parameter of its own.
+    "URL_FORMAT_OVERRIDE": None,
 }

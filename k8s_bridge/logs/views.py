@@ -64,6 +64,7 @@ from workunits.models import WorkUnitExecution
 from xmc.api.rest import rest_exception_handler
 from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle, IdentityUser
 from xmc.auth.identity import Identity
+from core import inputs
 from core.errors import InvalidArgument, NotFound, ResourceExhausted
 
 PARAMETERS = ("replica", "container", "follow", "tailLines", "sinceTime", "previous", "timestamps", "format")
@@ -251,7 +252,7 @@ class ExecutionLogsView(APIView):
     def get(self, request: Request, xid: str, wid: str, eid: str) -> HttpResponseBase:
         user = request.user
         assert isinstance(user, IdentityUser)
-        x, w, e = int(xid), int(wid), int(eid)
+        x, w, e = (inputs.parse_id(v, f) for v, f in ((xid, "xid"), (wid, "wid"), (eid, "eid")))
         metadata = readable_execution(user.identity, x, w, e)
         query, fmt, timestamps = parse_query(dict(request.query_params.lists()))
         namespace = str(metadata.get("namespace") or settings.XMC_K8S_NAMESPACE)

@@ -254,10 +254,39 @@ class _DbConnectionsInterceptor(grpc.ServerInterceptor):
         return wrapped
 
 
+class _Unparsable:
+    """What `_tolerant` hands the method when the request bytes are no valid message."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """The request deserializer, answering `_Unparsable` instead of raising.
+
+    gRPC answers INTERNAL ("Exception deserializing request!") when the
+    deserializer raises, e.g. on a string field that is not UTF-8; the bytes
+    are the caller's fault, so the method answers INVALID_ARGUMENT instead.
+    """
+    if deserialize is None:
+        return None
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserialize(raw)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, or a UnicodeDecodeError from the C parser
+            return _Unparsable(exc)
+
+    return parse
+
+
 def _with_connection_care(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     inner = handler.unary_unary
 
     def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Unparsable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"the request is not a valid message (a string that is not UTF-8?): {request.error}"[:500])
         _close_old_connections()
         _skip_health_checks()
         try:
@@ -267,7 +296,7 @@ def _with_connection_care(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandl
 
     return grpc.unary_unary_rpc_method_handler(
         unary_unary,
-        request_deserializer=handler.request_deserializer,
+        request_deserializer=_tolerant(handler.request_deserializer),
         response_serializer=handler.response_serializer,
     )
 

@@ -24,7 +24,6 @@ make ``XMC_METRICS_WRITES_PER_S`` calls a second (burst
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import datetime
@@ -40,7 +39,7 @@ from django.urls import URLPattern, re_path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from core import ratelimit
+from core import inputs, ratelimit
 from core.errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Unauthenticated
 from core.protos import metrics_pb2
 from experiments.acl import Role
@@ -84,15 +83,7 @@ def meter(execution: int) -> None:
 
 
 def _int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise InvalidArgument(f"{field} must be an integer", field=field)
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidArgument(f"{field} must be an integer (got {str(value)[:40]!r})", field=field) from None
-    if not -_INT64 - 1 <= number <= _INT64:
-        raise InvalidArgument(f"{field} is out of the int64 range", field=field)
-    return number
+    return inputs.parse_int(value, field, low=-_INT64 - 1, high=_INT64)
 
 
 def _time(value: Any, field: str, now: datetime) -> datetime:
@@ -206,10 +197,7 @@ def loads(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        raise InvalidArgument("the body is not valid JSON") from None
+    return inputs.parse_json(raw, "body")
 
 
 def execution_for(header: str, xid: int, wid: int, eid: int | None) -> int:

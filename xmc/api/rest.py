@@ -55,7 +55,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView, set_rollback
 
-from core import pb
+from core import inputs, pb
 from core.errors import InvalidArgument, ServiceError
 from xmc.api import registry
 from xmc.api.registry import DASHBOARDS, ESS, OPERATIONS, Caller
@@ -322,7 +322,7 @@ def build_request(binding: Binding, *, path_values: Mapping[str, str], query: Ma
     message = binding.request_class()
     data: dict[str, Any] = {}
     if binding.body:
-        data = _parse_json_body(body)
+        data = _parse_json_body(body, "" if binding.body == "*" else binding.body)
         target = message if binding.body == "*" else getattr(message, binding.body)
         try:
             json_format.ParseDict(data, target)
@@ -354,15 +354,10 @@ def _implied_mask(binding: Binding, data: Mapping[str, Any]) -> list[str]:
     return paths
 
 
-def _parse_json_body(body: bytes) -> dict[str, Any]:
-    if not body.strip():
+def _parse_json_body(body: bytes, root: str) -> dict[str, Any]:
+    data = inputs.parse_json(body, root=root)  # bounded depth and integers; no NUL or lone surrogates
+    if data is None:
         return {}
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidArgument(f"the request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidArgument("the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidArgument(f"the request body must be a JSON object, got {type(data).__name__}")
     return data

@@ -11,7 +11,6 @@ answer JSON in lowerCamelCase; errors leave through
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.urls import URLPattern, path
@@ -21,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core import inputs
 from core.errors import InvalidArgument
 from workunits import scheduling
 from xmc.api.rest import rest_exception_handler
@@ -47,13 +47,9 @@ def status_json(status: scheduling.SchedulingStatus) -> dict[str, Any]:
 
 def _body(request: Request, allowed: dict[str, type]) -> dict[str, Any]:
     """The JSON object body with only ``allowed`` fields of the right JSON type ({} when empty)."""
-    raw = request.body
-    if not raw.strip():
+    data = inputs.parse_json(request.body)
+    if data is None:
         return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"the request body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidArgument("the request body must be a JSON object")
     for key, value in data.items():

@@ -125,6 +125,11 @@ def _value_strategy(fd: FieldDescriptor, world: dict[str, str], depth: int) -> s
 
 @pytest.fixture
 def world(transactional_db: None) -> dict[str, str]:
+    return build_world()
+
+
+def build_world() -> dict[str, str]:
+    """Alice's experiment, work unit, artifact, operation, chart and dashboard: their names by kind."""
     exp = factories.experiment(ALICE, title="fuzz")
     wu = factories.work_unit(exp, wid=1)
     artifact = artifact_services.create_artifact(exp.id, 1, pb.artifact.Artifact(notes="n"))
