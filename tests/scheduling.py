@@ -39,6 +39,7 @@ RUN_FIRST = (
     "tests/workunits/scheduling/",
     "tests/notifications/test_worker.py",
     "tests/k8s_bridge/reconciler/test_leadership.py",
+    "tests/security/test_input_fuzz.py",
     "tests/api/listing/test_filter_property.py",
     "tests/api/grpc_server/test_acl_matrix.py",
 )
