@@ -61,8 +61,8 @@ def _panel(ui: str, path: str) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_it_restarts_on_the_same_addresses_and_serves_a_finished_units_log_from_the_archive(tmp_path: Path) -> None:
-    env = _fresh_machine_env(tmp_path / "run")
+def test_it_restarts_on_the_same_addresses_and_serves_a_finished_units_log_from_the_archive(machine_tmp: Path) -> None:
+    env = _fresh_machine_env(machine_tmp / "run")
     for key in ("XMC_WEB_PORT", "XMC_SIM_PORT", "XMC_GRPC_PORT", "XMC_MLRUN_EMULATOR_PORT",
                 "XMC_RECONCILER_METRICS_PORT"):
         env.pop(key)  # no explicit ports: what the run folder recorded is what a restart takes
@@ -100,8 +100,8 @@ def test_it_restarts_on_the_same_addresses_and_serves_a_finished_units_log_from_
             assert answer.headers["X-XMC-Log-Source"] == "archive", dict(answer.headers)
             assert "kept across restarts" in answer.read().decode()
         assert "kept across restarts" in _panel(ui, f"/experiments/{xid}/workUnits/1/logs")
-        xmc = Xmc(ensure_cli_venv(), tmp_path / "home", api)
-        (tmp_path / "home").mkdir()
+        xmc = Xmc(ensure_cli_venv(), machine_tmp / "home", api)
+        (machine_tmp / "home").mkdir()
         run = xmc("logs", f"{xid}/1", token=token).ok()
         assert "kept across restarts" in run.stdout and "Archived log" in run.stderr, (run.stdout, run.stderr)
     finally:

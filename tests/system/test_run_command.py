@@ -63,8 +63,8 @@ def _suite_services_answer() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.timeout(300)
-def test_it_starts_every_process_and_stops_them_with_the_services_it_started(tmp_path: Path) -> None:
-    env = _fresh_machine_env(tmp_path)
+def test_it_starts_every_process_and_stops_them_with_the_services_it_started(machine_tmp: Path) -> None:
+    env = _fresh_machine_env(machine_tmp)
     result = subprocess.run(["./dev", "run", "--smoke"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -75,34 +75,34 @@ def test_it_starts_every_process_and_stops_them_with_the_services_it_started(tmp
                  "export XMANAGER_UI_URL="):
         assert line in result.stdout
     # It stopped the Postgres and Redis it started for itself ...
-    assert not (tmp_path / "pg" / "postmaster.pid").exists()
+    assert not (machine_tmp / "pg" / "postmaster.pid").exists()
     assert not _redis_answers(int(env["XMC_EMBEDDED_REDIS_PORT"]))
     # ... and nothing of the test run's own.
     _suite_services_answer()
 
 
 @pytest.mark.timeout(300)
-def test_it_leaves_alone_the_services_it_found_running(tmp_path: Path) -> None:
+def test_it_leaves_alone_the_services_it_found_running(machine_tmp: Path) -> None:
     # As when `./dev test` (or another run) already uses this run folder's services.
-    env = _fresh_machine_env(tmp_path)
+    env = _fresh_machine_env(machine_tmp)
     port = env["XMC_EMBEDDED_REDIS_PORT"]
     script = [sys.executable, "scripts/devservices.py"]
     try:
-        for args in (["postgres", str(tmp_path / "pg")], ["redis", str(tmp_path / "redis"), port]):
+        for args in (["postgres", str(machine_tmp / "pg")], ["redis", str(machine_tmp / "redis"), port]):
             started = subprocess.run(script + args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
             assert started.returncode == 0, started.stderr
             assert started.stdout.split()[-1] == "started"
         result = subprocess.run(["./dev", "run", "--smoke"], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=240)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert (tmp_path / "pg" / "postmaster.pid").exists()
+        assert (machine_tmp / "pg" / "postmaster.pid").exists()
         assert _redis_answers(int(port))
-        again = subprocess.run(script + ["redis", str(tmp_path / "redis"), port], cwd=ROOT, env=env,
+        again = subprocess.run(script + ["redis", str(machine_tmp / "redis"), port], cwd=ROOT, env=env,
                                capture_output=True, text=True, timeout=60)
         assert again.stdout.split()[-1] == "reused"
     finally:
-        subprocess.run(script + ["stop-redis", str(tmp_path / "redis")], cwd=ROOT, env=env, timeout=60)
-        subprocess.run(script + ["stop-postgres", str(tmp_path / "pg")], cwd=ROOT, env=env, timeout=60)
+        subprocess.run(script + ["stop-redis", str(machine_tmp / "redis")], cwd=ROOT, env=env, timeout=60)
+        subprocess.run(script + ["stop-postgres", str(machine_tmp / "pg")], cwd=ROOT, env=env, timeout=60)
     assert not _redis_answers(int(port))
 
 
@@ -143,9 +143,9 @@ def _get(url: str) -> tuple[int, bytes, str]:
 
 @pytest.mark.django_db
 @pytest.mark.timeout(420)
-def test_it_runs_on_embedded_services_and_goes_away_on_sigterm(tmp_path: Path) -> None:
+def test_it_runs_on_embedded_services_and_goes_away_on_sigterm(machine_tmp: Path) -> None:
     # A fresh machine: no services and no secret key configured.
-    env = _fresh_machine_env(tmp_path)
+    env = _fresh_machine_env(machine_tmp)
     env["XMC_ADMIN_PASSWORD"] = "the-right-password"
     proc = subprocess.Popen(["./dev", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -186,7 +186,7 @@ def test_it_runs_on_embedded_services_and_goes_away_on_sigterm(tmp_path: Path) -
     # The embedded Postgres and Redis it started are gone too; their data stays.
     # (And the test run's own services were never touched.)
     _suite_services_answer()
-    assert not (tmp_path / "pg" / "postmaster.pid").exists()
+    assert not (machine_tmp / "pg" / "postmaster.pid").exists()
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", int(env["XMC_EMBEDDED_REDIS_PORT"]))) != 0
-    assert (tmp_path / "secret_key").exists() and (tmp_path / "env").exists()
+    assert (machine_tmp / "secret_key").exists() and (machine_tmp / "env").exists()

@@ -40,8 +40,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def two_run_folders(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    first, second = tmp_path / "checkout-a" / ".run", tmp_path / "checkout-b" / ".run"
+def two_run_folders(machine_tmp: Path) -> Iterator[tuple[Path, Path]]:
+    first, second = machine_tmp / "checkout-a" / ".run", machine_tmp / "checkout-b" / ".run"
     yield first, second
     for run in (first, second):
         _devservices("stop-redis", str(run / "redis"))
@@ -75,22 +75,22 @@ def test_it_gives_each_run_folder_its_own_redis_even_on_the_same_asked_for_port(
 
 
 @pytest.mark.timeout(120)
-def test_it_refuses_manage_with_one_line_where_no_system_has_run(tmp_path: Path) -> None:
-    env = _fresh_machine_env(tmp_path / "never-run")
+def test_it_refuses_manage_with_one_line_where_no_system_has_run(machine_tmp: Path) -> None:
+    env = _fresh_machine_env(machine_tmp / "never-run")
     done = subprocess.run(["./dev", "manage", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=110, check=False)
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"dev manage: no system has run in {tmp_path / 'never-run'}")
+    assert last.startswith(f"dev manage: no system has run in {machine_tmp / 'never-run'}")
     assert "./dev run" in last
     # Nothing was started there: no Postgres, no Redis.
-    assert not (tmp_path / "never-run" / "pg").exists()
-    assert not (tmp_path / "never-run" / "redis").exists()
+    assert not (machine_tmp / "never-run" / "pg").exists()
+    assert not (machine_tmp / "never-run" / "redis").exists()
 
 
 @pytest.mark.timeout(240)
-def test_it_has_manage_talk_to_the_run_folders_services_whatever_the_shell_points_at(tmp_path: Path) -> None:
-    run = tmp_path / "ran-once"
+def test_it_has_manage_talk_to_the_run_folders_services_whatever_the_shell_points_at(machine_tmp: Path) -> None:
+    run = machine_tmp / "ran-once"
     run.mkdir()
     # What ./dev run leaves behind when it ran on the embedded services: no DATABASE_URL / REDIS_URL in env.
     (run / "env").write_text("export XMC_SECRET_KEY=kept-by-the-run\n")
@@ -119,11 +119,11 @@ def _run_all(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    machine_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tmp_path.mkdir(exist_ok=True)
+    machine_tmp.mkdir(exist_ok=True)
     monkeypatch.delenv("XMC_WEB_PORT", raising=False)
-    run_all = _run_all(tmp_path, monkeypatch)
+    run_all = _run_all(machine_tmp, monkeypatch)
     with socket.socket() as taken:  # the default is someone else's
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -132,7 +132,7 @@ def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
     assert first != default
     # The restart: the default is free again, but the URLs printed last time name `first`.
     assert run_all.stable_port("web", "XMC_WEB_PORT", default) == first
-    assert _run_all(tmp_path, monkeypatch).stable_port("web", "XMC_WEB_PORT", default) == first
+    assert _run_all(machine_tmp, monkeypatch).stable_port("web", "XMC_WEB_PORT", default) == first
     # Only when it is taken does the port move (and the new one is kept from then on).
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", first))
@@ -148,9 +148,9 @@ def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
 
 @pytest.mark.django_db
 @pytest.mark.timeout(600)
-def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_throttle(tmp_path: Path) -> None:
+def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_throttle(machine_tmp: Path) -> None:
     # Two checkouts: two run folders, the same first-choice Redis port (6390 for both, as on a real machine).
-    envs = [_fresh_machine_env(tmp_path / name) for name in ("a", "b")]
+    envs = [_fresh_machine_env(machine_tmp / name) for name in ("a", "b")]
     envs[1]["XMC_EMBEDDED_REDIS_PORT"] = envs[0]["XMC_EMBEDDED_REDIS_PORT"]
     for env in envs:
         env["XMC_ADMIN_PASSWORD"] = "the-right-password"
@@ -160,7 +160,7 @@ def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_t
         outs = [_wait_for_line(proc, "stops everything", timeout=420) for proc in procs]
         apis = [next(line.split("=", 1)[1] for line in out.splitlines() if line.startswith("export XMC_API_URL="))
                 for out in outs]
-        brokers = [(tmp_path / name / "redis" / "port").read_text().strip() for name in ("a", "b")]
+        brokers = [(machine_tmp / name / "redis" / "port").read_text().strip() for name in ("a", "b")]
         assert brokers[0] != brokers[1]
         # Five wrong passwords lock the admin of system a; system b's admin signs in.
         for _ in range(5):
@@ -170,7 +170,7 @@ def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_t
         # Each broker is its run folder's own Redis, and each system's processes are connected to it.
         for name, port in zip(("a", "b"), brokers):
             own = redis.Redis(host="127.0.0.1", port=int(port))
-            assert own.config_get("dir")["dir"] == str((tmp_path / name / "redis").resolve())
+            assert own.config_get("dir")["dir"] == str((machine_tmp / name / "redis").resolve())
             # Its processes connect as they start (the worker and beat after the web answers): wait for one.
             eventually(lambda: len(own.client_list()) > 1, 60, f"a process of system {name} on its broker")
         # ./dev manage in each folder reaches that folder's system.
@@ -192,13 +192,13 @@ def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_t
 
 
 @pytest.mark.timeout(600)
-def test_it_runs_dev_test_in_two_checkouts_at_once_each_on_its_own_services(tmp_path: Path) -> None:
+def test_it_runs_dev_test_in_two_checkouts_at_once_each_on_its_own_services(machine_tmp: Path) -> None:
     # Two checkouts' ./dev test: two test run folders, the same first-choice Redis port (6391 on a real machine).
     envs = []
     port = str(_free_port())
     for name in ("a", "b"):
-        env = _fresh_machine_env(tmp_path / name)
-        env["XMC_TEST_RUN_DIR"] = str(tmp_path / name / "test")
+        env = _fresh_machine_env(machine_tmp / name)
+        env["XMC_TEST_RUN_DIR"] = str(machine_tmp / name / "test")
         env["XMC_TEST_REDIS_PORT"] = port
         envs.append(env)
     argv = ["./dev", "test", "tests/api/auth/test_login_throttle.py", "-q", "-p", "no:cacheprovider"]
@@ -207,9 +207,9 @@ def test_it_runs_dev_test_in_two_checkouts_at_once_each_on_its_own_services(tmp_
                  for env in envs]
         outs = [proc.communicate(timeout=540)[0] for proc in procs]
         assert [proc.returncode for proc in procs] == [0, 0], outs
-        ports = [(tmp_path / name / "test" / "redis" / "port").read_text().strip() for name in ("a", "b")]
+        ports = [(machine_tmp / name / "test" / "redis" / "port").read_text().strip() for name in ("a", "b")]
         assert ports[0] != ports[1] and port in ports
     finally:
         for name in ("a", "b"):
-            _devservices("stop-redis", str(tmp_path / name / "test" / "redis"))
-            _devservices("stop-postgres", str(tmp_path / name / "test" / "pg"))
+            _devservices("stop-redis", str(machine_tmp / name / "test" / "redis"))
+            _devservices("stop-postgres", str(machine_tmp / name / "test" / "pg"))
