@@ -16,16 +16,12 @@ from datetime import datetime
 from typing import Any
 
 from django.urls import URLPattern, path, re_path
-from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from notifications import services
 from notifications.models import Channel, Delivery, Scope, Subscription
-from xmc.api.rest import rest_exception_handler
-from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle
+from xmc.api.rest import BearerView, rest_exception_handler
 from xmc.auth.identity import Identity
 from core.errors import InvalidArgument, NotFound
 
@@ -92,15 +88,8 @@ def _sid(raw: str) -> int:
     return int(raw)
 
 
-class _View(APIView):
-    authentication_classes = (BearerAuthentication,)
-    permission_classes = (IsAuthenticated,)
-    throttle_classes = (IdentityRateThrottle,)
-    renderer_classes = (JSONRenderer,)
-    parser_classes = ()
-
-    def get_exception_handler(self) -> Any:
-        return rest_exception_handler
+class _View(BearerView):
+    pass
 
 
 class CollectionView(_View):

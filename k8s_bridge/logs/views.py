@@ -49,10 +49,8 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpResponseBase, StreamingHttpResponse
 from django.urls import URLPattern, re_path
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from experiments import acl
 from experiments.acl import Role
@@ -61,8 +59,8 @@ from k8s_bridge.logs import service, slots
 from k8s_bridge.logs.pods import parse_time
 from k8s_bridge.logs.service import LogLine, LogQuery, LogStream
 from workunits.models import WorkUnitExecution
-from xmc.api.rest import rest_exception_handler
-from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle, IdentityUser
+from xmc.api.rest import BearerView
+from xmc.auth.drf import IdentityUser
 from xmc.auth.identity import Identity
 from core import inputs
 from core.errors import InvalidArgument, NotFound, ResourceExhausted
@@ -233,16 +231,8 @@ class _Releasing:
             slots.release(self._user)
 
 
-class ExecutionLogsView(APIView):
-    authentication_classes = (BearerAuthentication,)
-    permission_classes = (IsAuthenticated,)
-    throttle_classes = (IdentityRateThrottle,)
-    renderer_classes = (JSONRenderer,)
-    parser_classes = ()
+class ExecutionLogsView(BearerView):
     http_method_names = ["get"]
-
-    def get_exception_handler(self) -> Any:
-        return rest_exception_handler
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
         # Errors are JSON; our own ``format`` parameter is not DRF's URL format override.

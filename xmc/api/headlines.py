@@ -9,32 +9,19 @@ Mounted by ``xmc.api.rest_urls``.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from django.urls import URLPattern, re_path
-from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from experiments.acl import Role
 from workunits import headline
 from xmc.api import reads
-from xmc.api.rest import rest_exception_handler
-from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle, IdentityUser
+from xmc.api.rest import BearerView
+from xmc.auth.drf import IdentityUser
 
 
-class HeadlinesView(APIView):
-    authentication_classes = (BearerAuthentication,)
-    permission_classes = (IsAuthenticated,)
-    throttle_classes = (IdentityRateThrottle,)
-    renderer_classes = (JSONRenderer,)
-    parser_classes = ()
+class HeadlinesView(BearerView):
     http_method_names = ["get"]
-
-    def get_exception_handler(self) -> Any:
-        return rest_exception_handler
 
     def get(self, request: Request, xid: str) -> Response:
         user = request.user

@@ -674,27 +674,35 @@ def _detail_text(detail: Any) -> str:
     return str(detail)
 
 
-# --- The generic view ----------------------------------------------------------------------
+# --- The views ---------------------------------------------------------------------------
 
 
-class RpcView(APIView):
-    """Serves the bindings of one path template, one per HTTP method.
+class BearerView(APIView):
+    """The one base of every REST view of the API (the bindings' `RpcView` and the hand-written ones:
+    scheduling, subscriptions, logs, headlines, sweeps).
 
     Authentication, permission, throttle and exception handling are set here,
     not taken from ``REST_FRAMEWORK``, so the API behaves the same whatever
     the global DRF settings say. Only bearer authentication is used, so there
-    is no session and no CSRF check.
+    is no session and no CSRF check. JSON out; no body parser (a view that
+    takes a body parses it itself).
     """
 
     authentication_classes = (BearerAuthentication,)
-    permission_classes = (IsAuthenticated,)
+    permission_classes: tuple[type, ...] = (IsAuthenticated,)
     throttle_classes = (IdentityRateThrottle,)
     renderer_classes = (JSONRenderer,)
-    parser_classes = ()  # the body is parsed as proto3 JSON by build_request
-    routes: Mapping[str, Binding] = MappingProxyType({})  # per view, from as_view(routes=...)
+    parser_classes = ()
 
     def get_exception_handler(self) -> Any:
         return rest_exception_handler
+
+
+class RpcView(BearerView):
+    """Serves the bindings of one path template, one per HTTP method (the body is parsed as
+    proto3 JSON by build_request)."""
+
+    routes: Mapping[str, Binding] = MappingProxyType({})  # per view, from as_view(routes=...)
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         started = time.perf_counter()

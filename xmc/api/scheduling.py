@@ -15,16 +15,13 @@ from typing import Any
 
 from django.urls import URLPattern, path
 from rest_framework.permissions import BasePermission
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from core import inputs
 from core.errors import InvalidArgument
 from workunits import scheduling
-from xmc.api.rest import rest_exception_handler
-from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle
+from xmc.api.rest import BearerView, rest_exception_handler
 
 
 class IsStaff(BasePermission):
@@ -61,15 +58,8 @@ def _body(request: Request, allowed: dict[str, type]) -> dict[str, Any]:
     return data
 
 
-class _SchedulingView(APIView):
-    authentication_classes = (BearerAuthentication,)
+class _SchedulingView(BearerView):
     permission_classes = (IsStaff,)
-    throttle_classes = (IdentityRateThrottle,)
-    renderer_classes = (JSONRenderer,)
-    parser_classes = ()
-
-    def get_exception_handler(self) -> Any:
-        return rest_exception_handler
 
 
 class StatusView(_SchedulingView):

@@ -15,11 +15,8 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.urls import URLPattern, re_path
-from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from core.errors import InvalidArgument
 from core.identity import Identity
@@ -29,9 +26,8 @@ from metrics.summaries import Stats
 from workunits import arguments
 from xmc import listing
 from xmc.api import handlers, reads
-from xmc.api.rest import rest_exception_handler
+from xmc.api.rest import BearerView
 from xmc.api.sweep_columns import SweepColumns, prepare
-from xmc.auth.drf import BearerAuthentication, IdentityRateThrottle
 
 #: The order when the request names none.
 DEFAULT_ORDER = ("wid",)
@@ -177,16 +173,8 @@ def _param(request: Request, *names: str) -> str:
     return ""
 
 
-class SweepView(APIView):
-    authentication_classes = (BearerAuthentication,)
-    permission_classes = (IsAuthenticated,)
-    throttle_classes = (IdentityRateThrottle,)
-    renderer_classes = (JSONRenderer,)
-    parser_classes = ()
+class SweepView(BearerView):
     http_method_names = ["get"]
-
-    def get_exception_handler(self) -> Any:
-        return rest_exception_handler
 
 
 class SummarizeView(SweepView):
