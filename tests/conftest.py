@@ -1,7 +1,9 @@
 """Shared fixtures: every test that touches the database runs on real Postgres."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -17,8 +19,12 @@ pytest_plugins = ["tests.simulators.fixtures", "tests.sigterm", "tests.schedulin
 # (xmc.checks): the suite signs with a proper test-only key, set before the
 # settings are read and inherited by every child process.
 os.environ.setdefault("XMC_SECRET_KEY", "xmc-test-suite-secret-key-0123456789abcdefghijklmnopqrstuvwxyz")
-# Reconcilers started by tests archive pod logs into a throw-away folder, not .run/.
-os.environ.setdefault("XMC_LOG_ARCHIVE_URL", f"file://{tempfile.mkdtemp(prefix='xmc-test-log-archive-')}")
+# Reconcilers started by tests archive pod logs into a throw-away folder, not .run/; the process
+# that made it (the run, or each xdist worker) removes it when it exits.
+if "XMC_LOG_ARCHIVE_URL" not in os.environ:
+    _archive = tempfile.mkdtemp(prefix="xmc-test-log-archive-")
+    atexit.register(shutil.rmtree, _archive, ignore_errors=True)
+    os.environ["XMC_LOG_ARCHIVE_URL"] = f"file://{_archive}"
 # Property tests judge what the code does, not how fast the machine is: a loaded
 # machine (parallel workers, a second suite) must not fail them by the clock.
 hypothesis_settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
