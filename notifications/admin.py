@@ -64,6 +64,11 @@ class EventAdmin(admin.ModelAdmin):
     list_filter = ("type", "fanned_out")
     readonly_fields = [f.name for f in Event._meta.fields]
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Events come from committed transitions (notifications.sources); a form of read-only
+        # fields could only save an empty row, which the database refuses (a 500 the fuzz found).
+        return False
+
 
 @admin.register(EndpointHealth)
 class EndpointHealthAdmin(admin.ModelAdmin):
