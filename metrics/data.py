@@ -544,7 +544,7 @@ def _bar_data(plot: Any, series: Sequence[Series]) -> list[Any]:
         if not len(buckets):
             continue
         bar = by_metric.setdefault(metric, M.ChartData.BarData(metric_name=metric))
-        category = f"wid {label}" if label.isdigit() else label or "all"
+        category = f"wid {label}" if (label.isascii() and label.isdigit()) else label or "all"
         bar.buckets.add(category_or_bin=category, value_or_count=float(_columns(buckets).avgs[-1]))
     return [M.ChartData.PlotData(plot_id=plot.plot_id, type=plot.type, bar_data=b) for b in by_metric.values()]
 

@@ -83,7 +83,8 @@ def _body(request: Request) -> Any:
 
 
 def _sid(raw: str) -> int:
-    if not raw.isdigit() or len(raw) > 18:
+    # ASCII digits only: str.isdigit() also takes "¹" or "٣", which int() refuses (a 500 the fuzz found).
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise NotFound(f"subscriptions/{raw} not found", field="name")
     return int(raw)
 

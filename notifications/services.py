@@ -148,7 +148,7 @@ def _parse_experiment(value: Any, identity: Identity) -> Experiment:
     if not isinstance(value, str) or not value.startswith("experiments/"):
         raise InvalidArgument("experiment must be a name like experiments/12", field="experiment")
     tail = value[len("experiments/"):]
-    if not tail.isdigit() or len(tail) > 18:
+    if not (tail.isascii() and tail.isdigit()) or len(tail) > 18:
         raise InvalidArgument("experiment must be a name like experiments/12", field="experiment")
     exp = Experiment.objects.filter(id=int(tail)).first()
     # Permission first: the same answer whether or not it exists (staff: NOT_FOUND).

@@ -46,7 +46,7 @@ def _selection(xid: int, get: Any) -> tuple[list[int], int]:
         query = reads.UnitQuery(filter=get.get("filter", "")[:2000], size=MAX_COMPARE)
         page = reads.unit_page(xid, query)
         return [row["wid"] for row in page.rows], page.total
-    wids = sorted({int(w) for w in get.getlist("wid") if w.isdigit() and len(w) <= 18})
+    wids = sorted({int(w) for w in get.getlist("wid") if (w.isascii() and w.isdigit()) and len(w) <= 18})
     return wids[:MAX_COMPARE], len(wids)
 
 

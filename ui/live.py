@@ -224,7 +224,7 @@ def valid_id(value: str | None) -> str | None:
     if not value:
         return None
     ms, sep, seq = value.strip().partition("-")
-    if ms.isdigit() and len(ms) <= 20 and (not sep or (seq.isdigit() and len(seq) <= 20)):
+    if (ms.isascii() and ms.isdigit()) and len(ms) <= 20 and (not sep or ((seq.isascii() and seq.isdigit()) and len(seq) <= 20)):
         return value.strip()
     return None
 

@@ -41,7 +41,7 @@ MIN_WIDTH, MAX_WIDTH = 50, 4000
 
 def width_of(text: str | None, default: int = 600) -> int:
     """The ``width`` query parameter, clamped to what a screen can show."""
-    if not text or not text.isdigit() or len(text) > 6:
+    if not text or not (text.isascii() and text.isdigit()) or len(text) > 6:
         return default
     return max(MIN_WIDTH, min(MAX_WIDTH, int(text)))
 
@@ -59,7 +59,7 @@ def unit_label(wid: int | str, units: Mapping[int, str]) -> str:
 def _series_label(metric: str, label: str, several: bool, one_metric: bool, units: Mapping[int, str]) -> str:
     if not several:
         return metric
-    who = unit_label(label, units) if label.isdigit() else label or "(all)"
+    who = unit_label(label, units) if (label.isascii() and label.isdigit()) else label or "(all)"
     return who if one_metric and label else f"{metric} · {who}"
 
 
@@ -104,7 +104,7 @@ def _lines(spec: Any, entries: Sequence[Any], units: Mapping[int, str]) -> dict[
         y = [_number(points[x][0]) if x in points else None for x in xs]
         banded = any(v[1] != v[2] for v in points.values())
         item: dict[str, Any] = {"label": _series_label(metric, label, several, one_metric, units), "metric": metric,
-                                "wid": int(label) if label.isdigit() else None, "y": y}
+                                "wid": int(label) if (label.isascii() and label.isdigit()) else None, "y": y}
         if banded:
             item["lo"] = [_number(points[x][1]) if x in points else None for x in xs]
             item["hi"] = [_number(points[x][2]) if x in points else None for x in xs]
@@ -146,7 +146,7 @@ def _style(geoms: set[int]) -> str:
 def _category(category: str, units: Mapping[int, str]) -> str:
     """A BAR category: ``wid 3`` (one bar per work unit) is named as the legends name units."""
     wid = category.removeprefix("wid ")
-    return unit_label(wid, units) if category.startswith("wid ") and wid.isdigit() else category
+    return unit_label(wid, units) if category.startswith("wid ") and (wid.isascii() and wid.isdigit()) else category
 
 
 def _bars(spec: Any, entries: Sequence[Any], units: Mapping[int, str]) -> dict[str, Any]:
@@ -182,11 +182,11 @@ def wids_of(data: Any) -> set[int]:
     """The work units a ``ChartData`` has entries of (series, bar categories, summaries)."""
     out: set[int] = set()
     for entry in data.plots_data:
-        if entry.HasField("scatter_series") and entry.scatter_series.work_unit_id.isdigit():
+        if entry.HasField("scatter_series") and (entry.scatter_series.work_unit_id.isascii() and entry.scatter_series.work_unit_id.isdigit()):
             out.add(int(entry.scatter_series.work_unit_id))
         elif entry.HasField("bar_data"):
             out.update(int(b.category_or_bin[4:]) for b in entry.bar_data.buckets
-                       if b.category_or_bin.startswith("wid ") and b.category_or_bin[4:].isdigit())
+                       if b.category_or_bin.startswith("wid ") and (b.category_or_bin[4:].isascii() and b.category_or_bin[4:].isdigit()))
         elif entry.HasField("summary_data") and (found := _SUMMARY_OF_UNIT.match(entry.summary_data.metric_name)):
             out.add(int(found.group("wid")))
     return out

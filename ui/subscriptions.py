@@ -70,7 +70,7 @@ def _event_choices(identity: Identity) -> list[tuple[str, str]]:
 def _int_or_raw(text: str) -> int | str:
     """An integer field as typed: an int, or the text itself for the service to refuse (naming the field)."""
     text = text.strip()
-    return int(text) if text.isdigit() and len(text) <= 9 else text
+    return int(text) if (text.isascii() and text.isdigit()) and len(text) <= 9 else text
 
 
 def _settings_body(post: QueryDict, *, creating: bool, channel: str) -> dict[str, Any]:

@@ -247,12 +247,12 @@ def unit_query(get: Any, metrics: Sequence[str] = ()) -> reads.UnitQuery:
     """The table's query string: ``filter``, ``sort`` (a column), ``dir``, ``page``, ``size``, the metric
     columns ``m`` (``metrics`` when none) and ``goal`` overrides (``loss:max``)."""
     page_text, size_text = get.get("page", "1"), get.get("size", "")
-    size = int(size_text) if size_text.isdigit() and int(size_text) in reads.UNIT_PAGE_SIZES else 100
+    size = int(size_text) if (size_text.isascii() and size_text.isdigit()) and int(size_text) in reads.UNIT_PAGE_SIZES else 100
     chosen = list(dict.fromkeys(m[:256] for m in get.getlist("m")[:summaries.MAX_METRICS] if m.strip())) or metrics
     overrides = dict(g.rsplit(":", 1) for g in get.getlist("goal")[:100] if g.rsplit(":", 1)[-1] in ("min", "max"))
     return reads.UnitQuery(filter=get.get("filter", "")[:2000], sort=get.get("sort", "wid")[:300] or "wid",
                            desc=get.get("dir") == "desc", size=size,
-                           page=int(page_text) if page_text.isdigit() and len(page_text) <= 9 else 1,
+                           page=int(page_text) if (page_text.isascii() and page_text.isdigit()) and len(page_text) <= 9 else 1,
                            metrics=tuple(chosen),
                            goals=tuple((m, overrides.get(m) or present.goal(m)) for m in chosen))
 
@@ -410,7 +410,7 @@ def _unit_row_fragment(request: HttpRequest, identity: Identity, xid: int, *, ed
     """
     role, _ = reads.role(identity, xid)
     wid_text = request.GET.get("wid", "")
-    units = reads.work_units(xid, wids=[int(wid_text)]) if wid_text.isdigit() and len(wid_text) <= 18 else []
+    units = reads.work_units(xid, wids=[int(wid_text)]) if (wid_text.isascii() and wid_text.isdigit()) and len(wid_text) <= 18 else []
     if not units:
         raise Http404("not found")
     columns = [c[:200] for c in request.GET.getlist("col")[:200]]

@@ -93,7 +93,7 @@ class ThreadedWSGI:
     async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole request body, or None when it is larger than ``max_body``."""
         declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
-        if declared.isdigit() and int(declared) > self.max_body:
+        if (declared.isascii() and declared.isdigit()) and int(declared) > self.max_body:
             return None
         parts: list[bytes] = []
         size = 0

@@ -164,7 +164,7 @@ def newest_per_replica(pods: Sequence[Mapping[str, Any]], per_job: Mapping[str, 
 
 def _replica_sort_key(replica: str) -> tuple[Any, ...]:
     parts = replica.split("-")
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+    return tuple((0, int(p), "") if (p.isascii() and p.isdigit()) else (1, 0, p) for p in parts)
 
 
 # --- reading ---------------------------------------------------------------------------------

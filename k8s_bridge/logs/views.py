@@ -127,7 +127,7 @@ def parse_query(params: Mapping[str, list[str]]) -> tuple[LogQuery, str, bool]:
     tail: int | None = None
     if query.get("tailLines") not in (None, ""):
         raw = query["tailLines"]
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):
             raise InvalidArgument(f"tailLines must be a whole number >= 0, not {raw!r}", field="tailLines")
         tail = int(raw)
         if tail > service.MAX_LINES:

@@ -237,7 +237,7 @@ def _older(obj: Mapping[str, Any], cached: Mapping[str, Any] | None) -> bool:
     if cached is None:
         return False
     new, old = _rv(obj), _rv(cached)
-    return new.isdigit() and old.isdigit() and int(new) < int(old)
+    return (new.isascii() and new.isdigit()) and (old.isascii() and old.isdigit()) and int(new) < int(old)
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

@@ -75,6 +75,15 @@ def test_a_subscriber_sees_and_manages_only_their_own(alice: Api, bob: Api, rece
     assert alice.call("GET", f"/v1/{name}")[0] == 404
 
 
+def test_a_subscription_named_with_other_digits_is_not_found_not_a_500(alice: Api) -> None:
+    # "¹" and "٣" are digits to str.isdigit() but not to int(): the fuzz's PATCH of /v1/subscriptions/¹ was a 500.
+    for sid in ("%C2%B9", "%D9%A3", "1%C2%B9"):
+        for method, suffix, payload in (("GET", "", None), ("PATCH", "", {"enabled": False}), ("DELETE", "", None),
+                                        ("POST", ":test", None), ("GET", "/deliveries", None)):
+            status, err = alice.call(method, f"/v1/subscriptions/{sid}{suffix}", payload)
+            assert status == 404 and err["error"]["status"] == "NOT_FOUND", (method, sid, suffix, err)
+
+
 def test_subscribing_to_an_experiment_one_cannot_read_is_denied_like_a_missing_one(bob: Api) -> None:
     exp = factories.experiment()  # Alice's, Bob has no role
     denied = bob.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
