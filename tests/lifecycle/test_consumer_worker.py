@@ -7,10 +7,6 @@ rest against the MachineLearningRun emulator.
 """
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -18,61 +14,40 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from artifacts import xprof
 from lifecycle import hooks
 from lifecycle.hooks import JobSetContext
 from simulators.mlrun import EmulatorHandle
 from tests import waiting
+from tests.celery_workers import CeleryWorkers
 from tests.lifecycle import brokers
 from tests.lifecycle.conftest import CLUSTER, LOCATION, PROJECT, execution, running_work_unit, set_state, \
     xprof_artifact
 from workunits import hooks as workunit_hooks
-from tests.childenv import child_database_url
 from workunits import services as wu_services
 from workunits.models import WorkUnit
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
 ALL = "STARTING.RUNNING.STOPPED.COMPLETED.FAILED"
 
 
 @pytest.fixture
-def worker(lifecycle_on: Any, emulator: EmulatorHandle, tmp_path: Path) -> Iterator[Path]:
-    """A `celery -A xmc worker -Q lifecycle` child on the test database; killed at the end."""
+def worker(lifecycle_on: Any, emulator: EmulatorHandle, celery_workers: CeleryWorkers) -> Iterator[Path]:
+    """A `celery -A xmc worker -Q lifecycle` child (tests/celery_workers.py); its log's path."""
     brokers.purge("lifecycle")
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": child_database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+    proc = celery_workers.start("lifecycle", env={
         "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true",
         "XMC_MLRUN_ENDPOINT": emulator.url,
         "XMC_MLRUN_PROJECT": PROJECT,
         "XMC_MLRUN_LOCATION": LOCATION,
         "XMC_MLRUN_TOKEN": "test-token",
         "XMC_GKE_CLUSTER": CLUSTER,
-    }
-    log = tmp_path / "worker.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "lifecycle", "--pool", "solo",
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "-n", f"life-test-{os.getpid()}@%h"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    })
     try:
-        yield log
+        yield celery_workers.log_path(proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        celery_workers.stop(proc)
         brokers.purge("lifecycle")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,13 +18,12 @@ from django.conf import settings
 from notifications import services
 from notifications.models import Delivery, DeliveryStatus
 from tests import factories
-from tests.childenv import child_database_url
+from tests.celery_workers import CeleryWorkers
 from tests.notifications.helpers import fail
 from tests.k8s_bridge.reconciler.conftest import cluster, make_cluster, make_reconciler, reconciler  # noqa: F401
 from tests.waiting import eventually
 from xmc.auth.identity import Identity
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -39,33 +37,11 @@ def broker() -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
-               "DATABASE_URL": child_database_url(), "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-               "XMC_SECRET_KEY": settings.SECRET_KEY,  # the secrets at rest are encrypted under it
-               "XMC_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "XMC_NOTIFY_LEASE_S": "3", "XMC_NOTIFY_COALESCE_S": "0",
-               "XMC_WEBHOOK_TIMEOUT_S": "60", "XMC_NOTIFY_BACKOFF_S": "1"}
-        log = (tmp_path / f"worker-{len(procs)}.log").open("w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "notifications", "--pool", "solo",
-             "--without-heartbeat", "--without-gossip", "--without-mingle",
-             "-n", f"notify-test-{os.getpid()}-{len(procs)}@%h"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
+def start_worker(celery_workers: CeleryWorkers) -> Callable[[], subprocess.Popen[bytes]]:
+    """A ``notifications`` worker (tests/celery_workers.py) with short leases and no coalescing."""
+    return lambda: celery_workers.start("notifications", env={
+        "XMC_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "XMC_NOTIFY_LEASE_S": "3", "XMC_NOTIFY_COALESCE_S": "0",
+        "XMC_WEBHOOK_TIMEOUT_S": "60", "XMC_NOTIFY_BACKOFF_S": "1"})
 
 
 def _sweep() -> None:

@@ -31,11 +31,6 @@ T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
 M = pb.dashboard
 
 
-@pytest.fixture
-def alice(client: Client) -> Client:
-    return pages.signed_in("alice", client)
-
-
 def _as(name: str) -> Client:
     return pages.signed_in(name)
 

@@ -23,11 +23,6 @@ pytestmark = pytest.mark.django_db
 ALICE = "alice@example.com"
 
 
-@pytest.fixture
-def alice(client: Client) -> Client:
-    return pages.signed_in("alice", client)
-
-
 def _sweep() -> Any:
     exp = factories.experiment(creator=ALICE, title="compare me")
     for wid, (lr, batch) in enumerate((("0.1", "32"), ("0.1", "64"), ("0.01", "32"), ("0.01", "64")), 1):

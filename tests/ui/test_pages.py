@@ -20,11 +20,6 @@ pytestmark = pytest.mark.django_db
 ALICE, BOB, CAROL = "alice@example.com", "bob@example.com", "carol@example.com"
 
 
-@pytest.fixture
-def alice(client: Client) -> Client:
-    return pages.signed_in("alice", client)
-
-
 def _as(name: str) -> Client:
     return pages.signed_in(name)
 

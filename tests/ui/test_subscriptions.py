@@ -36,11 +36,6 @@ def _as(name: str, **kw: Any) -> Client:
     return client
 
 
-@pytest.fixture
-def alice() -> Client:
-    return _as("alice")
-
-
 def _create(client: Client, **fields: Any) -> Any:
     form = {"what": "experiment", "events": ["WORK_UNIT_FAILED", "EXPERIMENT_FINISHED"], "channel": "email",
             **fields}

@@ -29,11 +29,6 @@ ALICE, BOB = "alice@example.com", "bob@example.com"
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 
-@pytest.fixture
-def alice(client: Client) -> Client:
-    return pages.signed_in("alice", client)
-
-
 def _wids(body: str) -> list[int]:
     return [int(w) for w in re.findall(r'<tr id="wu-(\d+)"', body)]
 

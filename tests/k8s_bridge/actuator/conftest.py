@@ -3,20 +3,15 @@
 * ``cluster``: the session's API-only simulator (no controllers: nothing but
   the actuator changes JobSets, see tests/simulators/fixtures.py); every test
   points the real ``kubernetes`` client at it.
-* ``start_worker``: ``celery -A xmc worker -Q actuator`` subprocesses against
-  the test database and the test's Redis db, killed at teardown.
+* ``workers``: ``celery -A xmc worker -Q actuator`` subprocesses (tests/celery_workers.py)
+  against the test database and the test's Redis db, stopped at teardown.
 * ``real_deliver``: undo the suite-wide stand-in for ``outbox.deliver_committed`` so
   committed operations really reach the broker.
 """
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,10 +23,8 @@ from k8s_bridge import client
 from simulators.cluster.server import SimulatorHandle
 from tests.simulators.fixtures import NAMESPACE
 from workunits.outbox import deliver as REAL_DELIVER
-from tests.childenv import child_database_url
+from tests.celery_workers import CeleryWorkers
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -67,73 +60,44 @@ def release_finalizer(sim: SimulatorHandle, xid: int, wid: int) -> None:
 
 
 class Workers:
-    """Start and stop ``celery -A xmc worker`` processes for one test."""
+    """``celery -A xmc worker -Q actuator`` processes for one test (``tests.celery_workers``),
+    pointed at the simulator, with short actuator backoffs."""
 
-    def __init__(self, broker: str, kubeconfig: str, log_dir: Path) -> None:
+    def __init__(self, workers: CeleryWorkers, broker: str, kubeconfig: str) -> None:
+        self.workers = workers
         self.broker = broker
         self.kubeconfig = kubeconfig
-        self.log_dir = log_dir
-        self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, *, concurrency: int = 2, beat: bool = False, broker: str | None = None,
               **env_overrides: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env.update({
-            "DATABASE_URL": child_database_url(),
+        env = {
             "REDIS_URL": broker or self.broker,
             "CELERY_BROKER_URL": broker or self.broker,
             "KUBECONFIG": self.kubeconfig,
             "XMC_K8S_NAMESPACE": NAMESPACE,
-            "XMC_TASK_SIGNING_KEY": settings.XMC_TASK_SIGNING_KEY,
-            "XMC_TASK_SIGNING_KEY_ID": settings.XMC_TASK_SIGNING_KEY_ID,
             "XMC_ACTUATOR_BACKOFF_BASE_S": "0.1",
             "XMC_ACTUATOR_BACKOFF_MAX_S": "1",
-            "XMC_DB_CONN_MAX_AGE": "0",
             "XMC_LOG_LEVEL": "INFO",
-        })
-        env.update(env_overrides)
-        argv = [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "actuator",
-                "--concurrency", str(concurrency), "--pool", "prefork", "--loglevel", "INFO",
-                "-n", f"act-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle",
-                "--without-heartbeat"]
-        if beat:
-            argv += ["-B", "-s", str(self.log_dir / f"beat-{uuid.uuid4().hex[:6]}")]
-        log = open(self.log_dir / f"worker-{len(self.procs)}.log", "ab")  # noqa: SIM115 - child's lifetime
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
+            **env_overrides,
+        }
+        return self.workers.start("actuator", pool="prefork", concurrency=concurrency, beat=beat, env=env)
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        """SIGKILL the worker and its pool children (no warm shutdown, nothing given back)."""
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        self.workers.kill(proc)
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            self.stop(proc)
+        self.workers.stop(proc)
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log")))
+        return self.workers.logs()
 
 
 @pytest.fixture
-def workers(cluster: SimulatorHandle, real_deliver: None, tmp_path: Path) -> Iterator[Workers]:
+def workers(cluster: SimulatorHandle, real_deliver: None, celery_workers: CeleryWorkers) -> Iterator[Workers]:
     broker = settings.CELERY_BROKER_URL
     redis.Redis.from_url(broker).flushdb()  # this test's Redis db only
-    w = Workers(broker, str(cluster.kubeconfig_path), tmp_path)
-    yield w
-    w.stop_all()
-    print(w.logs())  # shown when the test failed
+    yield Workers(celery_workers, broker, str(cluster.kubeconfig_path))
+    celery_workers.stop_all()
     redis.Redis.from_url(broker).flushdb()
 
 

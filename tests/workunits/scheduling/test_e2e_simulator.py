@@ -16,7 +16,6 @@ to send, a second resume sends nothing).
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -27,20 +26,18 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
 
 from artifacts import services as artifact_services
 from simulators.cluster.server import SimulatorHandle, run_simulator
 from tests import factories, waiting
 from tests.workunits.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
-from tests.childenv import child_database_url
+from tests.celery_workers import ROOT, CeleryWorkers, worker_env
 from workunits import resumption, scheduling, services
 from workunits.models import PausedTask, WorkUnit, WorkUnitExecution
 from workunits.outbox import deliver as REAL_DELIVER  # both captured before the autouse fixture stubs them
 from core import pb
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
 
-ROOT = Path(__file__).resolve().parents[3]
 NAMESPACE = "default"
 EXECUTION_LABEL = "xmc.google.com/execution-id"
 NOTIFY_WHEN = "xmc.google.com/notify-when"
@@ -69,45 +66,31 @@ LIFECYCLE = {"XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "xmc
 
 
 def _env(sim: SimulatorHandle) -> dict[str, str]:
-    db = connection.settings_dict
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "xmc.settings", "PYTHONPATH": str(ROOT),
-            "DATABASE_URL": child_database_url(),
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "REDIS_URL": settings.CELERY_BROKER_URL,
-            "KUBECONFIG": str(sim.kubeconfig_path), "XMC_DB_CONN_MAX_AGE": "0",
-            # The processes verify what this process signs.
-            "XMC_TASK_SIGNING_KEY": settings.XMC_TASK_SIGNING_KEY,
-            "XMC_TASK_SIGNING_KEY_ID": settings.XMC_TASK_SIGNING_KEY_ID,
+    return {"REDIS_URL": settings.CELERY_BROKER_URL, "KUBECONFIG": str(sim.kubeconfig_path),
             "XMC_K8S_NAMESPACE": NAMESPACE, **LIFECYCLE}
 
 
 @pytest.fixture
-def control_plane(sim: SimulatorHandle, broker: Any, tmp_path: Path,
+def control_plane(sim: SimulatorHandle, broker: Any, tmp_path: Path, celery_workers: CeleryWorkers,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A real worker (actuator + resumption queues) and the reconciler, against the simulator."""
     monkeypatch.setattr("workunits.outbox.deliver_committed", REAL_DELIVER_COMMITTED)
     monkeypatch.setattr("workunits.outbox.deliver", REAL_DELIVER)
     for name, value in LIFECYCLE.items():
         monkeypatch.setattr(settings, name, True if value == "true" else value)
-    env = _env(sim)
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "actuator,resumption",
-                          "--pool", "threads", "-c", "4", "--without-heartbeat", "--without-gossip",
-                          "--without-mingle", "-n", f"e2e-{os.getpid()}@%h"],
-                         cwd=ROOT, env=env, stdout=(tmp_path / "worker.log").open("w"), stderr=subprocess.STDOUT),
-        subprocess.Popen([sys.executable, "manage.py", "reconcile", "--namespace", NAMESPACE,
-                          "--metrics-port", "0"],
-                         cwd=ROOT, env=env, stdout=(tmp_path / "reconciler.log").open("w"),
-                         stderr=subprocess.STDOUT),
-    ]
+    celery_workers.start("actuator,resumption", pool="threads", concurrency=4, env=_env(sim))
+    with (tmp_path / "reconciler.log").open("w") as log:
+        reconciler = subprocess.Popen([sys.executable, "manage.py", "reconcile", "--namespace", NAMESPACE,
+                                       "--metrics-port", "0"],
+                                      cwd=ROOT, env=worker_env(_env(sim)), stdout=log, stderr=subprocess.STDOUT)
     yield
-    for proc in procs:
-        proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+    reconciler.send_signal(signal.SIGTERM)
+    celery_workers.stop_all()
+    try:
+        reconciler.wait(30)
+    except subprocess.TimeoutExpired:
+        reconciler.kill()
+        reconciler.wait(30)
 
 
 def jobsets(sim: SimulatorHandle) -> dict[str, dict[str, Any]]:
