@@ -25,6 +25,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from core import pb
+from core.keys import ExecutionKey
 from core.choices import TERMINAL
 from core.convert import from_json, to_json
 from core.errors import AlreadyExists, InvalidArgument
@@ -463,13 +464,6 @@ def write_points(execution: int, points: Sequence[Point]) -> int:
     if written:
         hooks.on_points_written(execution, written)
     return written
-
-
-@dataclass(frozen=True)
-class ExecutionKey:
-    xid: int
-    wid: int
-    eid: int
 
 
 def execution_key(execution: int) -> ExecutionKey | None:

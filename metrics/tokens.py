@@ -17,20 +17,14 @@ import base64
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
 
 from django.conf import settings
+
+from core.keys import ExecutionKey
 
 PREFIX = "xmcm1"
 _KEY_PURPOSE = b"xmc metrics token v1"
 _TOKEN = re.compile(rf"{PREFIX}\.([0-9]{{1,19}})\.([0-9]{{1,19}})\.([0-9]{{1,19}})\.([A-Za-z0-9_-]{{43}})")
-
-
-@dataclass(frozen=True)
-class ExecutionKey:
-    xid: int
-    wid: int
-    eid: int
 
 
 def _key() -> bytes:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from core.keys import ExecutionKey
 from jobsets import contract
 from k8s_bridge.reconciler import explain
 from workunits.choices import WorkUnitState
@@ -50,13 +51,6 @@ NODE_LOSS_REASONS = explain.NODE_LOSS_REASONS
 
 SCHEDULER = "SCHEDULER"
 KUBERNETES = "KUBERNETES"
-
-
-@dataclass(frozen=True, order=True)
-class ExecutionKey:
-    xid: int
-    wid: int
-    eid: int
 
 
 def execution_key(jobset: Obj) -> ExecutionKey | None:
