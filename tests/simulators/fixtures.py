@@ -4,20 +4,25 @@
   controllers: nothing but the test changes objects), with a kubeconfig;
 * ``api_cluster``: the same, with the real ``kubernetes`` client of
   ``k8s_bridge.client`` pointed at it for one test (``settings.KUBECONFIG``);
+* ``start_simulator``: a factory of served simulators with controllers, each
+  with its own queue configuration (:func:`queues_config`), stopped when the
+  test ends: the reconciler's and the fidelity stories' ``make_cluster`` are
+  thin wrappers over it;
+* :func:`queues_config`: the default queue configuration with a test's overrides;
 * :func:`rjob`: a JobSet replicated job whose pods follow a simulator pod script.
-
-Folders that need a cluster with controllers and their own queue
-configuration (the reconciler's, the fidelity stories) start one per test
-through `simulators.cluster.server.run_simulator` in their conftest.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from k8s_bridge import client
+from simulators.cluster.controllers.config import DEFAULT_CONFIG
 from simulators.cluster.server import SimulatorHandle, run_simulator
 
 NAMESPACE = "default"
@@ -38,6 +43,44 @@ def api_cluster(api_simulator: SimulatorHandle, settings: Any) -> Iterator[Simul
     client.reset()
     yield api_simulator
     client.reset()
+
+
+_configs = itertools.count()
+
+
+def queues_config(folder: Path, **overrides: Any) -> Path:
+    """The default queue configuration (Kueue 0.19's defaults) with ``overrides``, written into ``folder``.
+
+    A mapping (``kueue={...}``, ``jobset={...}``) is merged one level into the
+    default's mapping of that key; anything else (``clusterQueues=[...]``) replaces it.
+    """
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = folder / f"queues-{next(_configs)}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def start_simulator(tmp_path: Path) -> Iterator[Callable[..., SimulatorHandle]]:
+    """Factory: ``start_simulator(speed=..., **config_overrides)`` serves a simulator with controllers on a
+    free port, with a kubeconfig of its own; every one started is stopped when the test ends."""
+    handles: list[SimulatorHandle] = []
+
+    def start(*, speed: float, **overrides: Any) -> SimulatorHandle:
+        config = str(queues_config(tmp_path, **overrides)) if overrides else None
+        kubeconfig = tmp_path / f"kubeconfig-{len(handles)}"
+        handle = run_simulator(port=0, speed=speed, queues_config=config, kubeconfig_out=str(kubeconfig))
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        handle.stop()
 
 
 def rjob(name: str, *, replicas: int = 1, pods: int = 1, script: str | None = "pull=1s;run=5s;exit=0",

@@ -12,17 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from k8s_bridge import client
 from k8s_bridge.reconciler import mapping
 from k8s_bridge.reconciler.controller import Options, Reconciler
-from simulators.cluster.controllers.config import DEFAULT_CONFIG
-from simulators.cluster.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle
 from workunits.models import WorkUnit, WorkUnitExecution
 
 NS = "default"
@@ -121,36 +118,18 @@ def state_of(wu: WorkUnit, eid: int | None = None) -> str:
     return execution(wu, eid).state
 
 
-def write_config(tmp_path: Path, **overrides: Any) -> str:
-    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    path = tmp_path / "queues.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
-
-
 @pytest.fixture
-def make_cluster(tmp_path: Path, settings: Any) -> Iterator[Callable[..., Cluster]]:
+def make_cluster(start_simulator: Callable[..., SimulatorHandle], settings: Any) -> Iterator[Callable[..., Cluster]]:
     """Factory: ``make_cluster(speed=..., **config_overrides)`` starts a simulator and points the client at it."""
-    handles: list[SimulatorHandle] = []
 
     def make(speed: float = SPEED, **overrides: Any) -> Cluster:
-        config = write_config(tmp_path, **overrides) if overrides else None
-        kubeconfig = tmp_path / f"kubeconfig-{len(handles)}"
-        handle = run_simulator(port=0, speed=speed, queues_config=config, kubeconfig_out=str(kubeconfig))
-        handles.append(handle)
-        settings.KUBECONFIG = str(kubeconfig)
+        handle = start_simulator(speed=speed, **overrides)
+        settings.KUBECONFIG = str(handle.kubeconfig_path)
         client.reset()
         return Cluster(handle)
 
     yield make
     client.reset()
-    for handle in handles:
-        handle.stop()
 
 
 @pytest.fixture

@@ -81,11 +81,11 @@ ROWS: list[tuple[str, str, Callable[[dict[str, Any]], bool], str]] = [
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
     from simulators.cluster.server import run_simulator
-    from tests.k8s_bridge.reconciler.conftest import write_config
+    from tests.simulators.fixtures import queues_config
     from django.conf import settings
 
     path = tmp_path_factory.mktemp("mapping")
-    handle = run_simulator(port=0, speed=10.0, queues_config=write_config(path, clusterQueues=small_queue("4")),
+    handle = run_simulator(port=0, speed=10.0, queues_config=str(queues_config(path, clusterQueues=small_queue("4"))),
                            kubeconfig_out=str(path / "kubeconfig"))
     old = settings.KUBECONFIG
     settings.KUBECONFIG = str(path / "kubeconfig")

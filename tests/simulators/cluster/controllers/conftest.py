@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-import yaml
 
 from simulators.cluster.clock import SimClock
 from simulators.cluster.controllers import Controllers, start_controllers
-from simulators.cluster.controllers.config import DEFAULT_CONFIG
 from simulators.cluster.store import Store
 from tests import waiting
+from tests.simulators.fixtures import queues_config
 from tests.simulators.fixtures import rjob as rjob  # the one builder, re-exported for the tests here
 
 SPEED = 100.0
@@ -101,12 +100,7 @@ class Sim:
 
 
 def _start(tmp_path: Path, overrides: dict[str, Any] | None) -> Sim:
-    config_path: Path | None = None
-    if overrides:
-        data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-        data.update(overrides)
-        config_path = tmp_path / "queues.yaml"
-        config_path.write_text(yaml.safe_dump(data))
+    config_path = queues_config(tmp_path, **overrides) if overrides else None
     clock = SimClock(speed=SPEED)
     store = Store(clock=clock.now)
     ctrls = start_controllers(store, clock, str(config_path) if config_path else None)

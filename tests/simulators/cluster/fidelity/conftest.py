@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
-from simulators.cluster.controllers.config import DEFAULT_CONFIG
-from simulators.cluster.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle
 from tests import waiting
 from tests.simulators.fixtures import rjob as rjob  # the one builder, re-exported for the tests here
 
@@ -110,37 +108,21 @@ class Cluster:
 
 
 @pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+def make_cluster(start_simulator: Callable[..., SimulatorHandle], tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     """Factory: `make_cluster(kueue={...}, clusterQueues=[...])` starts a simulator with config overrides."""
-    started: list[tuple[SimulatorHandle, client.ApiClient]] = []
+    apis: list[client.ApiClient] = []
 
     def make(**overrides: Any) -> Cluster:
-        data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-        kueue = overrides.pop("kueue", None)
-        if kueue:
-            merged = dict(data.get("kueue") or {})
-            for k, v in kueue.items():
-                if isinstance(v, dict) and isinstance(merged.get(k), dict):
-                    merged[k] = {**merged[k], **v}
-                else:
-                    merged[k] = v
-            data["kueue"] = merged
-        data.update(overrides)
-        n = len(started)
-        config_path = tmp_path / f"queues-{n}.yaml"
-        config_path.write_text(yaml.safe_dump(data))
-        handle = run_simulator(port=0, speed=SPEED, queues_config=str(config_path),
-                               kubeconfig_out=str(tmp_path / f"kubeconfig-{n}"))
+        handle = start_simulator(speed=SPEED, **overrides)
         api = client.ApiClient(client.Configuration(host=handle.url))
-        started.append((handle, api))
-        cache = tmp_path / f"kubectl-cache-{n}"
+        apis.append(api)
+        cache = tmp_path / f"kubectl-cache-{len(apis)}"
         cache.mkdir()
         return Cluster(handle, api, cache)
 
     yield make
-    for handle, api in started:
+    for api in apis:
         api.close()
-        handle.stop()
 
 
 @pytest.fixture
