@@ -8,14 +8,11 @@ running JobSet's notify-when after commit), so ``artifacts`` never imports it.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from core.hooks import Hooks
 
-AttachedHook = Callable[[int, int, str], None]
-
-#: Callables ``(xid, wid, payload_kind)``, called inside the attaching transaction.
-attached_hooks: list[AttachedHook] = []
+#: Listeners ``(xid, wid, payload_kind)``, called inside the attaching transaction: a failure rolls it back.
+attached_hooks: Hooks[[int, int, str]] = Hooks("artifacts.attached_hook_failed", contained=False)
 
 
 def on_artifact_attached(xid: int, wid: int, payload_kind: str) -> None:
-    for hook in list(attached_hooks):
-        hook(xid, wid, payload_kind)
+    attached_hooks(xid, wid, payload_kind)

@@ -18,11 +18,9 @@ class LifecycleConfig(AppConfig):
         from lifecycle import services, stamping
         from workunits import hooks as workunit_hooks
 
-        if services.on_execution_superseded not in workunit_hooks.superseded_hooks:
-            workunit_hooks.superseded_hooks.append(services.on_execution_superseded)
+        workunit_hooks.superseded_hooks.register(services.on_execution_superseded)
         workunit_hooks.set_notify_when_provider(stamping.notify_when_for)
-        if stamping.on_artifact_attached not in artifact_hooks.attached_hooks:
-            artifact_hooks.attached_hooks.append(stamping.on_artifact_attached)
+        artifact_hooks.attached_hooks.register(stamping.on_artifact_attached)
         checks.register(check_lifecycle_configuration)
 
 

@@ -12,18 +12,11 @@ hook is logged and never fails the write.
 """
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+from core.hooks import Hooks
 
-log = logging.getLogger(__name__)
-
-#: Callables ``(execution_pk, written)``: the execution whose new points committed, and how many.
-written_hooks: list[Callable[[int, int], None]] = []
+#: Listeners ``(execution_pk, written)``: the execution whose new points committed, and how many.
+written_hooks: Hooks[[int, int]] = Hooks("metrics.written_hook_failed")
 
 
 def on_points_written(execution: int, written: int) -> None:
-    for hook in list(written_hooks):
-        try:
-            hook(execution, written)
-        except Exception:  # a listener must never fail the writer
-            log.exception("metrics.written_hook_failed", extra={"execution": execution})
+    written_hooks(execution, written)

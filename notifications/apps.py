@@ -21,7 +21,5 @@ class NotificationsConfig(AppConfig):
         # The REST endpoints are mounted beside the API's bindings through its extension point.
         extensions.register(rest.urlpatterns, rest.openapi_paths)
 
-        if sources.on_transitions_committed not in hooks.committed_hooks:
-            hooks.committed_hooks.append(sources.on_transitions_committed)
-        if sources.on_scheduling_changed not in hooks.scheduling_hooks:
-            hooks.scheduling_hooks.append(sources.on_scheduling_changed)
+        hooks.committed_hooks.register(sources.on_transitions_committed)
+        hooks.scheduling_hooks.register(sources.on_scheduling_changed)

@@ -25,7 +25,5 @@ class UiConfig(AppConfig):
 
         extensions.register_site(urls.urlpatterns)
         extensions.register_async_paths(urls.EVENT_PATHS)
-        if live.publish not in hooks.committed_hooks:
-            hooks.committed_hooks.append(live.publish)
-        if live.publish_metrics not in metrics_hooks.written_hooks:
-            metrics_hooks.written_hooks.append(live.publish_metrics)
+        hooks.committed_hooks.register(live.publish)
+        metrics_hooks.written_hooks.register(live.publish_metrics)

@@ -24,29 +24,15 @@ Apps above (the artifact lifecycle) register into these in their
   reason, last log line; :func:`termination_of`), registered by ``k8s_bridge``,
   whose log archive knows.
 
-A failing hook is logged and never fails the caller.
+A failing hook is logged and never fails the caller (``core.hooks``: the one shape
+of an extension point).
 """
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-log = logging.getLogger(__name__)
-
-SupersededHook = Callable[[int, int, int], None]
-NotifyWhenProvider = Callable[[int, int], str]
-
-#: Callables ``(xid, wid, eid)``, registered by the lifecycle app.
-superseded_hooks: list[SupersededHook] = []
-
-_notify_when_provider: list[NotifyWhenProvider] = []
-
-#: Callables ``(transitions)``, registered by the notifications app.
-committed_hooks: list[Callable[[Sequence[Any]], None]] = []
-
-#: Callables ``(change_id, paused, by, reason)``, registered by the notifications app.
-scheduling_hooks: list[Callable[[int, bool, str, str], None]] = []
+from core.hooks import Hooks, Provider
 
 
 class Transition(NamedTuple):
@@ -59,14 +45,6 @@ class Transition(NamedTuple):
     new_state: str
 
 
-def on_execution_superseded(xid: int, wid: int, eid: int) -> None:
-    for hook in list(superseded_hooks):
-        try:
-            hook(xid, wid, eid)
-        except Exception:  # a failing rule must not fail the restart
-            log.exception("lifecycle.superseded_hook_failed", extra={"xid": xid, "wid": wid, "eid": eid})
-
-
 class Termination(NamedTuple):
     """How one container of an execution ended, as far as is known."""
 
@@ -76,59 +54,53 @@ class Termination(NamedTuple):
     last_line: str
 
 
-TerminationProvider = Callable[[int, int, int], list[Termination]]
-_termination_provider: list[TerminationProvider] = []
+#: Listeners ``(xid, wid, eid)``, registered by the lifecycle app.
+superseded_hooks: Hooks[[int, int, int]] = Hooks("lifecycle.superseded_hook_failed")
+
+#: Listeners ``(transitions)``, registered by the notifications app and the pages' live updates.
+committed_hooks: Hooks[[Sequence[Any]]] = Hooks("workunits.committed_hook_failed")
+
+#: Listeners ``(change_id, paused, by, reason)``, registered by the notifications app.
+scheduling_hooks: Hooks[[int, bool, str, str]] = Hooks("workunits.scheduling_hook_failed")
+
+#: ``(xid, wid) -> notify_when`` ("" while none is registered, or when it fails: the JobSet still runs).
+notify_when_provider: Provider[[int, int], str] = Provider("lifecycle.notify_when_failed", str)
+
+#: ``(xid, wid, eid) -> [Termination]`` ([] while none is registered, or when it fails).
+termination_provider: Provider[[int, int, int], list[Termination]] = Provider(
+    "workunits.termination_provider_failed", list)
 
 
-def set_termination_provider(provider: TerminationProvider | None) -> None:
+def on_execution_superseded(xid: int, wid: int, eid: int) -> None:
+    """A restart archived execution ``(xid, wid, eid)`` (a failing rule never fails the restart)."""
+    superseded_hooks(xid, wid, eid)
+
+
+def set_termination_provider(provider: Any) -> None:
     """Register the one termination provider (None: none; :func:`termination_of` answers [])."""
-    _termination_provider[:] = [provider] if provider is not None else []
+    termination_provider.set(provider)
 
 
 def termination_of(xid: int, wid: int, eid: int) -> list[Termination]:
     """How the containers of execution ``(xid, wid, eid)`` ended ([]: not known, or the provider failed)."""
-    if not _termination_provider:
-        return []
-    try:
-        return list(_termination_provider[0](xid, wid, eid))
-    except Exception:  # a message without the last line is better than none
-        log.exception("workunits.termination_provider_failed", extra={"xid": xid, "wid": wid, "eid": eid})
-        return []
+    return list(termination_provider(xid, wid, eid))
 
 
-def set_notify_when_provider(provider: NotifyWhenProvider | None) -> None:
+def set_notify_when_provider(provider: Any) -> None:
     """Register the one notify-when provider (None: none, every task carries "")."""
-    _notify_when_provider[:] = [provider] if provider is not None else []
+    notify_when_provider.set(provider)
 
 
 def notify_when_for(xid: int, wid: int) -> str:
-    """The notify-when a Create or Restart task of this work unit carries ("" = none).
-
-    A failure of the provider is logged and stamps nothing (the JobSet still runs).
-    """
-    if not _notify_when_provider:
-        return ""
-    try:
-        return _notify_when_provider[0](xid, wid)
-    except Exception:
-        log.exception("lifecycle.notify_when_failed", extra={"xid": xid, "wid": wid})
-        return ""
+    """The notify-when a Create or Restart task of this work unit carries ("" = none)."""
+    return notify_when_provider(xid, wid)
 
 
 def on_transitions_committed(transitions: Sequence[Any]) -> None:
     """Hand committed transitions to every registered listener (after the writer's commit)."""
-    if not transitions:
-        return
-    for hook in list(committed_hooks):
-        try:
-            hook(transitions)
-        except Exception:  # a listener must never fail the writer
-            log.exception("workunits.committed_hook_failed")
+    if transitions:
+        committed_hooks(transitions)
 
 
 def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) -> None:
-    for hook in list(scheduling_hooks):
-        try:
-            hook(change_id, paused, by, reason)
-        except Exception:
-            log.exception("workunits.scheduling_hook_failed")
+    scheduling_hooks(change_id, paused, by, reason)

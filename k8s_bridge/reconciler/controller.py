@@ -46,7 +46,8 @@ from k8s_bridge.logs import archive as logarchive
 from k8s_bridge.logs import pods as podlogs
 from k8s_bridge.reconciler import mapping, metrics, sweep
 from k8s_bridge.reconciler.batcher import UpdateBatcher
-from k8s_bridge.reconciler.mapping import ExecutionKey, Observation, QueuePosition
+from core.keys import ExecutionKey
+from k8s_bridge.reconciler.mapping import Observation, QueuePosition
 from k8s_bridge.reconciler.watchers import Informer, Key, Kind, Obj, key_of
 from lifecycle import hooks
 from workunits import hooks as workunit_hooks

@@ -38,7 +38,8 @@ from typing import Any
 
 from django.db import transaction
 
-from k8s_bridge.reconciler.mapping import ExecutionKey, execution_key
+from core.keys import ExecutionKey
+from k8s_bridge.reconciler.mapping import execution_key
 from workunits.choices import TERMINAL, ExecutionState, TaskType, WorkUnitState
 from workunits.models import Operation, WorkUnit, WorkUnitExecution
 

@@ -7,7 +7,7 @@ re-queues it from the admin.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import time
@@ -16,6 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from core.hooks import Hooks
 from tests import factories
 from tests.k8s_bridge.actuator.conftest import get_jobset
 from tests.k8s_bridge.actuator.test_handlers import run
@@ -43,7 +44,9 @@ def refusing(cluster: Any, settings: Any) -> Iterator[Any]:
 def heard(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The transitions handed to the pages and notifications after commit."""
     seen: list[Any] = []
-    monkeypatch.setattr(hooks, "committed_hooks", [lambda ts: seen.extend(ts)])
+    listeners: Hooks[[Sequence[Any]]] = Hooks("test.committed_hook_failed")
+    listeners.register(lambda ts: seen.extend(ts))
+    monkeypatch.setattr(hooks, "committed_hooks", listeners)
     return seen
 
 
