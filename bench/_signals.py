@@ -9,18 +9,15 @@ started, and a second signal cannot interrupt that clean-up.
 from __future__ import annotations
 
 import signal
-from types import FrameType
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from core.signals import raise_on  # noqa: E402 - the project's root is on the path first
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def _exit(signum: int, frame: FrameType | None) -> None:
-    for sig in SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)  # the clean-up runs once, to its end
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise SystemExit(128 + signum)
-
-
 def exit_on_termination() -> None:
-    for sig in SIGNALS:
-        signal.signal(sig, _exit)
+    """SIGTERM or SIGHUP raises ``SystemExit(128 + signum)``; the clean-up runs once, to its end."""
+    raise_on(SIGNALS, lambda signum: SystemExit(128 + signum), also_ignore=(signal.SIGINT,))

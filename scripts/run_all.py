@@ -45,9 +45,11 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from core.signals import TERMINATION, ignore, raise_on  # noqa: E402 - stdlib only; no Django yet
+
 RUN = Path(os.environ.get("XMC_RUN_DIR") or ROOT / ".run").resolve()
 ADMIN_EMAIL = "admin@example.com"
 
@@ -97,8 +99,8 @@ class Stop(Exception):
     """Raised by the signal handlers: unwinds into the clean-up."""
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise Stop(signal.Signals(signum).name)
+def _stop(signum: int) -> Stop:
+    return Stop(signal.Signals(signum).name)
 
 
 def free_port(preferred: int) -> int:
@@ -371,8 +373,7 @@ def main() -> int:
     parser.add_argument("--stop-redis", default="", metavar="DIR",
                         help="stop the run folder's embedded Redis of DIR on exit (likewise)")
     args = parser.parse_args()
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(signum, _stop)
+    raise_on(TERMINATION, _stop)
 
     RUN.mkdir(parents=True, exist_ok=True)
     procs: list[Process] = []
@@ -387,7 +388,6 @@ def main() -> int:
                 env[key] = os.environ[key]
         os.environ.update(env)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
-        sys.path.insert(0, str(ROOT))
         import django
 
         django.setup()
@@ -419,9 +419,7 @@ def main() -> int:
         print(f"run: {why}: stopping", flush=True)
         return 0
     finally:
-        # No second signal may interrupt the clean-up.
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(signum, signal.SIG_IGN)
+        ignore(TERMINATION)  # no second signal may interrupt the clean-up
         stop_all(procs)
         stop_embedded_services(args.stop_postgres, args.stop_redis)
 

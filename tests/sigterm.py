@@ -9,15 +9,11 @@ report; a second SIGTERM cannot interrupt that.
 from __future__ import annotations
 
 import signal
-from types import FrameType
 
 import pytest
 
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"stopped by signal {signum}")
+from core.signals import raise_on
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    signal.signal(signal.SIGTERM, _interrupt)
+    raise_on((signal.SIGTERM,), lambda signum: KeyboardInterrupt(f"stopped by signal {signum}"))

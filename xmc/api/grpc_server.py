@@ -54,6 +54,7 @@ from grpc_reflection.v1alpha import reflection
 
 from core import pb
 from core.errors import ServiceError
+from core.signals import stop_event
 from core.protos import metrics_pb2
 from xmc import ops
 from xmc.api import metrics_write, registry
@@ -482,22 +483,17 @@ def serve_until_signalled(server: grpc.Server, grace_s: float = 10.0) -> None:
 
     Must run on the main thread (signal handlers can only be set there).
     """
-    stopped = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
+    def on_stop(signum: int) -> None:
         logger.info("grpc.stopping", extra={"signal": signal.Signals(signum).name, "grace_s": grace_s})
         shutdown(server, grace_s)
-        stopped.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    watching = watch_database_health(server)
-    try:
-        server.start()
-        # wait(timeout) in a loop: the main thread must wake up to run the handler.
-        while not stopped.wait(0.5):
-            pass
-    finally:
-        watching.set()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_event(on_stop=on_stop) as stopped:
+        watching = watch_database_health(server)
+        try:
+            server.start()
+            # wait(timeout) in a loop: the main thread must wake up to run the handler.
+            while not stopped.wait(0.5):
+                pass
+        finally:
+            watching.set()
     logger.info("grpc.stopped")

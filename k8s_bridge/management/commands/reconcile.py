@@ -11,7 +11,6 @@ it next to a leader).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 import uuid
@@ -20,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from core.signals import stop_event
 from k8s_bridge.reconciler import metrics
 from k8s_bridge.reconciler.controller import Options, Reconciler
 from k8s_bridge.reconciler.leader import LeaderElector
@@ -54,36 +54,30 @@ class Command(BaseCommand):
             except OSError as exc:
                 self.stderr.write(f"reconcile: metrics port {options['metrics_port']} unavailable: {exc}")
         identity = options["identity"] or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        stop = threading.Event()
         lost = threading.Event()
-
-        def on_signal(signum: int, frame: object) -> None:
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        elector = LeaderElector(opts.namespaces[0], LEASE_NAME, identity,
-                                lease_duration_s=options["lease_duration"], on_lost=lost.set)
-        elector.start()
-        self.stdout.write(f"reconcile: {identity} watching {', '.join(opts.namespaces)}")
-        self.stdout.flush()
-        try:
-            while not stop.is_set():
-                if not elector.is_leader():
-                    stop.wait(0.1)
-                    continue
-                lost.clear()
-                self.stdout.write(f"reconcile: {identity} is the leader")
-                self.stdout.flush()
-                reconciler = Reconciler(opts, can_write=elector.is_leader)
-                reconciler.start()
-                while not stop.is_set() and not lost.is_set() and elector.is_leader():
-                    stop.wait(0.1)
-                leading = elector.is_leader()
-                reconciler.stop(drain=leading)
-                if not leading:
-                    self.stdout.write(f"reconcile: {identity} lost the lease; standing by")
+        with stop_event() as stop:
+            elector = LeaderElector(opts.namespaces[0], LEASE_NAME, identity,
+                                    lease_duration_s=options["lease_duration"], on_lost=lost.set)
+            elector.start()
+            self.stdout.write(f"reconcile: {identity} watching {', '.join(opts.namespaces)}")
+            self.stdout.flush()
+            try:
+                while not stop.is_set():
+                    if not elector.is_leader():
+                        stop.wait(0.1)
+                        continue
+                    lost.clear()
+                    self.stdout.write(f"reconcile: {identity} is the leader")
                     self.stdout.flush()
-        finally:
-            elector.release()
+                    reconciler = Reconciler(opts, can_write=elector.is_leader)
+                    reconciler.start()
+                    while not stop.is_set() and not lost.is_set() and elector.is_leader():
+                        stop.wait(0.1)
+                    leading = elector.is_leader()
+                    reconciler.stop(drain=leading)
+                    if not leading:
+                        self.stdout.write(f"reconcile: {identity} lost the lease; standing by")
+                        self.stdout.flush()
+            finally:
+                elector.release()
         self.stdout.write("reconcile: stopped")
