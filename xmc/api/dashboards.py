@@ -34,7 +34,7 @@ from django.db.models import CharField, OuterRef, Value
 from django.db.models.functions import Cast, Concat
 from google.protobuf import empty_pb2
 
-from core import limits
+from core import limits, names
 from core.pb import dashboard as M
 from core.pb import dashboard_api as D
 from core.errors import InvalidArgument, NotFound, PermissionDenied
@@ -50,8 +50,8 @@ from xmc.api.handlers import _experiment, _experiment_acls, _mask, _page, parse_
 from xmc.api.registry import DASHBOARDS, Caller, rpc
 from xmc.listing import FilterField
 
-_ID = r"([0-9]{1,19})"
-_SLUG = r"([A-Za-z0-9][A-Za-z0-9_-]{0,62})"
+_ID = names.ID
+_SLUG = names.SLUG
 _CHART_UNDER_WU = re.compile(rf"experiments/{_ID}/workUnits/{_ID}/charts/{_SLUG}")
 _CHART = re.compile(rf"charts/{_SLUG}")
 _CHART_UNDER_DASHBOARD = re.compile(rf"dashboards/{_SLUG}/charts/{_SLUG}")

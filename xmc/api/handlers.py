@@ -9,7 +9,6 @@ and the conversion module before anything is written; errors are
 """
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -22,7 +21,7 @@ from google.protobuf import empty_pb2
 from artifacts import services as artifact_services
 from artifacts.models import Artifact
 from artifacts.wire import artifact_to_proto
-from core import limits, pb
+from core import names, pb
 from core.errors import InvalidArgument, NotFound
 from core.pb import api
 from core.pb import longrunning as lro
@@ -43,44 +42,12 @@ from xmc.api.sweep_columns import prepare as prepare_columns
 from xmc.listing import FilterField
 
 
-# --- Resource names -------------------------------------------------------------------
+# --- Resource names: core.names owns their shapes (re-exported for the API's modules) -------
 
-# ASCII digits only ("[0-9]", not "\d", which matches every Unicode digit such
-# as "٣") and fullmatch (a "$" would also accept a trailing newline).
-_ID = r"([0-9]{1,19})"
-_EXPERIMENT = re.compile(rf"experiments/{_ID}")
-_WORK_UNIT = re.compile(rf"experiments/{_ID}/workUnits/{_ID}")
-_ARTIFACT = re.compile(rf"artifacts/{_ID}")
-_OPERATION = re.compile(rf"experiments/{_ID}(?:/workUnits/{_ID})?/operations/{_ID}")
-
-
-def _match(pattern: re.Pattern[str], value: str, field: str, shape: str) -> re.Match[str]:
-    match = pattern.fullmatch(value or "")
-    if match is None:
-        raise InvalidArgument(f"{field} must look like {shape!r} (got {value[:200]!r})", field=field)
-    if any(int(group) > limits.MAX_ID for group in match.groups() if group is not None):
-        raise InvalidArgument(f"{field}: an id is larger than {limits.MAX_ID}", field=field)
-    return match
-
-
-def parse_experiment(name: str, field: str = "name") -> int:
-    return int(_match(_EXPERIMENT, name, field, "experiments/{xid}").group(1))
-
-
-def parse_work_unit(name: str, field: str = "name") -> tuple[int, int]:
-    match = _match(_WORK_UNIT, name, field, "experiments/{xid}/workUnits/{wid}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def parse_parent(parent: str, field: str = "parent") -> tuple[int, int | None]:
-    """``experiments/{xid}`` or ``experiments/{xid}/workUnits/{wid}``."""
-    if _WORK_UNIT.fullmatch(parent or ""):
-        return parse_work_unit(parent, field)
-    return parse_experiment(parent, field), None
-
-
-def parse_artifact(name: str, field: str = "name") -> int:
-    return int(_match(_ARTIFACT, name, field, "artifacts/{aid}").group(1))
+parse_experiment = names.parse_experiment
+parse_work_unit = names.parse_work_unit
+parse_parent = names.parse_parent
+parse_artifact = names.parse_artifact
 
 
 # --- Access -------------------------------------------------------------------------------
@@ -482,7 +449,7 @@ rpc(ESS, "SearchStatusMessages", api.ListStatusMessagesRequest, api.ListStatusMe
 
 
 def _operation_row(name: str, caller: Caller, needed: Role) -> Operation:
-    match = _match(_OPERATION, name, "name", "experiments/{xid}[/workUnits/{wid}]/operations/{id}")
+    match = names.match(names.OPERATION, name, "name", "experiments/{xid}[/workUnits/{wid}]/operations/{id}")
     xid, wid, op_id = int(match.group(1)), match.group(2), int(match.group(3))
     op = (Operation.objects.select_related("work_unit", "experiment")
           .filter(id=op_id, experiment_id=xid, action_type__in=API_ACTION_TYPES).first())

@@ -25,7 +25,6 @@ make ``XMC_METRICS_WRITES_PER_S`` calls a second (burst
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -39,7 +38,7 @@ from django.urls import URLPattern, re_path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from core import inputs, ratelimit
+from core import inputs, names, ratelimit
 from core.errors import InvalidArgument, PermissionDenied, ResourceExhausted, ServiceError, Unauthenticated
 from core.protos import metrics_pb2
 from experiments.acl import Role
@@ -294,7 +293,6 @@ def openapi_paths() -> dict[str, Any]:
 
 METRICS_SERVICE = metrics_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name
 WRITE_METHOD = f"/{METRICS_SERVICE}/WriteMetrics"
-_PARENT = re.compile(r"experiments/([0-9]{1,19})/workUnits/([0-9]{1,19})")
 
 
 def points_of(request: Any, now: datetime) -> tuple[list[services.Point], int | None]:
@@ -310,15 +308,13 @@ def points_of(request: Any, now: datetime) -> tuple[list[services.Point], int | 
 
 def write_over_grpc(request: Any, authorization: str) -> Any:
     """WriteMetrics: parent, points, the caller's ``authorization`` metadata; raises ``ServiceError``."""
-    match = _PARENT.fullmatch(request.parent or "")
-    if match is None or max(int(g) for g in match.groups()) > _INT64:
-        raise InvalidArgument("parent must look like 'experiments/{xid}/workUnits/{wid}'", field="parent")
+    xid, wid = names.parse_work_unit(request.parent, "parent")
     for i, point in enumerate(request.points):
         if point.HasField("time") and not (-62135596800 <= point.time.seconds <= 253402300799
                                            and 0 <= point.time.nanos < 10**9):
             raise InvalidArgument(f"points[{i}].time is not a valid timestamp", field=f"points[{i}].time")
     points, eid = points_of(request, timezone.now())
-    execution = execution_for(authorization, int(match.group(1)), int(match.group(2)), eid)
+    execution = execution_for(authorization, xid, wid, eid)
     meter(execution)
     written = services.write_points(execution, points)
     return metrics_pb2.WriteMetricsResponse(written=written, duplicates=len(points) - written)
