@@ -110,7 +110,8 @@ def finish_ended_units(study: Study) -> None:
             else:
                 fields = {"state": TrialState.FAILED, "message": f"the unit ended {ex.state}"}
             Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(end_time=now, **fields)
-            log.info("study.trial_ended", extra={"study": study.id, "trial": trial.number, **fields})
+            log.info("study.trial_ended", extra={"study": study.id, "trial": trial.number, "state": fields["state"],
+                                                 "value": fields.get("value"), "why": fields.get("message", "")})
         Trial.objects.filter(id=trial.id).update(unit_done=True)
 
 
@@ -177,7 +178,7 @@ def prune(study: Study) -> None:
         if Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(
                 state=TrialState.PRUNED, pruned_at_step=verdict.step, message=message,
                 system_attrs=verdict.system_attrs, end_time=timezone.now()):
-            log.info("study.trial_pruned", extra={"study": study.id, "trial": trial.number, "message": message})
+            log.info("study.trial_pruned", extra={"study": study.id, "trial": trial.number, "why": message})
 
 
 # --- 3. Stops ------------------------------------------------------------------------------------
