@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from google.protobuf import json_format
 
@@ -304,8 +304,8 @@ def tick() -> int:
     return len(running) - len(waiting)
 
 
-def _ring_studies_of(unit_filter: dict[str, Any]) -> None:
-    ids = set(Trial.objects.filter(unit_done=False, study__state=StudyState.RUNNING, **unit_filter)
+def _ring_studies_of(which: Q) -> None:
+    ids = set(Trial.objects.filter(which, unit_done=False, study__state=StudyState.RUNNING)
               .values_list("study_id", flat=True))
     for study_id in ids - doorbell.pending(list(ids)):
         doorbell.ring(study_id, committed=True)
@@ -314,7 +314,7 @@ def _ring_studies_of(unit_filter: dict[str, Any]) -> None:
 def on_points_written(execution: int, written: int) -> None:
     """A trial's unit wrote points: its study steps (the pruner hears of them). One query when it is
     no trial's (``workunits.hooks``/``metrics.hooks`` listeners must be cheap)."""
-    _ring_studies_of({"work_unit__executions__id": execution})
+    _ring_studies_of(Q(work_unit__executions__id=execution))
 
 
 def on_transitions_committed(transitions: Sequence[Any]) -> None:
@@ -322,12 +322,7 @@ def on_transitions_committed(transitions: Sequence[Any]) -> None:
     ended = [(t.xid, t.wid) for t in transitions if t.new_state in TERMINAL]
     if not ended:
         return
-    from django.db.models import Q
-
     condition = Q()
     for xid, wid in ended:
         condition |= Q(study__experiment_id=xid, wid=wid)
-    ids = set(Trial.objects.filter(condition, unit_done=False, study__state=StudyState.RUNNING)
-              .values_list("study_id", flat=True))
-    for study_id in ids - doorbell.pending(list(ids)):
-        doorbell.ring(study_id, committed=True)
+    _ring_studies_of(condition)
