@@ -224,10 +224,11 @@ def start_trials(study: Study) -> list[Trial]:
                 return started
             if locked.sampler == "grid" and total >= search.grid_size(locked.parameters):
                 return started
-            params = search.next_parameters(locked.parameters, locked.goal, locked.sampler, locked.seed,
-                                            past_trials(locked, with_steps=False))
+            choice = search.next_trial(locked.parameters, locked.goal, locked.sampler, locked.seed,
+                                       past_trials(locked, with_steps=False))
             trial = Trial.objects.create(study=locked, number=total, wid=_reserve_wid(locked.experiment_id),
-                                         parameters=params, create_time=timezone.now())
+                                         parameters=choice.parameters, system_attrs=choice.system_attrs,
+                                         create_time=timezone.now())
             log.info("study.trial_started", extra={"study": study.id, "trial": trial.number, "wid": trial.wid})
             started.append(trial)
 

@@ -14,6 +14,7 @@ Optuna: https://optuna.readthedocs.io/en/stable/reference/generated/optuna.trial
 from __future__ import annotations
 
 import copy
+import json
 import math
 import statistics
 import warnings
@@ -158,17 +159,41 @@ def _rebuild(trials: Sequence[PastTrial], space: Mapping[str, Mapping[str, Any]]
     return study
 
 
-def next_parameters(space: Mapping[str, Mapping[str, Any]], goal: str, sampler: str, seed: int,
-                    trials: Sequence[PastTrial]) -> dict[str, Any]:
-    """The parameters of trial ``len(trials)``: the study's sampler asked over every trial so far.
+@dataclass(frozen=True)
+class Choice:
+    """A new trial: its parameters, and what the sampler wrote on it (the grid sampler's grid point),
+    which the next decisions must see again."""
 
-    The sampler is seeded with ``seed + len(trials)``: the same rows give the same answer (a retried
-    decision after a crash picks what the first try would have).
+    parameters: dict[str, Any]
+    system_attrs: dict[str, Any]
+
+
+def next_trial(space: Mapping[str, Mapping[str, Any]], goal: str, sampler: str, seed: int,
+               trials: Sequence[PastTrial]) -> Choice:
+    """Trial ``len(trials)``: the study's sampler asked over every trial so far.
+
+    The sampler is seeded with ``seed + len(trials)`` (the grid sampler with ``seed``): the same rows give
+    the same answer (a retried decision after a crash picks what the first try would have).
     """
     dists = distributions(space)
-    study = _rebuild(trials, space, goal, sampler=make_sampler(sampler, space, seed + len(trials)))
+    # The grid sampler shuffles the grid with its seed and takes point n for trial n: one seed for the
+    # whole study, so every trial gets a point of the same permutation (each point once).
+    decision_seed = seed if sampler == "grid" else seed + len(trials)
+    study = _rebuild(trials, space, goal, sampler=make_sampler(sampler, space, decision_seed))
     trial = study.ask(fixed_distributions=dists)
-    return {name: _plain(trial.params[name]) for name in space}
+    attrs = study._storage.get_trial(trial._trial_id).system_attrs
+    return Choice({name: _plain(trial.params[name]) for name in space}, _json_safe(attrs))
+
+
+def next_parameters(space: Mapping[str, Mapping[str, Any]], goal: str, sampler: str, seed: int,
+                    trials: Sequence[PastTrial]) -> dict[str, Any]:
+    """The parameters of `next_trial`."""
+    return next_trial(space, goal, sampler, seed, trials).parameters
+
+
+def _json_safe(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes our JSON column can keep (Optuna's are JSON-serializable by contract; tuples become lists)."""
+    return json.loads(json.dumps(dict(attrs), default=list))
 
 
 def _plain(value: Any) -> Any:
@@ -206,7 +231,7 @@ def should_prune(space: Mapping[str, Mapping[str, Any]], goal: str, pruner: Mapp
     step = max(int(k) for k in running.intermediate)
     return Verdict(prune=prune, step=step, value=best_so_far(running.intermediate, goal),
                    reference=_median_at(others, step),
-                   system_attrs=dict(after.system_attrs))
+                   system_attrs=_json_safe(after.system_attrs))
 
 
 def _median_at(others: Sequence[PastTrial], step: int) -> float | None:

@@ -8,12 +8,15 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from google.protobuf import json_format
 
-from studies import controller, services
-from studies.models import Study, Trial
+from studies import controller, doorbell, services, tasks
+from studies.models import Study
+from tests import factories
+from tests.notifications.helpers import set_state
 from tests.studies.helpers import end, state_of, study, template, trials, unit_of, write
 from workunits import services as wu_services
-from workunits.models import StatusMessage, WorkUnit
+from workunits.models import OutboxMessage, StatusMessage, WorkUnit
 
 
 def open_units(s: Study) -> int:
@@ -116,10 +119,7 @@ def test_a_trial_worse_than_the_median_is_pruned_its_unit_stopped_with_why_and_i
     assert t1.message in str(list(StatusMessage.objects.filter(work_unit=stopped).values_list("content", flat=True)))
     controller.step(s.id)
     assert len(trials(s)) == 3  # the pruned unit still stops: its slot is taken
-    end_unit = WorkUnit.objects.get(id=stopped.id)
-    from tests.notifications.helpers import set_state
-
-    set_state([end_unit], "STOPPED")
+    set_state([WorkUnit.objects.get(id=stopped.id)], "STOPPED")
     controller.step(s.id)
     t1.refresh_from_db()
     assert t1.state == "PRUNED" and t1.unit_done and len(trials(s)) == 4
@@ -196,3 +196,102 @@ def test_two_steps_at_once_start_parallel_trials_once() -> None:
     tagged = WorkUnit.objects.filter(experiment=exp, tags__contains=[f"study:{s.id}"])
     assert tagged.count() == 3 and sorted(tagged.values_list("wid", flat=True)) == sorted(t.wid for t in rows)
     assert all(t.work_unit_id is not None for t in rows)
+
+
+@pytest.mark.django_db
+def test_a_trial_units_points_and_its_end_ring_the_study_once() -> None:
+    exp, unit = template()
+    s = study(exp, unit)
+    OutboxMessage.objects.filter(task_name=doorbell.STEP_TASK).update(done=True)  # the creation's ring, answered
+    controller.step(s.id)
+    t0, t1 = trials(s)
+    waiting = OutboxMessage.objects.filter(task_name=doorbell.STEP_TASK, done=False, args=[s.id])
+    write(t0, [1.0])  # the metrics write path's hook
+    assert waiting.count() == 1
+    write(t1, [1.0])  # a step is already waiting: no second ring
+    assert waiting.count() == 1
+    waiting.update(done=True)
+    end(t0)  # the committed transition's hook
+    assert waiting.count() == 1
+    waiting.update(done=True)
+    set_state([WorkUnit.objects.get(id=unit.id)], "COMPLETED")  # the template is no trial: it rings nothing
+    assert waiting.count() == 0
+    assert controller.tick() == 1 and waiting.count() == 1  # the beat's pass rings every running study
+    assert controller.tick() == 0  # ... once
+
+
+@pytest.mark.django_db
+def test_a_delivered_step_runs_once_and_a_second_copy_is_dropped() -> None:
+    exp, unit = template()
+    s = study(exp, unit)
+    message = OutboxMessage.objects.get(task_name=doorbell.STEP_TASK, args=[s.id])
+
+    class Copy:
+        name = doorbell.STEP_TASK
+
+        def __init__(self, task_id: str) -> None:
+            self.request = type("Request", (), {"id": task_id, "retries": 0})()
+
+    tasks.step.run.__func__(Copy("first"), s.id, delivery_id=message.id)  # type: ignore[attr-defined]
+    tasks.step.run.__func__(Copy("redelivered"), s.id, delivery_id=message.id)  # type: ignore[attr-defined]
+    message.refresh_from_db()
+    assert message.done and message.attempts == 1
+    assert len(trials(s)) == 2
+
+
+@pytest.mark.django_db
+def test_successive_halving_keeps_its_rungs_on_our_rows_between_decisions() -> None:
+    exp, unit = template()
+    s = study(exp, unit, maxTrials=6, parallelTrials=3,
+              pruner={"successiveHalving": {"minResource": 1, "reductionFactor": 2}})
+    controller.step(s.id)
+    t0, t1, t2 = trials(s)
+    write(t0, [0.1, 0.1, 0.1, 0.1])
+    write(t1, [0.2, 0.2, 0.2, 0.2])
+    controller.step(s.id)
+    t0.refresh_from_db()
+    assert any(key.startswith("completed_rung_") for key in t0.system_attrs), t0.system_attrs
+    write(t2, [5.0, 5.0, 5.0, 5.0])
+    controller.step(s.id)
+    t2.refresh_from_db()
+    assert t2.state == "PRUNED" and t2.message.startswith(f"pruned by study {s.id} at step ")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes", "grid", "random"])
+def test_every_sampler_chooses_within_the_space(sampler: str) -> None:
+    exp, unit = template()
+    space = ({"layers": {"int": [1, 2]}, "act": {"choice": ["relu", "gelu"]}} if sampler == "grid"
+             else {"lr": {"logUniform": [1e-4, 1.0]}, "layers": {"int": [1, 4]}, "act": {"choice": ["relu", "gelu"]}})
+    s = study(exp, unit, sampler=sampler, parameters=space, maxTrials=8, parallelTrials=8)
+    controller.step(s.id)
+    chosen = [t.parameters for t in trials(s)]
+    if sampler == "grid":  # the grid has 4 points: each once, and the study ends with them
+        assert sorted((p["layers"], p["act"]) for p in chosen) == [(1, "gelu"), (1, "relu"), (2, "gelu"), (2, "relu")]
+    else:
+        assert len(chosen) == 8
+        assert all(1e-4 <= p["lr"] <= 1.0 and p["layers"] in (1, 2, 3, 4) and p["act"] in ("relu", "gelu")
+                   for p in chosen)
+    for t in trials(s):
+        write(t, [1.0])
+        end(t)
+    controller.step(s.id)
+    s.refresh_from_db()
+    assert s.state == "COMPLETED"  # every trial (the grid's 4, or maxTrials) ran
+
+
+@pytest.mark.django_db
+def test_a_parameter_named_job_dot_arg_sets_only_that_jobs_argument() -> None:
+    exp, _ = template()
+    message = factories.work_unit_message()
+    second = message.executable.jobset.jobs.add()
+    second.CopyFrom(message.executable.jobset.jobs[0])
+    second.name = "evaluator"
+    op = wu_services.create_work_unit(exp.id, message)
+    two = WorkUnit.objects.get(id=op.work_unit_id)
+    s = study(exp, two, parameters={"trainer.lr": {"uniform": [0.1, 0.2]}, "seed": {"int": [1, 3]}})
+    trial = controller.start_trials(s)[0]
+    jobs = json_format.MessageToDict(controller.trial_request(s, trial))["executable"]["jobset"]["jobs"]
+    trainer, evaluator = jobs
+    assert "lr" in trainer["spec"]["args"] and "lr" not in evaluator["spec"].get("args", {})
+    assert trainer["spec"]["args"]["seed"] == evaluator["spec"]["args"]["seed"] == str(trial.parameters["seed"])
