@@ -105,8 +105,9 @@ CLIENT_PREFIX = "CHAOS: "
 #: The study run beside the work units (studies/): its trials, how many at once, and their units' script
 #: (no web server here, so no metric points: every trial ends FAILED "without a value", which is enough
 #: to check that each trial number ran once, with one unit, never more than STUDY_PARALLEL at once).
-STUDY_TRIALS, STUDY_PARALLEL = 8, 2
-STUDY_SCRIPT = "pull=1s;run=3s;exit=0"
+STUDY_TRIALS, STUDY_PARALLEL = 12, 2
+#: 15 simulated seconds (3 s at the simulator's speed 5): six waves of trials span the run's faults.
+STUDY_SCRIPT = "pull=1s;run=15s;exit=0"
 KINDS = ("kill_worker", "kill_grpc", "kill_reconciler", "kill_beat", "redis_restart_empty", "postgres_crash",
          "api_faults", "stall_simulator", "stall_redis", "stall_postgres")
 
@@ -752,7 +753,7 @@ def settle_and_check(system: System, xid: int, plan: list[Unit],
         "every fault healed (its canary completed)": all(r.healed_s is not None for r in records),
         "the launch script ran to its end (launch COMPLETED)":
             Experiment.objects.get(id=xid).launch_state == "COMPLETED",
-        "the study ran each trial once, one unit each, within parallelTrials": study_verdict(study)[0],
+        "a study: each trial once, one unit each, within parallel": study_verdict(study)[0],
     }
     print()
     print(f"{'fault':<22} {'at (s)':>8} {'healed after (s)':>17}")

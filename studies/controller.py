@@ -37,7 +37,7 @@ from django.utils import timezone
 from google.protobuf import json_format
 
 from core import pb
-from core.errors import FailedPrecondition, NotFound
+from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from experiments.models import Experiment
 from metrics.models import MetricPoint, MetricSummary
 from studies import doorbell, search
@@ -263,8 +263,16 @@ def trial_request(study: Study, trial: Trial) -> pb.work_unit.WorkUnit:
 
 def create_units(study: Study) -> None:
     for trial in Trial.objects.filter(study_id=study.id, work_unit__isnull=True, unit_done=False).order_by("number"):
-        op = workunit_services.create_work_unit(study.experiment_id, trial_request(study, trial),
-                                                work_unit_id=trial.wid)
+        try:
+            op = workunit_services.create_work_unit(study.experiment_id, trial_request(study, trial),
+                                                    work_unit_id=trial.wid)
+        except (InvalidArgument, FailedPrecondition, NotFound) as exc:
+            # Refused for good (the template's request no longer passes validation, the experiment went):
+            # the trial fails with the reason, its slot is free; retrying would only dead-letter the step.
+            Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(
+                state=TrialState.FAILED, unit_done=True, end_time=timezone.now(),
+                message=f"its work unit could not be created: {exc}"[:10_000])
+            continue
         unit_id = op.work_unit_id or WorkUnit.objects.get(experiment_id=study.experiment_id, wid=trial.wid).id
         Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(work_unit_id=unit_id)
 
@@ -308,6 +316,8 @@ def tick() -> int:
 def _ring_studies_of(which: Q) -> None:
     ids = set(Trial.objects.filter(which, unit_done=False, study__state=StudyState.RUNNING)
               .values_list("study_id", flat=True))
+    if not ids:
+        return
     for study_id in ids - doorbell.pending(list(ids)):
         doorbell.ring(study_id, committed=True)
 

@@ -295,3 +295,15 @@ def test_a_parameter_named_job_dot_arg_sets_only_that_jobs_argument() -> None:
     trainer, evaluator = jobs
     assert "lr" in trainer["spec"]["args"] and "lr" not in evaluator["spec"].get("args", {})
     assert trainer["spec"]["args"]["seed"] == evaluator["spec"]["args"]["seed"] == str(trial.parameters["seed"])
+
+
+@pytest.mark.django_db
+def test_a_trial_whose_unit_is_refused_fails_with_the_reason_and_frees_its_slot() -> None:
+    exp, unit = template()
+    s = study(exp, unit, maxTrials=3, parallelTrials=1)
+    Study.objects.filter(id=s.id).update(template={**s.template, "tags": ["x" * 300]})  # over the tag limit
+    controller.step(s.id)
+    controller.step(s.id)
+    rows = trials(s)
+    assert rows and all(t.state == "FAILED" and t.unit_done and t.work_unit_id is None for t in rows)
+    assert "could not be created" in rows[0].message and "tags" in rows[0].message
