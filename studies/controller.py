@@ -71,6 +71,11 @@ def step(study_id: int) -> None:
     end_if_done(study)
 
 
+def requester_of(study: Study) -> workunit_services.Requester:
+    """Whom a study's creates and stops are recorded for (the operations' requester): its creator."""
+    return workunit_services.Requester(email=study.creator or "system")
+
+
 # --- 1. Ended units ------------------------------------------------------------------------------
 
 
@@ -194,7 +199,7 @@ def stop_abandoned_units(study: Study) -> None:
             continue
         try:
             workunit_services.stop_work_units(study.experiment_id, [trial.wid], batch=False,
-                                              message=trial.message)
+                                              message=trial.message, requester=requester_of(study))
         except (FailedPrecondition, NotFound):  # ended meanwhile, or deleted: nothing to stop
             pass
 
@@ -265,7 +270,7 @@ def create_units(study: Study) -> None:
     for trial in Trial.objects.filter(study_id=study.id, work_unit__isnull=True, unit_done=False).order_by("number"):
         try:
             op = workunit_services.create_work_unit(study.experiment_id, trial_request(study, trial),
-                                                    work_unit_id=trial.wid)
+                                                    work_unit_id=trial.wid, requester=requester_of(study))
         except (InvalidArgument, FailedPrecondition, NotFound) as exc:
             # Refused for good (the template's request no longer passes validation, the experiment went):
             # the trial fails with the reason, its slot is free; retrying would only dead-letter the step.
