@@ -316,3 +316,22 @@ def test_a_trials_unit_is_created_for_the_studys_creator() -> None:
     controller.step(s.id)
     ops = Operation.objects.filter(work_unit__in=[t.work_unit_id for t in trials(s)], action_type="CREATE")
     assert ops.count() == 2 and set(ops.values_list("original_requester", flat=True)) == {s.creator}
+
+
+@pytest.mark.django_db
+def test_a_study_stopped_before_its_trials_had_units_creates_none_and_stops_what_a_dead_step_made() -> None:
+    exp, unit = template()
+    s = study(exp, unit)
+    first, second = controller.start_trials(s)  # the step died here: rows, no units ...
+    wu_services.create_work_unit(exp.id, controller.trial_request(s, first), work_unit_id=first.wid)  # ... but one
+    services.stop_study(exp.id, s.id)
+    controller.step(s.id)
+    tagged = WorkUnit.objects.filter(experiment=exp, tags__contains=[f"study:{s.id}"])
+    assert list(tagged.values_list("wid", flat=True)) == [first.wid]  # no unit for the second trial
+    assert state_of(first) == "STOPPING"
+    second.refresh_from_db()
+    assert second.state == "FAILED" and second.unit_done and second.work_unit_id is None
+    end(first, "STOPPED")
+    controller.step(s.id)
+    s.refresh_from_db()
+    assert s.state == "STOPPED"
