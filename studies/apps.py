@@ -14,7 +14,5 @@ class StudiesConfig(AppConfig):
         from studies import controller
         from workunits import hooks as workunit_hooks
 
-        if controller.on_points_written not in metric_hooks.written_hooks:
-            metric_hooks.written_hooks.append(controller.on_points_written)
-        if controller.on_transitions_committed not in workunit_hooks.committed_hooks:
-            workunit_hooks.committed_hooks.append(controller.on_transitions_committed)
+        metric_hooks.written_hooks.register(controller.on_points_written)
+        workunit_hooks.committed_hooks.register(controller.on_transitions_committed)
