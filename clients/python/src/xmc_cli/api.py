@@ -176,3 +176,19 @@ class Api:
             token = body.get("nextPageToken") or ""
             if not token or (limit is not None and len(rows) >= limit):
                 return first, rows[:limit] if limit is not None else rows
+
+    # --- studies (docs/architecture/studies.md in the XMC checkout) --------------------------
+
+    def create_study(self, xid: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self.request("POST", f"/v1/experiments/{xid}/studies", json=dict(body),
+                                 what=f"experiment {xid}", write=True))
+
+    def study(self, xid: int, sid: int) -> dict[str, Any]:
+        return dict(self.request("GET", f"/v1/experiments/{xid}/studies/{sid}", what=f"study {xid}/{sid}"))
+
+    def studies(self, xid: int, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(self.pages(f"/v1/experiments/{xid}/studies", "studies", what=f"experiment {xid}", limit=limit))
+
+    def stop_study(self, xid: int, sid: int) -> dict[str, Any]:
+        return dict(self.request("POST", f"/v1/experiments/{xid}/studies/{sid}:stop", json={},
+                                 what=f"study {xid}/{sid}", write=True))
