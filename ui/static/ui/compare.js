@@ -2,7 +2,7 @@
 // One vertical axis per varying argument and metric (numbers on a linear scale, other values spread
 // as categories), one polyline per work unit. Dragging along an axis keeps the units whose value lies
 // in that range (a brush per axis, all must hold); the table #compare-units hides the other rows and
-// the canvas says how many remain in data-brushed. A click without a drag clears that axis's brush.
+// the canvas says how many remain in data-brushed (the table is the canvas's data-table, else #compare-units). A click without a drag clears that axis's brush.
 (function () {
   "use strict";
   var PAD_X = 60, PAD_TOP = 28, PAD_BOTTOM = 20, HEIGHT = 300;
@@ -24,6 +24,7 @@
       return out;
     });
     var state = { canvas: canvas, data: data, axes: axes, drag: null };
+    canvas.__parallel = state;
 
     function size() {
       var width = Math.max(320, canvas.parentElement.clientWidth - 2);
@@ -88,7 +89,7 @@
         }
       });
       canvas.setAttribute("data-brushed", String(keep));
-      document.querySelectorAll("#compare-units tbody tr[data-wid]").forEach(function (row) {
+      document.querySelectorAll((canvas.getAttribute("data-table") || "#compare-units") + " tbody tr[data-wid]").forEach(function (row) {
         var unit = data.units.find(function (u) { return String(u.wid) === row.getAttribute("data-wid"); });
         row.hidden = unit ? !kept(unit) : false;
       });
@@ -120,10 +121,19 @@
       draw();
     });
     size(); draw();
-    window.addEventListener("resize", function () { size(); draw(); });
+    window.addEventListener("resize", function onResize() {
+      if (!canvas.isConnected) { window.removeEventListener("resize", onResize); return; }
+      size(); draw();
+    });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll("canvas[data-parallel]").forEach(setup);
+    document.querySelectorAll("canvas[data-parallel]").forEach(function (canvas) { if (!canvas.__parallel) setup(canvas); });
+  });
+  // A live page (the study page) swaps in a new canvas with new data.
+  document.addEventListener("htmx:load", function (event) {
+    if (!(event.target instanceof Element)) return;
+    var found = event.target.matches("canvas[data-parallel]") ? [event.target] : event.target.querySelectorAll("canvas[data-parallel]");
+    Array.prototype.forEach.call(found, function (canvas) { if (!canvas.__parallel) setup(canvas); });
   });
 })();

@@ -58,6 +58,17 @@ def _sid_of(study: Mapping[str, Any]) -> str:
     return str(study.get("name", "")).rstrip("/").rsplit("/", 1)[-1]
 
 
+def trial_counts(study: Mapping[str, Any]) -> dict[str, int]:
+    """Trials per state: the server's ``trialCounts``, else counted from the trials it sent."""
+    given = study.get("trialCounts")
+    if isinstance(given, Mapping):
+        return {str(k): int(v) for k, v in given.items()}
+    counts: dict[str, int] = {}
+    for trial in study.get("trials") or []:
+        counts[str(trial.get("state"))] = counts.get(str(trial.get("state")), 0) + 1
+    return counts
+
+
 def trial_state(value: str) -> Text:
     if value in _TRIAL_STYLE:
         glyph, style = _TRIAL_STYLE[value]
@@ -90,10 +101,7 @@ def describe_pruner(pruner: Any) -> str:
 
 
 def header(xid: int, study: Mapping[str, Any], width: int) -> Text:
-    trials = list(study.get("trials") or [])
-    counts: dict[str, int] = {}
-    for trial in trials:
-        counts[str(trial.get("state"))] = counts.get(str(trial.get("state")), 0) + 1
+    counts = trial_counts(study)
     text = Text()
     text.append(f"Study {xid}/{_sid_of(study)}", style="bold")
     text.append("  ")
@@ -101,11 +109,12 @@ def header(xid: int, study: Mapping[str, Any], width: int) -> Text:
     facts = [f"from work unit {xid}/{study.get('templateWorkUnit', '?')}",
              f"objective {describe_objective(study.get('objective') or {})}",
              f"sampler {study.get('sampler', '?')}", f"pruner {describe_pruner(study.get('pruner'))}",
-             f"{len(trials)} of {study.get('maxTrials', '?')} trials, at most {study.get('parallelTrials', '?')} at once"]
+             f"{sum(counts.values())} of {study.get('maxTrials', '?')} trials, at most "
+             f"{study.get('parallelTrials', '?')} at once"]
     text.append("\n" + render.pack([safe.clean(f) for f in facts], width), style="dim")
     if counts:
         text.append("\nTrials ")
-        text.append(" ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())))
+        text.append(" ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()) if n))
     space = describe_space(study.get("parameters") or {})
     if space:
         text.append("\nSpace ", style="dim")
@@ -204,7 +213,7 @@ def cmd_stop(ctx: Any, args: argparse.Namespace) -> int:
     if args.json:
         ctx.json(study)
         return EXIT_OK
-    running = sum(1 for t in study.get("trials") or [] if t.get("state") == "RUNNING")
+    running = trial_counts(study).get("RUNNING", 0)
     ctx.out.print(Text(f"Study {xid}/{sid} ", style="bold"), trial_state(str(study.get("state", ""))),
                   Text(f" ({running} running trials are being stopped)" if running else ""), sep="")
     return EXIT_OK
@@ -219,7 +228,7 @@ def list_table(xid: int, studies: Sequence[Mapping[str, Any]]) -> Table:
         table.add_row(f"{xid}/{_sid_of(study)}", trial_state(str(study.get("state", ""))),
                       f"{xid}/{study.get('templateWorkUnit', '?')}",
                       safe.clean(describe_objective(study.get("objective") or {})),
-                      f"{len(study.get('trials') or [])}/{study.get('maxTrials', '?')}",
+                      f"{sum(trial_counts(study).values()) if 'trialCounts' in study else '?'}/{study.get('maxTrials', '?')}",
                       "" if not best else f"{compare.fmt(best.get('value'))} (#{best.get('number')})")
     return table
 
