@@ -220,6 +220,7 @@ INSTALLED_APPS = [
     "artifacts",
     "metrics",
     "lifecycle",
+    "studies",
     "k8s_bridge",
     "notifications",
     "ui",
@@ -363,6 +364,10 @@ XMC_METRICS_MAX_FUTURE_S = env.int("XMC_METRICS_MAX_FUTURE_S", default=3600)
 #: How many days of partitions of the points table exist ahead of today (metrics.partitions).
 XMC_METRICS_PARTITIONS_AHEAD_DAYS = env.int("XMC_METRICS_PARTITIONS_AHEAD_DAYS", default=7)
 
+# Studies (studies/, docs/architecture/studies.md).
+#: How often the beat steps every running study (besides the steps that unit changes and points ring).
+XMC_STUDY_TICK_S = env.float("XMC_STUDY_TICK_S", default=5.0)
+
 CELERY_BEAT_SCHEDULE = {
     # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.
     "notifications-sweep": {"task": "xmc.notifications.sweep", "schedule": XMC_NOTIFY_SWEEP_INTERVAL_S,
@@ -386,6 +391,9 @@ CELERY_BEAT_SCHEDULE = {
     "metrics-partitions": {"task": "xmc.metrics.maintain_partitions", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
+    # Every running study is stepped at least this often (studies.controller.tick), whatever else rang.
+    "study-tick": {"task": "xmc.studies.tick", "schedule": XMC_STUDY_TICK_S,
+                   "options": {"queue": "lifecycle", "expires": 60}},
     "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,
                             "options": {"queue": "resumption", "expires": 300}},
 }

@@ -12,7 +12,7 @@ from functools import partial
 from django.db import transaction
 from django.utils import timezone
 
-from core import pb
+from core import convert, pb
 from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from experiments import services as experiment_services
 from experiments.models import Experiment
@@ -64,6 +64,12 @@ def _targets(
     return Experiment.objects.get(id=xid), locked, currents
 
 
+def _info(text: str) -> dict[str, object]:
+    return convert.to_json(pb.structured_message.StructuredMessage(
+        severity=pb.structured_message.StructuredMessage.Severity.INFO,
+        source=pb.structured_message.StructuredMessage.Source.XMANAGER_BACKEND, user_facing_text=text))
+
+
 def stop_work_units(
     xid: int,
     wids: Sequence[int] | None,
@@ -71,6 +77,7 @@ def stop_work_units(
     batch: bool,
     requester: Requester = SYSTEM,
     now: datetime | None = None,
+    message: str = "",
 ) -> Operation:
     """StopWorkUnit / BatchStopWorkUnits.
 
@@ -86,6 +93,9 @@ def stop_work_units(
     committed while we waited (the pause handler, or a host whose clock runs
     ahead) can never make the timestamp guard drop STOPPED while the STOP
     operation and its DELETE task still go out.
+
+    ``message``, when given, is the stopped executions' system message (INFO), e.g. why a study
+    stopped its trial ("pruned by study 3 at step 12: ...").
     """
     with transaction.atomic(durable=True):
         exp, locked, currents = _targets(xid, wids)
@@ -117,8 +127,10 @@ def stop_work_units(
             ops.append(op)
             target = S.STOPPED if ex.state == S.SCHEDULING_PAUSED else S.STOPPING
             updates.append(ExecutionUpdate(
-                xid=xid, wid=wu.wid, eid=wu.current_eid, mask=(state.STATE,), state=target,
+                xid=xid, wid=wu.wid, eid=wu.current_eid,
+                mask=(state.STATE, state.SYSTEM_MESSAGE) if message else (state.STATE,), state=target,
                 state_update_time_ns=max(_now_ns(now), ex.state_update_time_ns),
+                system_message=_info(message) if message else None,
                 writer=Writer.STATE_SERVER, operation_id=op.id,
             ))
         transitions = _apply_updates(updates, now)

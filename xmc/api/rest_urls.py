@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path, re_path
 
-from xmc.api import extensions, headlines, importance, metrics_write, openapi, rest, scheduling, sweeps
+from xmc.api import extensions, headlines, importance, metrics_write, openapi, rest, scheduling, studies, sweeps
 
 urlpatterns: list[URLPattern] = [
     path("v1/openapi.json", openapi.openapi_json, name="rest-openapi"),
@@ -19,6 +19,7 @@ urlpatterns: list[URLPattern] = [
     *metrics_write.urlpatterns,  # jobs write metric points (not an RPC: its own token)
     *sweeps.urlpatterns,  # the sweep read (not an RPC: no such message in the proto)
     *importance.urlpatterns,  # a sweep's parameter importance (likewise)
+    *studies.urlpatterns,  # studies (docs/architecture/studies.md; likewise)
     *extensions.urlpatterns,  # e.g. container logs (not an RPC: plain text or NDJSON, streamed)
     *rest.urlpatterns(),
     *scheduling.urlpatterns,  # staff-only: the scheduling switch

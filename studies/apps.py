@@ -1,0 +1,20 @@
+"""The studies app registers into the hooks of the apps below it (``workunits.hooks``, ``metrics.hooks``)."""
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class StudiesConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "studies"
+
+    def ready(self) -> None:
+        # Imported here: app modules may import models only once the registry is ready.
+        from metrics import hooks as metric_hooks
+        from studies import controller
+        from workunits import hooks as workunit_hooks
+
+        if controller.on_points_written not in metric_hooks.written_hooks:
+            metric_hooks.written_hooks.append(controller.on_points_written)
+        if controller.on_transitions_committed not in workunit_hooks.committed_hooks:
+            workunit_hooks.committed_hooks.append(controller.on_transitions_committed)

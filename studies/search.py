@@ -1,0 +1,194 @@
+"""Optuna's view of a study, rebuilt from our rows for each decision (no Optuna storage of its own).
+
+`next_parameters` answers "what should trial n try?" and `should_prune` "does this
+running trial stop at its last step?". Each builds a fresh in-memory Optuna study
+(``optuna.create_study`` + ``add_trials`` of ``optuna.trial.create_trial(...)``
+made from `studies.models.Trial` rows) with the study's sampler or pruner, asks,
+and throws it away. Nothing Optuna computes survives except what we write back
+(the parameters of a new trial, and the system attributes a pruner set, e.g.
+successive halving's rungs). Why rebuild rather than an Optuna storage on our
+tables: see docs/architecture/studies.md.
+
+Optuna: https://optuna.readthedocs.io/en/stable/reference/generated/optuna.trial.create_trial.html
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState as OptunaState
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+#: The samplers a study may name.
+SAMPLERS = ("tpe", "random", "grid", "cmaes")
+#: The parameter kinds of a search space.
+KINDS = ("logUniform", "uniform", "int", "choice")
+
+
+@dataclass(frozen=True)
+class PastTrial:
+    """What a decision needs of one trial row."""
+
+    number: int
+    state: str  # studies.models.TrialState
+    parameters: Mapping[str, Any]
+    value: float | None = None
+    intermediate: Mapping[int, float] = field(default_factory=dict)
+    system_attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def distributions(space: Mapping[str, Mapping[str, Any]]) -> dict[str, BaseDistribution]:
+    """Optuna distributions of a validated search space (``studies.services.validate``)."""
+    out: dict[str, BaseDistribution] = {}
+    for name, spec in space.items():
+        ((kind, value),) = spec.items()
+        if kind == "logUniform":
+            out[name] = FloatDistribution(float(value[0]), float(value[1]), log=True)
+        elif kind == "uniform":
+            out[name] = FloatDistribution(float(value[0]), float(value[1]))
+        elif kind == "int":
+            out[name] = IntDistribution(int(value[0]), int(value[1]))
+        else:
+            out[name] = CategoricalDistribution(list(value))
+    return out
+
+
+def grid_of(space: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """The grid sampler's values per parameter (only ``int`` and ``choice`` parameters have one)."""
+    grid: dict[str, list[Any]] = {}
+    for name, spec in space.items():
+        ((kind, value),) = spec.items()
+        grid[name] = list(range(int(value[0]), int(value[1]) + 1)) if kind == "int" else list(value)
+    return grid
+
+
+def grid_size(space: Mapping[str, Mapping[str, Any]]) -> int:
+    return math.prod(len(v) for v in grid_of(space).values())
+
+
+def make_sampler(kind: str, space: Mapping[str, Mapping[str, Any]], seed: int) -> optuna.samplers.BaseSampler:
+    if kind == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "grid":
+        return optuna.samplers.GridSampler(grid_of(space), seed=seed)
+    if kind == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    raise ValueError(kind)
+
+
+def make_pruner(spec: Mapping[str, Any] | None) -> optuna.pruners.BasePruner:
+    if not spec:
+        return optuna.pruners.NopPruner()
+    ((kind, options),) = spec.items()
+    if kind == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=int(options.get("startupTrials", 5)),
+                                           n_warmup_steps=int(options.get("warmupSteps", 0)))
+    if kind == "successiveHalving":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=options.get("minResource", "auto"),
+            reduction_factor=int(options.get("reductionFactor", 4)),
+            min_early_stopping_rate=int(options.get("minEarlyStoppingRate", 0)))
+    raise ValueError(kind)
+
+
+_STATES = {"RUNNING": OptunaState.RUNNING, "COMPLETED": OptunaState.COMPLETE, "PRUNED": OptunaState.PRUNED,
+           "FAILED": OptunaState.FAIL}
+
+
+def _frozen(trial: PastTrial, dists: Mapping[str, BaseDistribution]) -> FrozenTrial:
+    state = _STATES[trial.state]
+    params = {k: v for k, v in trial.parameters.items() if k in dists}
+    inter = {int(k): float(v) for k, v in trial.intermediate.items()}
+    value = trial.value if state == OptunaState.COMPLETE else None
+    if state == OptunaState.COMPLETE and value is None:  # a completed trial always has a value (checked on write)
+        state, value = OptunaState.FAIL, None
+    return optuna.trial.create_trial(
+        state=state, value=value, params=params, distributions={k: dists[k] for k in params},
+        intermediate_values=inter, system_attrs=dict(trial.system_attrs))
+
+
+def _rebuild(trials: Sequence[PastTrial], space: Mapping[str, Mapping[str, Any]], goal: str, *,
+             sampler: optuna.samplers.BaseSampler | None = None,
+             pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+    study = optuna.create_study(direction="minimize" if goal == "MINIMIZE" else "maximize",
+                                sampler=sampler, pruner=pruner)
+    dists = distributions(space)
+    study.add_trials([_frozen(t, dists) for t in trials])
+    return study
+
+
+def next_parameters(space: Mapping[str, Mapping[str, Any]], goal: str, sampler: str, seed: int,
+                    trials: Sequence[PastTrial]) -> dict[str, Any]:
+    """The parameters of trial ``len(trials)``: the study's sampler asked over every trial so far.
+
+    The sampler is seeded with ``seed + len(trials)``: the same rows give the same answer (a retried
+    decision after a crash picks what the first try would have).
+    """
+    dists = distributions(space)
+    study = _rebuild(trials, space, goal, sampler=make_sampler(sampler, space, seed + len(trials)))
+    trial = study.ask(fixed_distributions=dists)
+    return {name: _plain(trial.params[name]) for name in space}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Verdict:
+    prune: bool
+    step: int
+    value: float
+    #: What the running trial is compared with (the median of the others at that step, for the median
+    #: pruner; None when Optuna's pruner keeps it to itself).
+    reference: float | None
+    system_attrs: dict[str, Any]
+
+
+def should_prune(space: Mapping[str, Mapping[str, Any]], goal: str, pruner: Mapping[str, Any] | None,
+                 trials: Sequence[PastTrial], running: PastTrial) -> Verdict | None:
+    """Whether ``running`` (one of the study's running trials, with its intermediate values so far) is
+    pruned at its last step, by the study's pruner over every other trial; None: no step reported yet."""
+    if not running.intermediate or not pruner:
+        return None
+    others = [t for t in trials if t.number != running.number]
+    study = _rebuild([*others, running], space, goal, pruner=make_pruner(pruner))
+    frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == len(others))
+    prune = bool(study.pruner.prune(study, frozen))
+    after = study._storage.get_trial(frozen._trial_id)
+    step = max(int(k) for k in running.intermediate)
+    return Verdict(prune=prune, step=step, value=best_so_far(running.intermediate, goal),
+                   reference=_median_at(others, step),
+                   system_attrs=dict(after.system_attrs))
+
+
+def _median_at(others: Sequence[PastTrial], step: int) -> float | None:
+    """The median over completed trials of their value at ``step``: what Optuna's median pruner compares the
+    running trial's best value so far with (``optuna.pruners.PercentilePruner``), for the message."""
+    values = [float(v) for t in others if t.state == "COMPLETED"
+              for k, v in t.intermediate.items() if int(k) == step and not math.isnan(float(v))]
+    return statistics.median(values) if values else None
+
+
+def best_so_far(intermediate: Mapping[Any, float], goal: str) -> float:
+    values = [float(v) for v in intermediate.values() if not math.isnan(float(v))]
+    if not values:
+        return math.nan
+    return min(values) if goal == "MINIMIZE" else max(values)
