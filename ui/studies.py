@@ -22,10 +22,11 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from studies import services as study_services
 from studies.models import Study, TrialState
 from ui import live, plotdata, reads
-from ui.study_reads import (PAGE_SIZES, SORTS, TrialPage, TrialQuery, best_trial, get_study, history_points,
-                            parallel_data, state_counts, trial_page, trial_query)
+from ui.study_reads import (PAGE_SIZES, SORTS, TrialPage, TrialQuery, get_study, history_points, parallel_data,
+                            trial_page, trial_query)
 from ui.views import _ids, signed_in
 from xmc.auth.identity import Identity
 
@@ -59,7 +60,7 @@ def _context(request: HttpRequest, xid: int, study: Study) -> dict[str, Any]:
     names = list(study.parameters or {})
     query = trial_query(request.GET, names)
     page = trial_page(study, query)
-    counts = state_counts(study)
+    counts = {state: n for state, n in study_services.counts(study.id).items() if n}
     keys = [*SORTS, *(f"param:{n}" for n in names)]
     sorts = _sort_links(request.GET, query, keys)
     live_params = {k: v for k, v in request.GET.items() if k in ("sort", "dir", "page", "size")}
@@ -67,7 +68,7 @@ def _context(request: HttpRequest, xid: int, study: Study) -> dict[str, Any]:
         "xid": xid, "study": study, "names": names, "page": page, "query": page.query,
         "rows": [{**r, "cells": [(r["parameters"] or {}).get(n, "") for n in names]} for r in page.rows],
         "counts": sorted(counts.items()), "trials": sum(counts.values()),
-        "running": counts.get(TrialState.RUNNING, 0), "best": best_trial(study),
+        "running": counts.get(TrialState.RUNNING, 0), "best": study_services.best_trial(study),
         "sorts": sorts, "param_sorts": [(n, sorts[f"param:{n}"]) for n in names],
         "parallel": parallel_data(study, names), "sizes": PAGE_SIZES,
         "first_row": (page.query.page - 1) * query.size + 1, "last_row": (page.query.page - 1) * query.size + len(page.rows),

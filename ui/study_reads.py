@@ -1,7 +1,8 @@
 """The study page's reads: a study's trials sorted and paginated in the database, its best trial, its
 history, its parallel coordinates, and an experiment's studies (``ui.studies`` renders them).
 
-The page's own reads, beside the studies app's services (which serve the REST API); each is one or
+The page's own reads, beside the studies app's services (``studies.services``: the REST API's, whose
+best trial and counts the page uses too); each is one or
 two SQL queries whatever the number of trials (`trial_page` sorts and cuts in the database,
 `history_points` reads two columns, `parallel_data` at most `PARALLEL_MAX` rows).
 """
@@ -98,18 +99,6 @@ def finished(study: Study) -> QuerySet[Trial]:
     return Trial.objects.filter(study=study, value__isnull=False)
 
 
-def best_trial(study: Study) -> dict[str, Any] | None:
-    """The best completed trial (ties: the earliest)."""
-    order = "value" if study.goal == "MINIMIZE" else "-value"
-    return (finished(study).filter(state=TrialState.COMPLETED).order_by(order, "number")
-            .values("number", "wid", "parameters", "value").first())
-
-
-def state_counts(study: Study) -> dict[str, int]:
-    rows = Trial.objects.filter(study=study).values("state").annotate(n=Count("id")).values_list("state", "n")
-    return {state: n for state, n in rows}
-
-
 def history_points(study: Study, width: int) -> tuple[list[int], list[float | None], list[float | None]]:
     """(trial numbers, each completed trial's value, the best value so far), at most about ``width``
     points: with more trials than that, each bucket of consecutive numbers keeps its best trial."""
@@ -149,7 +138,6 @@ def trial_wids(study: Study) -> QuerySet[Trial]:
 def studies_of(xid: int) -> tuple[list[dict[str, Any]], int]:
     """The newest `EXPERIMENT_STUDIES` studies of an experiment (for its page's links) and how many it has."""
     studies = Study.objects.filter(experiment_id=xid)
-    rows = list(studies.order_by("-id").annotate(
-        trials=Count("trials"), done=Count("trials", filter=~Q(trials__state=TrialState.RUNNING)))
-        .values("id", "state", "metric", "goal", "max_trials", "trials", "done")[:EXPERIMENT_STUDIES])
+    rows = list(studies.order_by("-id").annotate(done=Count("trials", filter=~Q(trials__state=TrialState.RUNNING)))
+                .values("id", "state", "metric", "goal", "max_trials", "done")[:EXPERIMENT_STUDIES])
     return rows, studies.count() if len(rows) == EXPERIMENT_STUDIES else len(rows)
