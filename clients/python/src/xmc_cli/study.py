@@ -147,12 +147,12 @@ def trials_table(study: Mapping[str, Any]) -> Table:
         table.add_column(title, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for name in names[:MAX_PARAM_COLUMNS]:
         table.add_column(name, justify="right", no_wrap=True, overflow="ellipsis", max_width=12)
-    table.add_column(describe_objective(objective), justify="right", no_wrap=True, style="bold")
+    table.add_column(describe_objective(objective), justify="right", no_wrap=True, style="bold")  # *: the best
     table.add_column("PRUNED AT", justify="right", no_wrap=True)
     for trial in sorted(trials, key=lambda t: int(t.get("number") or 0)):
         params = trial.get("parameters") or {}
         number = str(trial.get("number", ""))
-        table.add_row(Text(number + (" *" if trial.get("number") == best and best is not None else ""),
+        table.add_row(Text(("*" if trial.get("number") == best and best is not None else "") + number,
                            style="bold" if trial.get("number") == best else ""),
                       str(trial.get("workUnit") or ""), trial_state(str(trial.get("state", ""))),
                       *(safe.clean(compare.fmt(params.get(n))) for n in names[:MAX_PARAM_COLUMNS]),
