@@ -13,6 +13,7 @@ that follows the unit's. Permission first, as every page (``ui.reads.role``); so
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -62,6 +63,7 @@ def _context(request: HttpRequest, xid: int, study: Study) -> dict[str, Any]:
     page = trial_page(study, query)
     counts = {state: n for state, n in study_services.counts(study.id).items() if n}
     keys = [*SORTS, *(f"param:{n}" for n in names)]
+    parallel = parallel_data(study, names)
     sorts = _sort_links(request.GET, query, keys)
     live_params = {k: v for k, v in request.GET.items() if k in ("sort", "dir", "page", "size")}
     return {
@@ -70,7 +72,7 @@ def _context(request: HttpRequest, xid: int, study: Study) -> dict[str, Any]:
         "counts": sorted(counts.items()), "trials": sum(counts.values()),
         "running": counts.get(TrialState.RUNNING, 0), "best": study_services.best_trial(study),
         "sorts": sorts, "param_sorts": [(n, sorts[f"param:{n}"]) for n in names],
-        "parallel": parallel_data(study, names), "sizes": PAGE_SIZES,
+        "parallel": parallel, "parallel_json": json.dumps(parallel), "sizes": PAGE_SIZES,
         "first_row": (page.query.page - 1) * query.size + 1, "last_row": (page.query.page - 1) * query.size + len(page.rows),
         "live_url": reverse("ui-study", args=[xid, study.id]) + "?" + urlencode({**live_params, "fragment": "live"}),
         **_page_links(query, page),

@@ -120,12 +120,15 @@ def history_points(study: Study, width: int) -> tuple[list[int], list[float | No
 
 
 def parallel_data(study: Study, names: Sequence[str]) -> dict[str, Any]:
-    """The parallel coordinates' axes (the parameters, then the objective) and up to `PARALLEL_MAX`
-    trials (the best ones), as ``compare.js`` draws them; ``wid`` ties a line to its table row."""
+    """The parallel coordinates' axes (the parameters, log-uniform ones on a log scale, then the
+    objective) and up to `PARALLEL_MAX` trials (the best ones), as ``compare.js`` draws them; ``wid``
+    ties a line to its table row."""
     order = F("value").asc(nulls_last=True) if study.goal == "MINIMIZE" else F("value").desc(nulls_last=True)
     rows = (Trial.objects.filter(study=study).exclude(state=TrialState.RUNNING).order_by(order, "number")
             .values("wid", "parameters", "value")[:PARALLEL_MAX])
-    axes = [*({"name": n, "kind": "arg"} for n in names), {"name": study.metric, "kind": "metric"}]
+    space = study.parameters or {}
+    axes = [*({"name": n, "kind": "arg", **({"scale": "log"} if "logUniform" in (space.get(n) or {}) else {})}
+              for n in names), {"name": study.metric, "kind": "metric"}]
     return {"axes": axes, "units": [
         {"wid": r["wid"], "values": [*((r["parameters"] or {}).get(n) for n in names), r["value"]]} for r in rows]}
 

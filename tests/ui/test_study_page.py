@@ -9,6 +9,7 @@ importance reads what it reads on a real study.
 """
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -94,7 +95,7 @@ def test_the_study_page_shows_every_trial_the_best_so_far_and_links_from_the_exp
     assert f"Best so far:</strong> trial {best} " in page
     assert "pruned by study" in page and "step 6" in page
     assert "8 of 12, 1 running (at most 2)" in page
-    parallel = json.loads(re.search(r'<script id="parallel-data" type="application/json">(.*?)</script>', page).group(1))
+    parallel = json.loads(html.unescape(re.search(r'data-parallel-json="([^"]*)"', page).group(1)))
     assert [a["name"] for a in parallel["axes"]] == ["lr", "batch_size", "loss"]
     assert len(parallel["units"]) == 7  # the finished trials, best first
     assert parallel["units"][0]["values"][2] == pytest.approx(loss_of(TRIALS[best][0], TRIALS[best][1]))
