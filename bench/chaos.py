@@ -20,7 +20,10 @@ client (see below), runs a seeded random schedule of faults:
   connections stay open and answer nothing, as behind a stalled link;
 
 and measures, for each fault, how long until a canary work unit created
-right after it completes. Then it checks the invariants: every operation
+right after it completes. Beside the work units a study (studies/) runs in an
+experiment of its own: its controller (steps on the worker, rung by beat and
+by its units' changes) must run every trial once, with one unit, never more
+than ``parallelTrials`` units at once, through the same faults. Then it checks the invariants: every operation
 done, at most one JobSet ever created per (work unit, execution), every work
 unit in the state its fate says, no history going backwards, every process
 alive, the launch script at its end (the experiment's launch COMPLETED). It
@@ -99,6 +102,12 @@ PREEMPT_QUEUE = "demo-queue"
 PREEMPT = {"preempt": ("LOW", 2), "preemptor": ("HIGH", 4)}
 #: What bench/chaos_client.py prefixes its answers with.
 CLIENT_PREFIX = "CHAOS: "
+#: The study run beside the work units (studies/): its trials, how many at once, and their units' script
+#: (no web server here, so no metric points: every trial ends FAILED "without a value", which is enough
+#: to check that each trial number ran once, with one unit, never more than STUDY_PARALLEL at once).
+STUDY_TRIALS, STUDY_PARALLEL = 12, 2
+#: 15 simulated seconds (3 s at the simulator's speed 5): six waves of trials span the run's faults.
+STUDY_SCRIPT = "pull=1s;run=15s;exit=0"
 KINDS = ("kill_worker", "kill_grpc", "kill_reconciler", "kill_beat", "redis_restart_empty", "postgres_crash",
          "api_faults", "stall_simulator", "stall_redis", "stall_postgres")
 
@@ -447,6 +456,8 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
             system.start(name)
         client = Client(workdir, f"127.0.0.1:{system.procs['grpc'].port}", token)
         xid = client.create_experiment()
+        study = start_study()
+        threading.Thread(target=watch_study, args=(study, watching), daemon=True).start()
 
         # The work: units of mixed fates, launched while the faults run.
         plan = [Unit(fate=rng.choice(FATES)) for _ in range(units)]
@@ -515,7 +526,7 @@ def run(seed: int, units: int, faults: int, spacing_s: float, settle_s: float, k
         except ClientError as exc:
             print(f"chaos: the launch script did not end cleanly: {exc}", flush=True)
 
-        return settle_and_check(system, xid, plan, canaries, records, started, settle_s)
+        return settle_and_check(system, xid, plan, canaries, records, started, settle_s, study)
     finally:
         watching.clear()
         if client is not None:
@@ -554,6 +565,86 @@ def watch_canaries(xid: int, canaries: list[tuple[FaultRecord, Unit]], started: 
             if canary.wid in completed:
                 record.healed_s = round(now - record.at_s, 1)
     connection.close()
+
+
+@dataclass
+class StudyRun:
+    xid: int
+    study_id: int
+    #: The most units of the study seen not ended at once (sampled each half second).
+    most_open: int = 0
+
+
+def start_study() -> StudyRun:
+    """An experiment of its own with a template unit, and a study of it (through the services)."""
+    from google.protobuf import json_format
+
+    from core import pb
+    from experiments import services as experiment_services
+    from studies import services as study_services
+    from workunits import services as workunit_services
+    from workunits.models import WorkUnit
+
+    exp = experiment_services.create_experiment(pb.experiment.Experiment(title="chaos study"),
+                                                creator="chaos@example.com")
+    template = json_format.ParseDict({"executable": {
+        "schedulingConstraints": {"queueName": "cpu-queue"},
+        "jobset": {"jobs": [{"name": "trainer", "replicas": 1, "annotations": {"sim.xmc.dev/script": STUDY_SCRIPT},
+                             "spec": {"dockerImage": "gcr.io/xmc-demo/trainer:v1", "args": {"lr": "0.01"},
+                                      "resources": {"cpuResources": {"cpuMillicores": 100,
+                                                                     "memoryBytes": str(1 << 28)}}}}]}}},
+        pb.work_unit.WorkUnit())
+    op = workunit_services.create_work_unit(exp.id, template)
+    study = study_services.create_study(exp.id, {
+        "templateWorkUnit": WorkUnit.objects.get(id=op.work_unit_id).wid,
+        "parameters": {"lr": {"logUniform": [1e-4, 1e-1]}},
+        "objective": {"metric": "loss", "stat": "last", "goal": "MINIMIZE"},
+        "maxTrials": STUDY_TRIALS, "parallelTrials": STUDY_PARALLEL, "sampler": "random", "pruner": None}
+        , creator="chaos@example.com")
+    return StudyRun(exp.id, study.id)
+
+
+def _study_units(run: StudyRun) -> Any:
+    from workunits.models import WorkUnit
+
+    return WorkUnit.objects.filter(experiment_id=run.xid, tags__contains=[f"study:{run.study_id}"])
+
+
+def watch_study(run: StudyRun, watching: threading.Event) -> None:
+    """Every half second: how many of the study's units have not ended (a stopping one still runs)."""
+    from django.db import connection
+
+    from workunits.models import WorkUnitExecution
+
+    while watching.is_set():
+        time.sleep(0.5)
+        try:
+            open_now = WorkUnitExecution.objects.filter(work_unit__in=_study_units(run)).exclude(
+                state__in=("COMPLETED", "FAILED", "STOPPED")).count()
+        except Exception:  # noqa: BLE001 - the database may be down or stalled: look again
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - a connection to a crashed server
+                pass
+            continue
+        run.most_open = max(run.most_open, open_now)
+    connection.close()
+
+
+def study_verdict(run: StudyRun) -> tuple[bool, str]:
+    """Whether the study ran every trial once with one unit each, within its parallelism; and a line about it."""
+    from studies.models import Study, Trial
+    from workunits.models import Operation
+
+    study = Study.objects.get(id=run.study_id)
+    trials = list(Trial.objects.filter(study_id=run.study_id).order_by("number").values_list("number", "wid", "state"))
+    units = sorted(_study_units(run).values_list("wid", flat=True))
+    ok = (study.state == "COMPLETED" and [t[0] for t in trials] == list(range(STUDY_TRIALS))
+          and units == sorted(t[1] for t in trials) and run.most_open <= STUDY_PARALLEL
+          and not Operation.objects.filter(experiment_id=run.xid, done=False).exists())
+    states = {s: sum(t[2] == s for t in trials) for s in ("COMPLETED", "PRUNED", "FAILED", "RUNNING")}
+    return ok, (f"study {run.study_id}: {study.state}, {len(trials)} trials {states}, {len(units)} units, "
+                f"at most {run.most_open} at once (limit {STUDY_PARALLEL})")
 
 
 def inject(system: System, kind: str, rng: random.Random) -> None:
@@ -596,7 +687,7 @@ def _http(url: str, method: str = "GET", body: Any = None) -> Any:
 
 def settle_and_check(system: System, xid: int, plan: list[Unit],
                      canaries: list[tuple[FaultRecord, Unit]], records: list[FaultRecord], started: float,
-                     settle_s: float) -> int:
+                     settle_s: float, study: StudyRun) -> int:
     from django.db import close_old_connections
 
     from workunits.models import Operation, StatusHistory, WorkUnit
@@ -623,7 +714,7 @@ def settle_and_check(system: System, xid: int, plan: list[Unit],
                 record.healed_s = round(time.monotonic() - started - record.at_s, 1)
         pending = Operation.objects.filter(experiment_id=xid, done=False).count()
         finished = all(now_states.get(u.wid, ("", 0))[0] == FINAL[u.fate] for u in everyone)
-        if finished and pending == 0:
+        if finished and pending == 0 and study_verdict(study)[0]:
             break
         time.sleep(1)
 
@@ -662,6 +753,7 @@ def settle_and_check(system: System, xid: int, plan: list[Unit],
         "every fault healed (its canary completed)": all(r.healed_s is not None for r in records),
         "the launch script ran to its end (launch COMPLETED)":
             Experiment.objects.get(id=xid).launch_state == "COMPLETED",
+        "a study: each trial once, one unit each, within parallel": study_verdict(study)[0],
     }
     print()
     print(f"{'fault':<22} {'at (s)':>8} {'healed after (s)':>17}")
@@ -676,7 +768,8 @@ def settle_and_check(system: System, xid: int, plan: list[Unit],
         execution__work_unit__experiment_id=xid, execution__work_unit__wid__in=victims,
         from_state__in=("STARTING", "RUNNING"), to_state="SCHEDULING",  # evicted: back in the queue
     ).values_list("execution__work_unit__wid", flat=True))
-    print(f"\npreempt victims {len(victims)}, seen evicted and requeued {len(evicted)}")
+    print(f"\n{study_verdict(study)[1]}")
+    print(f"preempt victims {len(victims)}, seen evicted and requeued {len(evicted)}")
     print(f"units {len(everyone)} ({', '.join(f'{f} {sum(u.fate == f for u in plan)}' for f in (*FATES, 'preemptor'))}, "
           f"canaries {len(canaries)}), JobSet creates {sum(c['count'] for c in creates)}, "
           f"restarts of processes {sum(p.restarts for p in system.procs.values())}, "

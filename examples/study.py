@@ -1,22 +1,21 @@
-"""XMC study: a TPE search over ``lr``, ``batch_size`` and ``dropout`` with median pruning, run server-side.
+"""XMC study: launch one trainer work unit, then let XMC search its ``lr`` and ``dropout`` (a study).
 
 Run it against a running system (``./dev run`` prints the exports) with the unmodified XManager
-client and the XMC client package beside it (``pip install xmanager==0.8.5.post1 ./clients/python``):
+client (``pip install xmanager==0.8.5.post1``):
 
     xmanager launch examples/study.py
 
-The script launches ONE work unit, the study's template, as any XManager launch script does; then
-``xmc_study.create`` asks XMC to search: XMC clones that unit per trial with the arguments its
-sampler picks (Optuna's TPE), keeps ``--parallel`` trials running, stops the trials whose loss is
-above the median of the others at the same step, and records the best. The script may exit (and the
-laptop close): the study lives in XMC's database. Follow it with ``xmc study show <xid>/<sid>`` or on
-its page (the URL printed), stop it with ``xmc study stop <xid>/<sid>``.
+The pod is simulated: its script (``sim.xmc.dev/script``) writes ``loss`` every second, computed from
+the container's own arguments with ``arg('lr')`` and ``arg('dropout')``: lowest at ``lr = 0.01``,
+``dropout = 0.2``. The unit launched here is the study's template; create the study over REST
+(docs/architecture/studies.md):
 
-The pods are simulated: their script (``sim.xmc.dev/script``) writes ``loss`` every second from the
-container's own arguments with ``arg('lr')``, ``arg('batch_size')`` and ``arg('dropout')``: the loss
-is lowest at ``lr = 0.01``, a small batch and ``dropout = 0.2``, and falls with time as training does.
+    POST /v1/experiments/<xid>/studies
+    {"templateWorkUnit": <wid>, "parameters": {"lr": {"logUniform": [1e-4, 1e-1]},
+     "dropout": {"uniform": [0, 0.5]}}, "objective": {"metric": "loss", "stat": "last", "goal": "MINIMIZE"},
+     "maxTrials": 8, "parallelTrials": 2, "sampler": "tpe", "pruner": {"median": {"warmupSteps": 3}}}
 
-The script prints one JSON line, ``RESULT: {"xid": ..., "sid": ..., "url": ...}``.
+The script prints one JSON line, ``RESULT: {"xid": ..., "wid": ...}``.
 """
 from __future__ import annotations
 
@@ -26,14 +25,10 @@ from absl import app, flags
 from xmanager import xm, xm_cloud
 from xmanager.xm_local import executables
 
-import xmc_study
+_RUN_SECONDS = flags.DEFINE_integer("run_seconds", 12, "how long each unit trains")
 
-_RUN_SECONDS = flags.DEFINE_integer("run_seconds", 20, "how long each trial trains")
-_TRIALS = flags.DEFINE_integer("max_trials", 24, "trials in all")
-_PARALLEL = flags.DEFINE_integer("parallel", 4, "trials running at once")
-
-#: What every simulated container reports each second (t: seconds since it started).
-LOSS = "(log(arg('lr'))+4.6)**2/10+arg('batch_size')/1000+(arg('dropout')-0.2)**2+exp(-t/5)"
+#: What the simulated container reports each second (n: the step).
+LOSS = "0.5+(log(arg('lr'))+4.6)**2/10+2*(arg('dropout')-0.2)**2+exp(-n/8)"
 
 
 def main(_: list[str]) -> None:
@@ -42,15 +37,11 @@ def main(_: list[str]) -> None:
                                               annotations={"sim.xmc.dev/script": script})
     image = executables.GoogleContainerRegistryImage(name="trainer", image_path="gcr.io/xmc-demo/trainer:v1")
     experiment = xm_cloud.create_experiment(experiment_title="XMC study", tags=["study"])
-    with experiment:  # the template: the study's trials are copies of it with other arguments
+    with experiment:
         experiment.add(xm.Job(executable=image, executor=executor, name="trainer",
-                              args={"lr": "0.01", "batch_size": "64", "dropout": "0.1", "epochs": "3"}))
-    study = xmc_study.create(
-        experiment, 1,  # the client numbers work units in the order they are added
-        parameters={"lr": "log:1e-4:1e-1", "batch_size": "choice:32,64,128", "dropout": "uniform:0:0.5"},
-        objective="loss:last:min", max_trials=_TRIALS.value, parallel_trials=_PARALLEL.value,
-        sampler="tpe", pruner="median:5")
-    print("RESULT: " + json.dumps({"xid": study.xid, "sid": study.sid, "url": study.url}), flush=True)
+                              args={"lr": "0.001", "dropout": "0.4"}),
+                       settings=xm_cloud.WorkUnitSettings(notes="the study's template"))
+    print("RESULT: " + json.dumps({"xid": experiment.id, "wid": 1}), flush=True)
 
 
 if __name__ == "__main__":

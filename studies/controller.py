@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from google.protobuf import json_format
 
 from core import pb
-from core.errors import FailedPrecondition, NotFound
+from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from experiments.models import Experiment
 from metrics.models import MetricPoint, MetricSummary
 from studies import doorbell, search
@@ -110,7 +110,8 @@ def finish_ended_units(study: Study) -> None:
             else:
                 fields = {"state": TrialState.FAILED, "message": f"the unit ended {ex.state}"}
             Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(end_time=now, **fields)
-            log.info("study.trial_ended", extra={"study": study.id, "trial": trial.number, **fields})
+            log.info("study.trial_ended", extra={"study": study.id, "trial": trial.number, "state": fields["state"],
+                                                 "value": fields.get("value"), "why": fields.get("message", "")})
         Trial.objects.filter(id=trial.id).update(unit_done=True)
 
 
@@ -177,7 +178,7 @@ def prune(study: Study) -> None:
         if Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(
                 state=TrialState.PRUNED, pruned_at_step=verdict.step, message=message,
                 system_attrs=verdict.system_attrs, end_time=timezone.now()):
-            log.info("study.trial_pruned", extra={"study": study.id, "trial": trial.number, "message": message})
+            log.info("study.trial_pruned", extra={"study": study.id, "trial": trial.number, "why": message})
 
 
 # --- 3. Stops ------------------------------------------------------------------------------------
@@ -223,10 +224,11 @@ def start_trials(study: Study) -> list[Trial]:
                 return started
             if locked.sampler == "grid" and total >= search.grid_size(locked.parameters):
                 return started
-            params = search.next_parameters(locked.parameters, locked.goal, locked.sampler, locked.seed,
-                                            past_trials(locked, with_steps=False))
+            choice = search.next_trial(locked.parameters, locked.goal, locked.sampler, locked.seed,
+                                       past_trials(locked, with_steps=False))
             trial = Trial.objects.create(study=locked, number=total, wid=_reserve_wid(locked.experiment_id),
-                                         parameters=params, create_time=timezone.now())
+                                         parameters=choice.parameters, system_attrs=choice.system_attrs,
+                                         create_time=timezone.now())
             log.info("study.trial_started", extra={"study": study.id, "trial": trial.number, "wid": trial.wid})
             started.append(trial)
 
@@ -261,8 +263,16 @@ def trial_request(study: Study, trial: Trial) -> pb.work_unit.WorkUnit:
 
 def create_units(study: Study) -> None:
     for trial in Trial.objects.filter(study_id=study.id, work_unit__isnull=True, unit_done=False).order_by("number"):
-        op = workunit_services.create_work_unit(study.experiment_id, trial_request(study, trial),
-                                                work_unit_id=trial.wid)
+        try:
+            op = workunit_services.create_work_unit(study.experiment_id, trial_request(study, trial),
+                                                    work_unit_id=trial.wid)
+        except (InvalidArgument, FailedPrecondition, NotFound) as exc:
+            # Refused for good (the template's request no longer passes validation, the experiment went):
+            # the trial fails with the reason, its slot is free; retrying would only dead-letter the step.
+            Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(
+                state=TrialState.FAILED, unit_done=True, end_time=timezone.now(),
+                message=f"its work unit could not be created: {exc}"[:10_000])
+            continue
         unit_id = op.work_unit_id or WorkUnit.objects.get(experiment_id=study.experiment_id, wid=trial.wid).id
         Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(work_unit_id=unit_id)
 
@@ -303,9 +313,11 @@ def tick() -> int:
     return len(running) - len(waiting)
 
 
-def _ring_studies_of(unit_filter: dict[str, Any]) -> None:
-    ids = set(Trial.objects.filter(unit_done=False, study__state=StudyState.RUNNING, **unit_filter)
+def _ring_studies_of(which: Q) -> None:
+    ids = set(Trial.objects.filter(which, unit_done=False, study__state=StudyState.RUNNING)
               .values_list("study_id", flat=True))
+    if not ids:
+        return
     for study_id in ids - doorbell.pending(list(ids)):
         doorbell.ring(study_id, committed=True)
 
@@ -313,7 +325,7 @@ def _ring_studies_of(unit_filter: dict[str, Any]) -> None:
 def on_points_written(execution: int, written: int) -> None:
     """A trial's unit wrote points: its study steps (the pruner hears of them). One query when it is
     no trial's (``workunits.hooks``/``metrics.hooks`` listeners must be cheap)."""
-    _ring_studies_of({"work_unit__executions__id": execution})
+    _ring_studies_of(Q(work_unit__executions__id=execution))
 
 
 def on_transitions_committed(transitions: Sequence[Any]) -> None:
@@ -321,12 +333,7 @@ def on_transitions_committed(transitions: Sequence[Any]) -> None:
     ended = [(t.xid, t.wid) for t in transitions if t.new_state in TERMINAL]
     if not ended:
         return
-    from django.db.models import Q
-
     condition = Q()
     for xid, wid in ended:
         condition |= Q(study__experiment_id=xid, wid=wid)
-    ids = set(Trial.objects.filter(condition, unit_done=False, study__state=StudyState.RUNNING)
-              .values_list("study_id", flat=True))
-    for study_id in ids - doorbell.pending(list(ids)):
-        doorbell.ring(study_id, committed=True)
+    _ring_studies_of(condition)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from core.errors import InvalidArgument, NotFound
@@ -77,6 +77,8 @@ def _number(value: Any, field: str) -> float:
 def _range(value: Any, field: str, kind: str) -> list[Any]:
     if not isinstance(value, list) or len(value) != 2:
         raise _bad(field, "must be [low, high]")
+    low: float
+    high: float
     if kind == "int":
         low, high = (_integer(v, f"{field}[{i}]", low=-(2**53), high=2**53) for i, v in enumerate(value))
     else:
@@ -265,8 +267,6 @@ def counts(study_id: int) -> dict[str, int]:
 
 
 def _count_rows(study_id: int) -> Sequence[tuple[str, int]]:
-    from django.db.models import Count
-
     return list(Trial.objects.filter(study_id=study_id).values("state").annotate(n=Count("id"))
                 .values_list("state", "n"))
 

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
+PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "studies", "k8s_bridge", "notifications", "ui", "simulators")
 
 #: (file, function, imported module) -> why it cannot be at the top.
 ALLOWED: dict[tuple[str, str, str], str] = {
@@ -26,6 +26,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("notifications/apps.py", "ready", "notifications"): "app registry: sources imports models",
     ("notifications/apps.py", "ready", "xmc.api"): "app registry: registers the REST endpoints into xmc.api.extensions",
     ("notifications/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
+    ("studies/apps.py", "ready", "metrics"): "app registry: registers into metrics.hooks once the apps are loaded",
+    ("studies/apps.py", "ready", "studies"): "app registry: the controller imports models",
+    ("studies/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
     ("ui/apps.py", "ready", "ui"): "app registry: the URLconf's views import models",
     ("ui/apps.py", "ready", "xmc.api"): "app registry: registers the pages and their event paths into xmc.api.extensions",
     ("ui/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",

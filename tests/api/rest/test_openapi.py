@@ -35,7 +35,8 @@ def test_it_lists_every_binding_once(document: dict[str, Any]) -> None:
     operation_ids = [op["operationId"] for _, op in ops]
     extra = {"GetExecutionLogs", "ListSubscriptions", "CreateSubscription", "GetSubscription", "UpdateSubscription",
              "DeleteSubscription", "TestSubscription", "RotateSubscriptionSecret", "ListSubscriptionDeliveries",
-                 "WriteMetrics", "SummarizeWorkUnits", "GetParameterImportance"}
+                 "WriteMetrics", "SummarizeWorkUnits", "GetParameterImportance",
+             "CreateStudy", "ListStudies", "GetStudy", "StopStudy"}
     assert set(operation_ids) - {op["operationId"] for _, op in ops if not op.get("x-not-an-rpc")} == extra
     assert len(operation_ids) == len(set(operation_ids)) == len(BINDINGS) + len(extra)
 

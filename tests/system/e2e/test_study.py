@@ -1,0 +1,109 @@
+"""A study end to end: the unmodified client launches ``examples/study.py`` (the template unit) on the
+whole system; a study created over REST runs 8 trials, 2 at a time, on the simulator (each unit's loss
+computed from its own ``arg('lr')`` and ``arg('dropout')``), prunes at least one with median pruning,
+and reports the best; the worker (the controller) and beat are killed mid-study and run_all restarts
+them: no trial is lost, none has two units, and never more than 2 units run at once.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from django.db import close_old_connections
+
+from studies.models import Trial
+from tests.system.e2e.conftest import ROOT, System, eventually
+from tests.system.e2e.test_walkthrough import _client, _rest
+from workunits.choices import TERMINAL
+from workunits.models import WorkUnit, WorkUnitExecution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: A short lease (a step the killed worker held is re-sent within seconds) and a quick tick.
+SYSTEM_ENV = {"XMC_OPERATION_LEASE_S": "10", "XMC_STUDY_TICK_S": "2"}
+MAX_TRIALS, PARALLEL = 8, 2
+
+
+def _leader(system: System, word: str) -> psutil.Process:
+    """The celery ``word`` (worker, beat) run_all started for this system (its process group's leader)."""
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            environ = proc.info["environ"] or {}
+        except (psutil.Error, TypeError):
+            continue
+        if environ.get("XMC_RUN_DIR") == str(system.run_dir) and "celery" in cmdline and f" {word}" in cmdline \
+                and os.getpgid(proc.pid) == proc.pid:
+            return proc
+    raise AssertionError(f"no {word} of this system is running")
+
+
+def _open_units(xid: int, study_id: int) -> int:
+    """How many of the study's units have not ended (a stopping one still runs)."""
+    close_old_connections()
+    units = WorkUnit.objects.filter(experiment_id=xid, tags__contains=[f"study:{study_id}"])
+    return WorkUnitExecution.objects.filter(work_unit__in=units).exclude(state__in=TERMINAL).count()
+
+
+@pytest.mark.timeout(600)
+def test_a_study_runs_its_trials_prunes_and_survives_its_controller_dying(system: System, tmp_path: Path) -> None:
+    client = _client(system, tmp_path)
+    launch = client.xmanager("launch", str(ROOT / "examples" / "study.py"), "--", "--run_seconds=12",
+                             timeout=180).ok()
+    xid, wid = launch.result["xid"], launch.result["wid"]
+    study = _rest(system, "POST", f"/v1/experiments/{xid}/studies", {
+        "templateWorkUnit": wid,
+        "parameters": {"lr": {"logUniform": [1e-4, 1e-1]}, "dropout": {"uniform": [0, 0.5]}},
+        "objective": {"metric": "loss", "stat": "last", "goal": "MINIMIZE"},
+        "maxTrials": MAX_TRIALS, "parallelTrials": PARALLEL, "sampler": "tpe", "seed": 3,
+        "pruner": {"median": {"warmupSteps": 3, "startupTrials": 2}}})
+    study_id = study["id"]
+    path = f"/v1/experiments/{xid}/studies/{study_id}"
+    most = 0
+
+    def trials_started(n: int) -> Any:
+        def check() -> Any:
+            nonlocal most
+            most = max(most, _open_units(xid, study_id))
+            got = _rest(system, "GET", path)
+            return got if len(got["trials"]) >= n else None
+        return check
+
+    eventually(trials_started(3), timeout=180, what="the third trial started")
+    # The controller dies mid-study (the worker runs it; beat rings it): run_all starts both again.
+    for word in ("worker", "beat"):
+        os.killpg(_leader(system, word).pid, signal.SIGKILL)
+
+    def finished() -> Any:
+        nonlocal most
+        most = max(most, _open_units(xid, study_id))
+        got = _rest(system, "GET", path)
+        return got if got["state"] != "RUNNING" else None
+
+    final = eventually(finished, timeout=420, what="the study ended")
+    assert final["state"] == "COMPLETED"
+    assert most <= PARALLEL
+    trials = final["trials"]
+    assert [t["number"] for t in trials] == list(range(MAX_TRIALS))
+    assert all(t["state"] in ("COMPLETED", "PRUNED") for t in trials), trials
+    pruned = [t for t in trials if t["state"] == "PRUNED"]
+    assert pruned and all(t["message"].startswith(f"pruned by study {study_id} at step ") for t in pruned)
+    assert all(t["prunedAtStep"] >= 3 for t in pruned)
+    completed = [t for t in trials if t["state"] == "COMPLETED"]
+    assert final["bestTrial"]["value"] == min(t["value"] for t in completed)
+    # One unit per trial, each the trial's reserved wid, tagged with its number: none lost, none twice.
+    units = WorkUnit.objects.filter(experiment_id=xid, tags__contains=[f"study:{study_id}"])
+    assert sorted(units.values_list("wid", flat=True)) == sorted(t["workUnit"] for t in trials)
+    for unit in units:
+        (number,) = [int(tag.split(":")[1]) for tag in unit.tags if tag.startswith("trial:")]
+        assert Trial.objects.get(study_id=study_id, number=number).wid == unit.wid
+        assert unit.args["lr"] and unit.args["dropout"]
+    # Each completed trial's value is its unit's last loss, as its own arguments give it (after 8 to 14 steps).
+    for t in completed:
+        base = 0.5 + (math.log(t["parameters"]["lr"]) + 4.6) ** 2 / 10 + 2 * (t["parameters"]["dropout"] - 0.2) ** 2
+        assert base + math.exp(-14 / 8) <= t["value"] <= base + math.exp(-8 / 8)
