@@ -9,6 +9,7 @@ two SQL queries whatever the number of trials (`trial_page` sorts and cuts in th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,8 +90,8 @@ def trial_page(study: Study, query: TrialQuery) -> TrialPage:
     total = trials.count()
     page = min(query.page, max(1, -(-total // query.size)))
     start = (page - 1) * query.size
-    rows = list(trials.order_by(*_ordering(study, query))
-                .values("number", "wid", "state", "parameters", "value", "pruned_at_step", "message")[start:start + query.size])
+    rows: list[dict[str, Any]] = [dict(row) for row in trials.order_by(*_ordering(study, query)).values(
+        "number", "wid", "state", "parameters", "value", "pruned_at_step", "message")[start:start + query.size]]
     return TrialPage(rows, total, TrialQuery(query.sort, query.desc, page, query.size))
 
 
@@ -103,16 +104,18 @@ def history_points(study: Study, width: int) -> tuple[list[int], list[float | No
     """(trial numbers, each completed trial's value, the best value so far), at most about ``width``
     points: with more trials than that, each bucket of consecutive numbers keeps its best trial."""
     minimize = study.goal == "MINIMIZE"
-    rows = list(finished(study).filter(state=TrialState.COMPLETED).order_by("number").values_list("number", "value"))
+    rows: list[tuple[int, float]] = [(number, float(value)) for number, value in finished(study)
+                                     .filter(state=TrialState.COMPLETED).order_by("number").values_list("number", "value")
+                                     if value is not None]
     bucket = max(1, -(-len(rows) // max(1, width)))
     xs: list[int] = []
     values: list[float | None] = []
     best: list[float | None] = []
-    so_far: float | None = None
+    so_far = math.inf if minimize else -math.inf
     for i in range(0, len(rows), bucket):
         chunk = rows[i:i + bucket]
         number, value = (min if minimize else max)(chunk, key=lambda r: r[1])
-        so_far = value if so_far is None or (value < so_far if minimize else value > so_far) else so_far
+        so_far = min(so_far, value) if minimize else max(so_far, value)
         xs.append(number)
         values.append(value)
         best.append(so_far)
@@ -133,8 +136,9 @@ def parallel_data(study: Study, names: Sequence[str]) -> dict[str, Any]:
         {"wid": r["wid"], "values": [*((r["parameters"] or {}).get(n) for n in names), r["value"]]} for r in rows]}
 
 
-def trial_wids(study: Study) -> QuerySet[Trial]:
-    """The study's trials' work unit ids, as a subquery (parameter importance over exactly them)."""
+def trial_wids(study: Study) -> Any:
+    """The study's trials' work unit ids, as a subquery (parameter importance over exactly them;
+    a ``values`` queryset, typed ``Any`` as `xmc.api.importance.importance` takes it)."""
     return Trial.objects.filter(study=study).values("wid")
 
 
