@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         parser = build_parser()
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
         if not getattr(args, "run", None):
-            (parser if args.command != "study" else parser._subparsers._group_actions[0].choices["study"]).print_help()  # type: ignore[union-attr]
+            parser.print_help()
             return EXIT_USAGE
         code: int = args.run(ctx, args)
         return code

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from xmc_cli import compare, present, render, safe, study_spec
-from xmc_cli.errors import EXIT_OK, UsageError
+from xmc_cli.errors import EXIT_OK, EXIT_USAGE, UsageError
 from xmc_cli.targets import parse
 
 _STUDY = re.compile(r"(?:^|/)experiments/(\d{1,18})/studies/(\d{1,18})/?$")
@@ -252,7 +252,12 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser], positiv
     """``xmc study ...`` under the main parser (``command`` makes a subcommand parser)."""
     study = command("study", "hyperparameter studies XMC runs: create, show, stop, list")
     sub = study.add_subparsers(dest="study_command", metavar="ACTION", parser_class=type(study))
-    study.set_defaults(run=None)
+
+    def usage(ctx: Any, args: argparse.Namespace) -> int:  # ``xmc study`` alone: its actions
+        study.print_help()
+        return EXIT_USAGE
+
+    study.set_defaults(run=usage)
 
     p = sub.add_parser("create", help="start a study that clones a work unit per trial",
                        description="Start a study: XMC samples the parameters, runs up to --parallel trials at "
