@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -29,7 +29,7 @@ from core import pb
 from core.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from metrics import data as chart_data
 from metrics import specs, summaries
-from ui import plotdata, present, reads
+from ui import plotdata, present, reads, study_reads
 from ui.views import _ids, signed_in
 from workunits import arguments
 from xmc.api import importance as param_importance
@@ -190,14 +190,21 @@ def compare(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
 @require_GET
 @signed_in
 def importance(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
-    """Parameter importance for a metric as bars (a fragment the experiment page asks for when opened):
-    the sweep read's ``xmc.api.importance.importance`` (Optuna's fANOVA over the completed units)."""
+    """Parameter importance for a metric as bars (a fragment the experiment and study pages ask for when
+    opened): the sweep read's ``xmc.api.importance.importance`` (Optuna's fANOVA over the completed units;
+    with ``study=<sid>``, over that study's trials)."""
     (x,) = _ids(xid)
     metric, goal = request.GET.get("metric", "")[:256], request.GET.get("goal", "MINIMIZE")
+    stat, study = request.GET.get("stat", "last")[:16], request.GET.get("study", "")
+    wids = None
+    if study:  # a study's page: over its trials only (ui.studies)
+        if not (study.isascii() and study.isdigit() and len(study) <= 18):
+            raise Http404("not found")
+        wids = study_reads.trial_wids(study_reads.get_study(identity, x, int(study))[1])
     try:
-        found = param_importance.importance(identity, x, metric=metric, goal=goal)
+        found = param_importance.importance(identity, x, metric=metric, goal=goal, stat=stat, wids=wids)
     except (InvalidArgument, FailedPrecondition) as exc:
         return render(request, "ui/_importance.html", {"error": str(exc), "metric": metric})
     bars = sorted(found.importances.items(), key=lambda item: (-item[1], item[0]))
-    return render(request, "ui/_importance.html", {"bars": bars, "metric": metric, "goal": goal,
-                                                   "units": found.units})
+    return render(request, "ui/_importance.html", {"bars": bars, "metric": metric, "goal": goal, "stat": stat,
+                                                   "units": found.units, "study": bool(wids is not None)})

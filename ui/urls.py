@@ -14,7 +14,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import chart_edit, charts, compare, events, logfollow, subscriptions, views
+from ui import chart_edit, charts, compare, events, logfollow, studies, subscriptions, views
 
 _ID = r"[0-9]{1,19}"
 _SLUG = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
@@ -33,6 +33,8 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})/compare$", compare.compare, name="ui-compare"),
     re_path(rf"^experiments/(?P<xid>{_ID})/compare/data$", compare.compare_data, name="ui-compare-data"),
     re_path(rf"^experiments/(?P<xid>{_ID})/importance$", compare.importance, name="ui-importance"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/studies/(?P<sid>{_ID})$", studies.study, name="ui-study"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/studies/(?P<sid>{_ID})/history$", studies.history, name="ui-study-history"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/artifacts/(?P<aid>{_ID})$", views.artifact, name="ui-artifact"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/annotate$", views.annotate, name="ui-annotate"),

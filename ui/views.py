@@ -44,7 +44,7 @@ from experiments.acl import Role
 from k8s_bridge.logs import service as logs
 from metrics import summaries
 from notifications import services as notify
-from ui import chart_cards, live, present, reads
+from ui import chart_cards, live, present, reads, study_reads
 from ui import render as render_rows
 from workunits import arguments
 from workunits import services as wu_services
@@ -296,6 +296,7 @@ def _experiment_context(identity: Identity, xid: int, get: Any) -> dict[str, Any
         "events_url": f"{reverse('ui-experiment-events', args=[xid])}?{urlencode({'since': live.top_id()})}",
         # "Notify me", or a link to the caller's subscription to this experiment when there is one.
         "subscription": next((s.id for s in notify.list_for(identity) if s.experiment_id == xid), None),
+        "studies": study_reads.studies_of(xid),
     }
 
 

@@ -94,13 +94,15 @@ def _trials(rows: list[tuple[dict[str, str], dict[str, float], float]]) -> list[
     return trials
 
 
-def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last", goal: str = "MINIMIZE") -> Importance:
+def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last", goal: str = "MINIMIZE",
+               wids: Any = None) -> Importance:
     """The importance of each varying argument for ``metric``'s ``stat`` over the completed work units.
 
     Access first (PERMISSION_DENIED); an unknown metric, stat or goal is INVALID_ARGUMENT naming it;
     fewer than `MIN_UNITS` completed units with the metric, or no varying argument, is
     FAILED_PRECONDITION saying so. The goal is recorded with the study (fANOVA measures how much of
     the metric's variance each argument explains, which is the same whichever way is better).
+    ``wids`` (ids, or a subquery of them: a study's trials) narrows the units to those.
     """
     reads.experiment(xid, identity, Role.READER)
     if not metric:
@@ -112,6 +114,8 @@ def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last",
     if not summaries.has_metric(xid, metric):
         raise InvalidArgument(f"experiments/{xid} has no metric {metric!r}", field="metric")
     units_of: Any = handlers.work_units_of(xid)  # annotated (current_state): beyond what the stubs can see
+    if wids is not None:
+        units_of = units_of.filter(wid__in=wids)
     rows = list(units_of.filter(current_state=WorkUnitState.COMPLETED)
                 .annotate(summary=summaries.current_summary(metric)).annotate(value=F(f"summary__{stat}"))
                 .filter(value__isnull=False).order_by("-create_time", "-id")

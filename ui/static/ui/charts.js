@@ -89,7 +89,7 @@
   }
 
   function linesOptions(plot, width, height) {
-    var series = [{ label: plot.x === "time" ? "time" : "step",
+    var series = [{ label: plot.x_label || (plot.x === "time" ? "time" : "step"),
                     value: legendValue(plot.x === "time" ? timeText : function (v) { return v === null ? "—" : String(v); }) }];
     var bands = [];
     var data = [plot.xs];
@@ -100,7 +100,7 @@
                    points: { show: plot.xs.length <= 30, size: 5 } };
       var banded = s.lo && s.hi;
       var ribbon = plot.style === "ribbon" && banded; // a ribbon without a band is drawn as its line
-      if (plot.style === "points") { line.paths = function () { return null; }; line.points = { show: true, size: 5, fill: color }; }
+      if (plot.style === "points" || s.style === "points") { line.paths = function () { return null; }; line.points = { show: true, size: 5, fill: color }; }
       if (plot.style === "area") line.fill = alpha(color, 0.12);
       if (plot.style === "bars") {
         line.paths = uPlot.paths.bars({ size: [0.8, 24], align: 0 });
@@ -350,6 +350,10 @@
       document.body.setAttribute("data-stream", "ready"); // subscribed: from now on no change is missed
     });
     source.addEventListener("metrics", onMetrics);
+    // A chart of the experiment as a whole (a study's history) follows its changes: data-follow="experiment".
+    source.addEventListener("experiment", function () {
+      all().forEach(function (fig) { if (fig.__chart && fig.getAttribute("data-follow") === "experiment") refresh(fig); });
+    });
   });
 
   document.addEventListener("DOMContentLoaded", function () { start(document); });

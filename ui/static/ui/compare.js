@@ -1,20 +1,28 @@
 // The compare view's parallel coordinates (ui/templates/ui/compare.html), own canvas code, no library.
-// One vertical axis per varying argument and metric (numbers on a linear scale, other values spread
+// One vertical axis per varying argument and metric (numbers on a linear scale, or log with "scale": "log"; other values spread
 // as categories), one polyline per work unit. Dragging along an axis keeps the units whose value lies
 // in that range (a brush per axis, all must hold); the table #compare-units hides the other rows and
-// the canvas says how many remain in data-brushed. A click without a drag clears that axis's brush.
+// the canvas says how many remain in data-brushed (the table is the canvas's data-table, else #compare-units). A click without a drag clears that axis's brush.
 (function () {
   "use strict";
   var PAD_X = 60, PAD_TOP = 28, PAD_BOTTOM = 20, HEIGHT = 300;
 
   function setup(canvas) {
-    var data = JSON.parse(document.getElementById(canvas.getAttribute("data-parallel")).textContent);
+    // The data: a JSON script named by data-parallel, or (a live fragment: htmx drops the scripts of what
+    // it swaps in) the JSON in data-parallel-json.
+    var inline = canvas.getAttribute("data-parallel-json");
+    var source = inline ? null : document.getElementById(canvas.getAttribute("data-parallel"));
+    if (!inline && !source) return;
+    var data = JSON.parse(inline || source.textContent);
     var axes = data.axes.map(function (axis, i) {
       var values = data.units.map(function (u) { return u.values[i]; });
       var numeric = values.every(function (v) { return v === null || v === "" || !isNaN(Number(v)); });
       var out = { name: axis.name, numeric: numeric, brush: null };
       if (numeric) {
         var nums = values.filter(function (v) { return v !== null && v !== ""; }).map(Number);
+        // A log axis (a study's log-uniform parameter: "scale": "log") is drawn in log10 space.
+        out.log = axis.scale === "log" && nums.every(function (v) { return v > 0; });
+        if (out.log) nums = nums.map(Math.log10);
         out.min = nums.length ? Math.min.apply(null, nums) : 0;
         out.max = nums.length ? Math.max.apply(null, nums) : 1;
         if (out.min === out.max) { out.min -= 1; out.max += 1; }
@@ -24,6 +32,7 @@
       return out;
     });
     var state = { canvas: canvas, data: data, axes: axes, drag: null };
+    canvas.__parallel = state;
 
     function size() {
       var width = Math.max(320, canvas.parentElement.clientWidth - 2);
@@ -35,7 +44,7 @@
     function axisX(i) { return axes.length === 1 ? state.width / 2 : PAD_X + i * (state.width - 2 * PAD_X) / (axes.length - 1); }
     function fraction(axis, value) { // 0 at the bottom, 1 at the top; null for a missing value
       if (value === null || value === "") return null;
-      if (axis.numeric) return (Number(value) - axis.min) / (axis.max - axis.min);
+      if (axis.numeric) return ((axis.log ? Math.log10(Number(value)) : Number(value)) - axis.min) / (axis.max - axis.min);
       var n = axis.categories.length;
       return n === 1 ? 0.5 : axis.categories.indexOf(String(value)) / (n - 1);
     }
@@ -48,7 +57,11 @@
       });
     }
     function label(axis, f) {
-      if (axis.numeric) { var v = axis.min + f * (axis.max - axis.min); return String(Math.round(v * 1e4) / 1e4); }
+      if (axis.numeric) {
+        var v = axis.min + f * (axis.max - axis.min);
+        if (axis.log) { v = Math.pow(10, v); return v < 1e-3 ? v.toExponential(1) : String(Number(v.toPrecision(3))); }
+        return String(Math.round(v * 1e4) / 1e4);
+      }
       return "";
     }
     function draw() {
@@ -88,7 +101,7 @@
         }
       });
       canvas.setAttribute("data-brushed", String(keep));
-      document.querySelectorAll("#compare-units tbody tr[data-wid]").forEach(function (row) {
+      document.querySelectorAll((canvas.getAttribute("data-table") || "#compare-units") + " tbody tr[data-wid]").forEach(function (row) {
         var unit = data.units.find(function (u) { return String(u.wid) === row.getAttribute("data-wid"); });
         row.hidden = unit ? !kept(unit) : false;
       });
@@ -120,10 +133,19 @@
       draw();
     });
     size(); draw();
-    window.addEventListener("resize", function () { size(); draw(); });
+    window.addEventListener("resize", function onResize() {
+      if (!canvas.isConnected) { window.removeEventListener("resize", onResize); return; }
+      size(); draw();
+    });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll("canvas[data-parallel]").forEach(setup);
+    document.querySelectorAll("canvas[data-parallel]").forEach(function (canvas) { if (!canvas.__parallel) setup(canvas); });
+  });
+  // A live page (the study page) swaps in a new canvas with new data.
+  document.addEventListener("htmx:load", function (event) {
+    if (!(event.target instanceof Element)) return;
+    var found = event.target.matches("canvas[data-parallel]") ? [event.target] : event.target.querySelectorAll("canvas[data-parallel]");
+    Array.prototype.forEach.call(found, function (canvas) { if (!canvas.__parallel) setup(canvas); });
   });
 })();

@@ -176,3 +176,30 @@ class Api:
             token = body.get("nextPageToken") or ""
             if not token or (limit is not None and len(rows) >= limit):
                 return first, rows[:limit] if limit is not None else rows
+
+    # --- studies (docs/architecture/studies.md in the XMC checkout) --------------------------
+
+    def create_study(self, xid: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self.request("POST", f"/v1/experiments/{xid}/studies", json=dict(body),
+                                 what=f"experiment {xid}", write=True))
+
+    def study(self, xid: int, sid: int) -> dict[str, Any]:
+        """The study with every trial (the server answers them a page at a time, by number)."""
+        path, token = f"/v1/experiments/{xid}/studies/{sid}", ""
+        study: dict[str, Any] = {}
+        while True:
+            body = self.request("GET", path, what=f"study {xid}/{sid}",
+                                params={"pageSize": 1000, **({"pageToken": token} if token else {})})
+            trials = [*(study.get("trials") or []), *(body.get("trials") or [])]
+            study = {**body, "trials": trials}
+            token = body.get("nextPageToken") or ""
+            if not token:
+                study.pop("nextPageToken", None)
+                return study
+
+    def studies(self, xid: int, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(self.pages(f"/v1/experiments/{xid}/studies", "studies", what=f"experiment {xid}", limit=limit))
+
+    def stop_study(self, xid: int, sid: int) -> dict[str, Any]:
+        return dict(self.request("POST", f"/v1/experiments/{xid}/studies/{sid}:stop", json={},
+                                 what=f"study {xid}/{sid}", write=True))
