@@ -25,3 +25,5 @@ class NotificationsConfig(AppConfig):
             hooks.committed_hooks.append(sources.on_transitions_committed)
         if sources.on_scheduling_changed not in hooks.scheduling_hooks:
             hooks.scheduling_hooks.append(sources.on_scheduling_changed)
+        if sources.on_advisories not in hooks.advisory_hooks:
+            hooks.advisory_hooks.append(sources.on_advisories)

@@ -19,6 +19,11 @@ Apps above (the artifact lifecycle) register into these in their
   app and the pages' live updates (``ui.live.publish``);
 * :data:`scheduling_hooks`: called after a pause or resume of scheduling
   commits (:func:`on_scheduling_changed`, from ``workunits.scheduling``);
+* :data:`advisory_hooks`: called with the :class:`Advisory` items (an
+  execution's GPUs idle, its memory near the limit, or either cleared) after
+  ``workunits.services.write_advisories`` committed them
+  (:func:`on_advisories_committed`; the system metrics' collector writes
+  them), registered by the notifications app (WORK_UNIT_IDLE);
 * the termination provider (:func:`set_termination_provider`): asked by the
   notifications for how a failed execution's containers ended (exit code,
   reason, last log line; :func:`termination_of`), registered by ``k8s_bridge``,
@@ -47,6 +52,27 @@ committed_hooks: list[Callable[[Sequence[Any]], None]] = []
 
 #: Callables ``(change_id, paused, by, reason)``, registered by the notifications app.
 scheduling_hooks: list[Callable[[int, bool, str, str], None]] = []
+
+
+class Advisory(NamedTuple):
+    """A WARNING system message the system metrics raise on a running execution, or its clearing.
+
+    ``kind`` is ``"idle"`` (its GPUs below the idle threshold), ``"memory"`` (near
+    its memory limit) or ``""`` (cleared: ``text`` is empty); ``since`` (an ISO
+    time) names the episode; ``data`` carries the figures (``gpus``, ``idleSeconds``...).
+    """
+
+    xid: int
+    wid: int
+    eid: int
+    kind: str
+    text: str
+    since: str
+    data: dict[str, Any]
+
+
+#: Callables ``(advisories)``, registered by the notifications app.
+advisory_hooks: list[Callable[[Sequence[Advisory]], None]] = []
 
 
 class Transition(NamedTuple):
@@ -132,3 +158,13 @@ def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) ->
             hook(change_id, paused, by, reason)
         except Exception:
             log.exception("workunits.scheduling_hook_failed")
+
+
+def on_advisories_committed(advisories: Sequence[Advisory]) -> None:
+    if not advisories:
+        return
+    for hook in list(advisory_hooks):
+        try:
+            hook(advisories)
+        except Exception:
+            log.exception("workunits.advisory_hook_failed")
