@@ -13,9 +13,9 @@ docs/architecture/system_metrics.md is the design. One :func:`collect` cycle
 3. the pods joined to executions by that name; per execution the points
    `metrics.system_names` names (the mean utilisation 0-1 and one series per
    GPU, ``system/gpu_utilization/<replica>/gpu<n>``) at step "seconds since the
-   execution was created" and time ``t``, written with
-   `metrics.services.write_points` (idempotent on the step: a second run of a
-   cycle adds nothing);
+   execution was created" and time ``t``, written for every execution at once
+   with `metrics.services.write_points_many` (a second run of a cycle asks
+   about the same ``t``, makes the same steps and times, and adds nothing);
 4. the advisories: GPUs all below ``XMC_IDLE_GPU_UTIL`` over the last
    ``XMC_IDLE_GPU_AFTER_S`` (and running that long), or a container's
    working set at ``XMC_MEMORY_NEAR_LIMIT`` of its limit, set as a WARNING and
@@ -38,7 +38,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from metrics import prometheus, system_names
-from metrics.services import Point, write_points
+from metrics.services import Point, write_points_many
 from workunits import services as workunit_services
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.hooks import Advisory
@@ -212,17 +212,18 @@ def collect(now: datetime | None = None) -> Cycle:
     when = datetime.fromtimestamp(at, tz=UTC)
     since = when.isoformat().replace("+00:00", "Z")
     advice: list[Advisory] = []
+    batches: list[tuple[int, list[Point]]] = []
     for pk, xid, wid, eid, created, running_ns, message in running:
         u = usage.get((xid, wid))
         if u is None:
             continue
         cycle.measured += 1
-        step = max(0, int(at - created.timestamp()))
-        cycle.points += write_points(pk, _points(u, step, when))
+        batches.append((pk, _points(u, int(at - created.timestamp()), when)))
         kind, text, data = _advice(u, at - running_ns / 1e9)
         if text or is_advisory(message):
             if not (text and message and message.get("userFacingText") == text):
                 advice.append(Advisory(xid, wid, eid, kind, text, since, data))
+    cycle.points = write_points_many(batches)
     if advice:
         cycle.advisories = len(workunit_services.write_advisories(advice, is_advisory=is_advisory, now=when))
     cycle.total_s = time.perf_counter() - started
