@@ -56,7 +56,7 @@ _SYSTEM = (
 
 def system_cards(xid: int, wid: int, names: list[str]) -> list[dict[str, Any]]:
     """The System group's charts of the metrics ``names`` the newest execution has (per GPU: one chart)."""
-    cards = []
+    cards: list[dict[str, Any]] = []
     for metric, title in _SYSTEM:
         found = [n for n in names if n.startswith(metric)] if metric.endswith("/") else [n for n in names if n == metric]
         if found:

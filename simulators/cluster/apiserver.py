@@ -833,7 +833,7 @@ class Api:
     def _agg_group(self, group: str, versions: list[str]) -> Obj:
         out_versions = []
         for version in versions:
-            resources = []
+            resources: list[Obj] = []
             if group == podmetrics.GROUP:
                 resources.append({"resource": "pods", "responseKind": {"group": group, "version": version,
                                                                        "kind": "PodMetrics"},

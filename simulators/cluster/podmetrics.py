@@ -29,7 +29,7 @@ WINDOW = "15s"
 DRIVER_VERSION = "550.54.15"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-_DCGM = (
+_DCGM: tuple[tuple[str, str, str, Callable[[Any], float]], ...] = (
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda g: round(g.utilization * 100)),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", lambda g: round(g.fb_free_mib)),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", lambda g: round(g.fb_used_mib)),

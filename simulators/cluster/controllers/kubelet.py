@@ -150,7 +150,7 @@ class Kubelet(Controller):
         now = self.clock.now()
         out = []
         for key in list(self.cache.keys(PODS.plural)):
-            ns, name = cast(Key, key)
+            ns, name = key
             if namespace is not None and ns != namespace:
                 continue
             pod = self.cache.get(PODS.plural, ns, name)
