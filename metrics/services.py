@@ -466,6 +466,88 @@ def write_points(execution: int, points: Sequence[Point]) -> int:
     return written
 
 
+#: `write_points_many`: one staging table for the points of many executions.
+_STAGE_MANY = "pg_temp.xmc_metric_stage_many"
+_CREATE_STAGE_MANY = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_MANY.removeprefix('pg_temp.')} "
+                      "(execution bigint, metric text, step bigint, value float8, time timestamptz) ON COMMIT DELETE ROWS")
+_COPY_MANY = f"COPY {_STAGE_MANY} (execution, metric, step, value, time) FROM STDIN (FORMAT BINARY)"
+_COPY_MANY_TYPES = ("int8", "text", "int8", "float8", "timestamptz")
+_STAGED_MANY: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Every execution's span widened (and locked, in execution order) before any of its points is written.
+_WIDEN_SPANS = (
+    f"INSERT INTO {_SPANS} AS p (execution_id, first_time, last_time, last_step) SELECT execution, min(time), "
+    f"max(time), max(step) FROM {_STAGE_MANY} GROUP BY execution ORDER BY execution ON CONFLICT (execution_id) DO UPDATE "
+    "SET first_time = least(p.first_time, excluded.first_time), last_time = greatest(p.last_time, excluded.last_time), "
+    "last_step = greatest(p.last_step, excluded.last_step)"
+)
+#: The new points (a repeated (execution, metric, step, time) is skipped by the primary key), their blocks and
+#: their summaries, in one statement: the same rows `_INSERT` writes for one execution, for many.
+_INSERT_MANY = (
+    f"WITH new AS (INSERT INTO {_POINTS} (execution_id, metric, step, value, time) "
+    f"SELECT DISTINCT ON (s.execution, s.metric, s.step) s.execution, s.metric, s.step, s.value, s.time FROM {_STAGE_MANY} s "
+    "ORDER BY s.execution, s.metric, s.step ON CONFLICT (execution_id, metric, step, time) DO NOTHING "
+    "RETURNING execution_id, metric, step, value, time), "
+    f"fine AS (SELECT execution_id, metric, {floor_div_sql('step', str(BLOCK_SIZES[0]))} AS block, count(*) AS count, "
+    "sum(value) AS sum, min(value) AS min, max(value) AS max, max(step) AS last_step, max(time) AS last_time "
+    "FROM new GROUP BY 1, 2, 3), "
+    f"blocks AS (INSERT INTO {_BLOCKS} AS b (execution_id, metric, size, block, count, sum, min, max, last_step, "
+    f"last_time) SELECT f.execution_id, f.metric, z.size, {floor_div_sql('f.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
+    "sum(f.count), sum(f.sum), min(f.min), max(f.max), max(f.last_step), max(f.last_time) "
+    "FROM fine f CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) GROUP BY 1, 2, 3, 4 "
+    "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
+    "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
+    "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)), "
+    f"summaries AS (INSERT INTO {_SUMMARIES} AS m (work_unit_id, eid, metric, experiment_id, last, last_step, min, "
+    "max, count, first_time, last_time) SELECT x.work_unit_id, x.eid, n.metric, w.experiment_id, "
+    "(array_agg(n.value ORDER BY n.step DESC))[1], max(n.step), min(n.value), max(n.value), count(*), min(n.time), "
+    f"max(n.time) FROM new n JOIN {WorkUnitExecution._meta.db_table} x ON x.id = n.execution_id "
+    f"JOIN {WorkUnit._meta.db_table} w ON w.id = x.work_unit_id GROUP BY x.work_unit_id, x.eid, n.metric, w.experiment_id "
+    "ON CONFLICT (work_unit_id, eid, metric) DO UPDATE SET "
+    "last = CASE WHEN excluded.last_step > m.last_step THEN excluded.last ELSE m.last END, "
+    "last_step = greatest(m.last_step, excluded.last_step), min = least(m.min, excluded.min), "
+    "max = greatest(m.max, excluded.max), count = m.count + excluded.count, "
+    "first_time = least(m.first_time, excluded.first_time), last_time = greatest(m.last_time, excluded.last_time)) "
+    "SELECT execution_id, count(*) FROM new GROUP BY 1"
+)
+
+
+def write_points_many(batches: Sequence[tuple[int, Sequence[Point]]]) -> int:
+    """Store the points of many executions in one transaction; how many were new.
+
+    For writers whose step always comes with the same time (the system metrics'
+    collector, `metrics.system`: step = seconds since the execution's creation at
+    the cycle's instant): a point already stored with the same (execution,
+    metric, step, time) is skipped by the points' primary key, so a replayed batch
+    adds nothing, as with `write_points`. The spans are widened (and locked, in
+    execution order) first; then one statement inserts the points, their blocks
+    and their summaries. ``metrics.hooks.written_hooks`` hear of each execution
+    with new points after the commit.
+    """
+    rows = [(execution, p) for execution, points in batches for p in points]
+    if not rows:
+        return 0
+    nested = connection.in_atomic_block
+    with transaction.atomic(durable=True), connection.cursor() as cursor:
+        raw = cursor.cursor
+        if raw.connection not in _STAGED_MANY:
+            cursor.execute(_CREATE_STAGE_MANY)
+        with raw.copy(_COPY_MANY) as copy:
+            copy.set_types(_COPY_MANY_TYPES)
+            write_row = copy.write_row
+            for execution, point in rows:
+                write_row((execution, *point))
+        cursor.execute(_WIDEN_SPANS)
+        cursor.execute(_INSERT_MANY, {"sizes": list(BLOCK_SIZES)})
+        written = {int(execution): int(n) for execution, n in cursor.fetchall()}
+        if nested:
+            cursor.execute(f"DELETE FROM {_STAGE_MANY}")
+    if not nested:
+        _STAGED_MANY.add(raw.connection)
+    for execution, n in sorted(written.items()):
+        hooks.on_points_written(execution, n)
+    return sum(written.values())
+
+
 def execution_key(execution: int) -> ExecutionKey | None:
     """(xid, wid, eid) of the execution with primary key ``execution`` (None if there is none)."""
     row = (WorkUnitExecution.objects.filter(pk=execution)

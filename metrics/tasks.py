@@ -1,6 +1,6 @@
-"""Celery task of the metrics app: the points table's daily partitions, ahead and by retention.
+"""Celery tasks of the metrics app: the points table's daily partitions, and the system metrics.
 
-Runs hourly from the beat schedule (``CELERY_BEAT_SCHEDULE`` in
+The partitions run hourly from the beat schedule (``CELERY_BEAT_SCHEDULE`` in
 ``xmc/settings.py``) on the actuator queue, beside the other clean-ups; a thin
 adapter over `metrics.partitions.maintain`, idempotent (a second run finds
 every partition there and nothing old enough).
@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.queues import Queue
-from metrics import partitions
+from metrics import partitions, system
 
 
 @shared_task(name="xmc.metrics.maintain_partitions", queue=Queue.ACTUATOR.value, ignore_result=True,
@@ -28,3 +28,13 @@ def maintain_partitions() -> dict[str, Any]:
                                max_future_s=settings.XMC_METRICS_MAX_FUTURE_S)
     return {"created": done.created, "dropped": done.dropped, "default_deleted": done.default_deleted,
             "blocks_deleted": done.blocks_deleted, "future_deleted": done.future_deleted}
+
+
+@shared_task(name="xmc.metrics.collect_system", queue=Queue.ACTUATOR.value, ignore_result=True,
+             soft_time_limit=120, time_limit=150)
+def collect_system() -> dict[str, Any]:
+    """One cycle of the system metrics (`metrics.system.collect`): every ``XMC_SYSTEM_METRICS_INTERVAL_S``
+    from the beat schedule, idempotent (a second run within one interval writes nothing new)."""
+    done = system.collect()
+    return {"executions": done.executions, "measured": done.measured, "points": done.points,
+            "advisories": done.advisories, "seconds": round(done.total_s, 3)}

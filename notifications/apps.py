@@ -23,3 +23,4 @@ class NotificationsConfig(AppConfig):
 
         hooks.committed_hooks.register(sources.on_transitions_committed)
         hooks.scheduling_hooks.register(sources.on_scheduling_changed)
+        hooks.advisory_hooks.register(sources.on_advisories)

@@ -17,6 +17,8 @@ class EventType(models.TextChoices):
     WORK_UNIT_FAILED = "WORK_UNIT_FAILED"
     EXPERIMENT_FINISHED = "EXPERIMENT_FINISHED"
     WORK_UNIT_QUEUED_TOO_LONG = "WORK_UNIT_QUEUED_TOO_LONG"
+    #: A running execution's GPUs stayed idle (the system metrics' advisory, ``sources.on_advisories``).
+    WORK_UNIT_IDLE = "WORK_UNIT_IDLE"
     SCHEDULING_PAUSED = "SCHEDULING_PAUSED"
     SCHEDULING_RESUMED = "SCHEDULING_RESUMED"
     #: Staff: work has waited for a worker past XMC_DEGRADED_AFTER_S (``sources.scan_delivery_degraded``).
@@ -29,6 +31,7 @@ PAYLOAD_TYPE = {
     EventType.WORK_UNIT_FAILED: "workUnit.failed",
     EventType.EXPERIMENT_FINISHED: "experiment.finished",
     EventType.WORK_UNIT_QUEUED_TOO_LONG: "workUnit.queuedTooLong",
+    EventType.WORK_UNIT_IDLE: "workUnit.idle",
     EventType.SCHEDULING_PAUSED: "scheduling.paused",
     EventType.SCHEDULING_RESUMED: "scheduling.resumed",
     EventType.OPERATOR_DELIVERY_DEGRADED: "operator.deliveryDegraded",

@@ -25,6 +25,8 @@ from django.conf import settings
 from notifications.models import PAYLOAD_TYPE, Event, EventType
 
 SCHEMA_VERSION = 1
+#: The event types whose message lists work units.
+UNIT_EVENTS = (EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG, EventType.WORK_UNIT_IDLE)
 MAX_LISTED = 10
 
 
@@ -58,14 +60,15 @@ def build(type_: str, events: Sequence[Event], now: datetime, details: Details |
     first = own[0] if own else None
     if first is not None and first.xid is not None:
         data["experiment"] = experiment_json(first.xid, str(first.data.get("title", "")))
-    units = [e for e in events if e.type in (EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG)]
-    if type_ in (EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG) or units:
+    units = [e for e in events if e.type in UNIT_EVENTS]
+    if type_ in UNIT_EVENTS or units:
         data["count"] = len(units)
         data["workUnits"] = [
             {"name": f"experiments/{e.xid}/workUnits/{e.wid}", "executionId": e.eid,
              "state": e.data.get("state", ""), "previousState": e.data.get("previousState", ""),
              **({"url": page_url(e.xid, e.wid)} if e.xid is not None and e.wid is not None else {}),
              **({"queuedMinutes": e.data["queuedMinutes"]} if "queuedMinutes" in e.data else {}),
+             **{k: e.data[k] for k in ("gpus", "idleSeconds", "message") if k in e.data},
              **{k: v for k, v in (details or {}).get((e.wid or 0, e.eid or 0), {}).items() if v}}
             for e in units[:MAX_LISTED]]
         data["truncated"] = len(units) > MAX_LISTED
@@ -102,6 +105,11 @@ def title(payload: dict[str, Any]) -> str:
         return f"{n} work unit{'s' if n != 1 else ''} failed in {label}{reason}"
     if kind == "workUnit.queuedTooLong":
         return f"{data.get('count', 0)} work unit(s) of {label} waiting in the queue"
+    if kind == "workUnit.idle":
+        units = data.get("workUnits") or []
+        n = data.get("count", 0)
+        what = f": {units[0]['message']}" if n == 1 and units and units[0].get("message") else ""
+        return f"{n} work unit{'s' if n != 1 else ''} of {label} idle{what}"
     if kind == "experiment.finished":
         failed = (data.get("stateCounts") or {}).get("FAILED", 0)
         return f"{label} finished" + (f", {failed} work unit{'s' if failed != 1 else ''} failed" if failed else "")
@@ -132,6 +140,8 @@ def _unit_lines(wu: Mapping[str, Any]) -> list[str]:
         lines.append(", ".join(f"{k}={v}" for k, v in wu["args"].items()))
     if wu.get("reason"):
         lines.append(str(wu["reason"]))
+    elif wu.get("message"):
+        lines.append(str(wu["message"]))
     elif wu.get("queuedMinutes"):
         lines.append(f"waiting in the queue for more than {wu['queuedMinutes']} min")
     elif wu.get("state"):

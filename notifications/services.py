@@ -66,11 +66,11 @@ log = logging.getLogger(__name__)
 
 #: Event types that concern one experiment (the others are for staff: the scheduling switch).
 EXPERIMENT_EVENTS = frozenset({EventType.WORK_UNIT_FAILED, EventType.EXPERIMENT_FINISHED,
-                               EventType.WORK_UNIT_QUEUED_TOO_LONG})
+                               EventType.WORK_UNIT_QUEUED_TOO_LONG, EventType.WORK_UNIT_IDLE})
 STAFF_EVENTS = frozenset({EventType.SCHEDULING_PAUSED, EventType.SCHEDULING_RESUMED,
                           EventType.OPERATOR_DELIVERY_DEGRADED})
 #: Coalesced within XMC_NOTIFY_COALESCE_S (one message per experiment and window).
-COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG})
+COALESCED = frozenset({EventType.WORK_UNIT_FAILED, EventType.WORK_UNIT_QUEUED_TOO_LONG, EventType.WORK_UNIT_IDLE})
 SUBSCRIBABLE = sorted((EXPERIMENT_EVENTS | STAFF_EVENTS))
 ROTATION_OVERLAP = timedelta(hours=24)
 

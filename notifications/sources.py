@@ -8,6 +8,8 @@
   ``notifications`` queue for fan-out. Cheap when nobody subscribes: one
   ``EXISTS`` query.
 * :func:`on_scheduling_changed`: SCHEDULING_PAUSED / SCHEDULING_RESUMED for staff.
+* :func:`on_advisories`: WORK_UNIT_IDLE, once per idle episode of an execution
+  (the system metrics' advisory, ``workunits.hooks.advisory_hooks``).
 * :func:`scan_delivery_degraded` (the sweep): OPERATOR_DELIVERY_DEGRADED for
   staff, once per queue and backlog, when its oldest pending row has waited
   for a worker past ``XMC_DEGRADED_AFTER_S``.
@@ -109,6 +111,21 @@ def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) ->
         return
     ids = services.record_events([Event(key=f"scheduling/{change_id}", type=kind, create_time=timezone.now(),
                                         data={"by": by, "reason": reason})])
+    services.enqueue_fan_out(ids)
+
+
+def on_advisories(advisories: Sequence[Any]) -> None:
+    """A WORK_UNIT_IDLE event for each execution whose idle advisory was just written, keyed by the
+    episode (``since``: the collection cycle that raised it), and its fan-out queued."""
+    idle = [a for a in advisories if a.kind == "idle" and a.text]
+    if not idle or not _anyone_listens([EventType.WORK_UNIT_IDLE]):
+        return
+    now = timezone.now()
+    ids = services.record_events(
+        Event(key=f"wu-idle/{a.xid}/{a.wid}/{a.eid}/{a.since}", type=EventType.WORK_UNIT_IDLE, xid=a.xid, wid=a.wid,
+              eid=a.eid, create_time=now,
+              data={"state": WorkUnitState.RUNNING, "message": a.text, "since": a.since, **a.data})
+        for a in idle)
     services.enqueue_fan_out(ids)
 
 

@@ -1,7 +1,8 @@
 """Run the whole system locally: ``./dev run`` (after ./dev set up services).
 
 Migrates, makes sure an admin user exists, collects static files, then starts
-every process the project has — the cluster simulator, the MachineLearningRun
+every process the project has — the cluster simulator, a Prometheus scraping
+its metrics (scripts/prometheus.py; when Debian's package is installed), the MachineLearningRun
 emulator, web (gunicorn with uvicorn workers, xmc/asgi.py; WhiteNoise), gRPC, one Celery worker on every
 queue, Celery beat and the reconciler (each only once its command exists) —
 and prints the URLs, a bearer token for the admin user and the ``export``
@@ -48,7 +49,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 from core.signals import TERMINATION, ignore, raise_on  # noqa: E402 - stdlib only; no Django yet
+import prometheus  # noqa: E402 - scripts/prometheus.py, beside this file
 
 RUN = Path(os.environ.get("XMC_RUN_DIR") or ROOT / ".run").resolve()
 ADMIN_EMAIL = "admin@example.com"
@@ -210,6 +213,21 @@ def plan(commands: dict[str, str], env: dict[str, str]) -> list[Process]:
         ready_url=f"http://127.0.0.1:{sim_port}/version",
     ))
     env["KUBECONFIG"] = str(kubeconfig)
+    # A real Prometheus scrapes the simulator's GPU / container metrics; XMC reads it (system metrics).
+    executable = prometheus.binary()
+    if executable is None:
+        print("run: no prometheus on PATH (apt-get install prometheus): system metrics are off", flush=True)
+    elif not os.environ.get("XMC_PROMETHEUS_URL"):
+        prom_port = stable_port("prometheus", "XMC_PROMETHEUS_PORT", 9090)
+        config = RUN / "prometheus.yml"
+        config.write_text(prometheus.config_text(
+            f"http://127.0.0.1:{sim_port}", scrape_interval_s=float(os.environ.get("XMC_PROMETHEUS_SCRAPE_S", "5"))))
+        procs.append(Process(
+            "prometheus", prometheus.argv(executable, config, RUN / "prometheus", prom_port),
+            url=f"http://127.0.0.1:{prom_port} (scrapes the simulator's DCGM / cAdvisor metrics)",
+            ready_url=f"http://127.0.0.1:{prom_port}/-/ready",
+        ))
+        env["XMC_PROMETHEUS_URL"] = f"http://127.0.0.1:{prom_port}"
     if not os.environ.get("XMC_MLRUN_ENDPOINT"):
         # The MachineLearningRun API emulator stands in for the real service locally.
         mlrun_port = stable_port("mlrun", "XMC_MLRUN_EMULATOR_PORT", 8790)

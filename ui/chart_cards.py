@@ -1,6 +1,7 @@
 """The chart cards a page prints (``ui/_chart.html``): each one's title, data URL and place.
 
-Used by ``ui.views.work_unit`` (the work unit page's Metrics section) and
+Used by ``ui.views.work_unit`` (the work unit page's Metrics section, and its System group:
+the ``system/*`` series XMC records from the cluster's metrics) and
 ``ui.charts.dashboard``; the chart script (``ui/static/ui/charts.js``) finds
 every ``figure[data-chart]`` and reads its ``data-src``.
 """
@@ -12,7 +13,11 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
+from metrics import system_names
 from ui import plotdata, reads
+
+#: The system metrics' names (``metrics.system_names``) start with this: they go to the System group.
+SYSTEM_PREFIX = "system/"
 
 
 def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: bool = False) -> dict[str, Any]:
@@ -30,10 +35,34 @@ def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: boo
     }
 
 
-def metric_card(xid: int, wid: int, metric: str, index: int) -> dict[str, Any]:
-    return {"key": f"m-{index}", "title": metric, "description": "", "xid": xid, "wid": wid, "cell": plotdata.Cell(),
-            "src": reverse("ui-metric-data", args=[xid, wid]) + "?" + urlencode({"metric": metric}),
+def metric_card(xid: int, wid: int, metric: str | list[str], index: int, title: str = "",
+                description: str = "", key: str = "m") -> dict[str, Any]:
+    metrics = [metric] if isinstance(metric, str) else metric
+    query = [("metric", m) for m in metrics] + ([("title", title)] if title else [])
+    return {"key": f"{key}-{index}", "title": title or metrics[0], "description": description, "xid": xid, "wid": wid,
+            "cell": plotdata.Cell(), "src": reverse("ui-metric-data", args=[xid, wid]) + "?" + urlencode(query),
             "where": "", "href": "", "edit": ""}
+
+
+#: The System group (docs/architecture/system_metrics.md): its charts, in this order, when there are points.
+_SYSTEM = (
+    (system_names.GPU_UTILIZATION, "GPU utilisation (0-1, mean over its GPUs)"),
+    (system_names.GPU_UTILIZATION + "/", "GPU utilisation per GPU"),
+    (system_names.GPU_MEMORY_USED_BYTES, "GPU memory used (bytes)"),
+    (system_names.CPU_USAGE_CORES, "CPU (cores)"),
+    (system_names.MEMORY_WORKING_SET_BYTES, "Memory working set (bytes)"),
+)
+
+
+def system_cards(xid: int, wid: int, names: list[str]) -> list[dict[str, Any]]:
+    """The System group's charts of the metrics ``names`` the newest execution has (per GPU: one chart)."""
+    cards: list[dict[str, Any]] = []
+    for metric, title in _SYSTEM:
+        found = [n for n in names if n.startswith(metric)] if metric.endswith("/") else [n for n in names if n == metric]
+        if found:
+            cards.append(metric_card(xid, wid, found[:reads.MAX_OVERLAID], len(cards), title,
+                                     "recorded by XMC from the cluster's metrics", key="s"))
+    return cards
 
 
 def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:
@@ -43,9 +72,11 @@ def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:
     on each "metrics" event the section asks for its contents again with it (``?fragment=metrics&have=``)
     and is answered 204 (no swap) until a chart or a metric appears that it has none for."""
     rows = reads.work_unit_charts(xid, wid)
-    names = reads.metric_names(xid, wid)
+    every = reads.metric_names(xid, wid)
+    names = [m for m in every if not m.startswith(SYSTEM_PREFIX)]
     # Its stored charts first, then one chart per metric, always (a preset chart does not hide them).
     charts = [*(card(c) for c in rows), *(metric_card(xid, wid, m, i) for i, m in enumerate(names))]
-    shown = ["charts", *(c["chart_id"] for c in rows), "metrics", *names]
+    shown = ["charts", *(c["chart_id"] for c in rows), "metrics", *every]
     key = hashlib.sha256("\n".join(shown).encode()).hexdigest()[:16]
-    return {"charts": charts, "default_charts": bool(names), "stored_charts": len(rows), "metrics_key": key}
+    return {"charts": charts, "default_charts": bool(names), "stored_charts": len(rows), "metrics_key": key,
+            "system_charts": system_cards(xid, wid, [m for m in every if m.startswith(SYSTEM_PREFIX)])}

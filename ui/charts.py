@@ -76,12 +76,13 @@ def chart_data(request: HttpRequest, identity: Identity, xid: str, wid: str, cha
 @require_GET
 @signed_in
 def metric_data(request: HttpRequest, identity: Identity, xid: str, wid: str) -> HttpResponse:
-    """The default chart of one metric of a work unit without charts: its newest execution's points by step."""
+    """The default chart of one metric of a work unit (or of several, ``metric`` repeated, on one plot,
+    titled ``title``): its newest execution's points by step."""
     x, w = _ids(xid, wid)
-    metric = request.GET.get("metric", "")
+    metrics = request.GET.getlist("metric") or [""]
     width = plotdata.width_of(request.GET.get("width"))
     try:
-        plot, data = reads.metric_chart_data(identity, x, w, metric, width)
+        plot, data = reads.metric_chart_data(identity, x, w, metrics, width, request.GET.get("title", ""))
     except (NotFound, PermissionDenied):
         return _json({"error": "not found"}, 404)
     except InvalidArgument as exc:

@@ -214,10 +214,11 @@ def chart_json(plots: Sequence[Any], data: Any, units: Mapping[int, str] | None 
     return {"plots": out, "points": sum(p["points"] for p in out)}
 
 
-def default_plot(metric: str) -> Any:
-    """The plot a work unit without charts gets for each of its metrics: the metric by step."""
-    return M.PlotSpec(plot_id="default", title=metric, type=M.SCATTER, data=M.DataSpec(metrics=[metric]),
-                      mapping=M.MappingSpec(x="step"))
+def default_plot(*metrics: str, title: str = "") -> Any:
+    """The plot a work unit without charts gets for each of its metrics: the metric by step (several
+    metrics: one line each, on one plot)."""
+    return M.PlotSpec(plot_id="default", title=title or ", ".join(metrics), type=M.SCATTER,
+                      data=M.DataSpec(metrics=list(metrics)), mapping=M.MappingSpec(x="step"))
 
 
 # --- Layout -------------------------------------------------------------------------------------

@@ -434,20 +434,27 @@ def metric_names(xid: int, wid: int) -> list[str]:
     return chart_data.metric_names(xid, wid, limit=MAX_CHARTS)
 
 
-def metric_chart_data(identity: Identity, xid: int, wid: int, metric: str, width: int) -> tuple[Any, Any]:
+def metric_chart_data(identity: Identity, xid: int, wid: int, metric: str | list[str], width: int,
+                      title: str = "") -> tuple[Any, Any]:
     """(the default plot of ``metric``, its ``ChartData``) over the work unit's newest execution.
 
     Permission first, as the page (``xmc.api.reads.work_unit``: a stranger and a
-    missing work unit alike raise), then GetChartData's evaluation.
+    missing work unit alike raise), then GetChartData's evaluation. Several
+    metrics (at most :data:`MAX_OVERLAID`) are drawn on one plot (the System
+    group's per-GPU chart).
     """
     reads.work_unit(xid, wid, identity)
-    if not specs.METRIC_PATTERN.fullmatch(metric):
-        raise InvalidArgument("metric must be 1 to 256 printable characters", field="metric")
-    plot = plotdata.default_plot(metric)
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    if not metrics or len(metrics) > MAX_OVERLAID or not all(specs.METRIC_PATTERN.fullmatch(m) for m in metrics):
+        raise InvalidArgument(f"metric must be 1 to {MAX_OVERLAID} names of 1 to 256 printable characters",
+                              field="metric")
+    plot = plotdata.default_plot(*metrics, title=title[:200])
     return plot, chart_data.chart_data(f"experiments/{xid}/workUnits/{wid}", chart_data.Scope(xid, wid), [plot],
                                        width)
 
 
+#: Metrics one default chart overlays at most.
+MAX_OVERLAID = 64
 #: Charts one page draws at most (a dashboard holds at most 200).
 MAX_CHARTS = 200
 

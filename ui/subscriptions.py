@@ -55,6 +55,7 @@ _EVENT_WORDS = {
     EventType.WORK_UNIT_FAILED: "a work unit failed",
     EventType.EXPERIMENT_FINISHED: "the experiment finished",
     EventType.WORK_UNIT_QUEUED_TOO_LONG: "a work unit waits in the queue too long",
+    EventType.WORK_UNIT_IDLE: "a work unit's GPUs sit idle",
     EventType.SCHEDULING_PAUSED: "scheduling paused (staff)",
     EventType.SCHEDULING_RESUMED: "scheduling resumed (staff)",
     EventType.OPERATOR_DELIVERY_DEGRADED: "work waits for a worker (staff)",

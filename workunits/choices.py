@@ -65,6 +65,8 @@ class Writer(models.TextChoices):
     SWEEP = "sweep"
     LIFECYCLE = "lifecycle"
     ADMIN = "admin"
+    #: The system metrics' collector (metrics.system): GPUs idle, memory near its limit.
+    SYSTEM_METRICS = "system_metrics"
 
 
 class ResolutionStatus(models.TextChoices):

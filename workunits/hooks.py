@@ -19,6 +19,11 @@ Apps above (the artifact lifecycle) register into these in their
   app and the pages' live updates (``ui.live.publish``);
 * :data:`scheduling_hooks`: called after a pause or resume of scheduling
   commits (:func:`on_scheduling_changed`, from ``workunits.scheduling``);
+* :data:`advisory_hooks`: called with the :class:`Advisory` items (an
+  execution's GPUs idle, its memory near the limit, or either cleared) after
+  ``workunits.services.write_advisories`` committed them
+  (:func:`on_advisories_committed`; the system metrics' collector writes
+  them), registered by the notifications app (WORK_UNIT_IDLE);
 * the termination provider (:func:`set_termination_provider`): asked by the
   notifications for how a failed execution's containers ended (exit code,
   reason, last log line; :func:`termination_of`), registered by ``k8s_bridge``,
@@ -33,6 +38,27 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from core.hooks import Hooks, Provider
+
+
+class Advisory(NamedTuple):
+    """A WARNING system message the system metrics raise on a running execution, or its clearing.
+
+    ``kind`` is ``"idle"`` (its GPUs below the idle threshold), ``"memory"`` (near
+    its memory limit) or ``""`` (cleared: ``text`` is empty); ``since`` (an ISO
+    time) names the episode; ``data`` carries the figures (``gpus``, ``idleSeconds``...).
+    """
+
+    xid: int
+    wid: int
+    eid: int
+    kind: str
+    text: str
+    since: str
+    data: dict[str, Any]
+
+
+#: Listeners ``(advisories)``, registered by the notifications app.
+advisory_hooks: Hooks[[Sequence[Advisory]]] = Hooks("workunits.advisory_hook_failed")
 
 
 class Transition(NamedTuple):
@@ -104,3 +130,8 @@ def on_transitions_committed(transitions: Sequence[Any]) -> None:
 
 def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) -> None:
     scheduling_hooks(change_id, paused, by, reason)
+
+
+def on_advisories_committed(advisories: Sequence[Advisory]) -> None:
+    if advisories:
+        advisory_hooks(advisories)

@@ -368,6 +368,21 @@ XMC_METRICS_PARTITIONS_AHEAD_DAYS = env.int("XMC_METRICS_PARTITIONS_AHEAD_DAYS",
 #: How often the beat steps every running study (besides the steps that unit changes and points ring).
 XMC_STUDY_TICK_S = env.float("XMC_STUDY_TICK_S", default=5.0)
 
+# System metrics (metrics/system.py, docs/architecture/system_metrics.md).
+#: A Prometheus-compatible query API (Prometheus, Google Managed Prometheus, Thanos, VictoriaMetrics)
+#: holding the DCGM exporter's and cAdvisor's series of the cluster; "" turns system metrics off.
+XMC_PROMETHEUS_URL = env.str("XMC_PROMETHEUS_URL", default="")
+XMC_PROMETHEUS_TIMEOUT_S = env.float("XMC_PROMETHEUS_TIMEOUT_S", default=10.0)
+#: The window of the CPU counter's rate() (at least two scrapes of it).
+XMC_PROMETHEUS_RATE_WINDOW_S = env.int("XMC_PROMETHEUS_RATE_WINDOW_S", default=60)
+#: How often the collector records each running execution's system metrics.
+XMC_SYSTEM_METRICS_INTERVAL_S = env.float("XMC_SYSTEM_METRICS_INTERVAL_S", default=15.0)
+#: GPUs below this utilisation (0-1) for XMC_IDLE_GPU_AFTER_S seconds are idle: a WARNING and WORK_UNIT_IDLE.
+XMC_IDLE_GPU_UTIL = env.float("XMC_IDLE_GPU_UTIL", default=0.05)
+XMC_IDLE_GPU_AFTER_S = env.float("XMC_IDLE_GPU_AFTER_S", default=900.0)
+#: A container whose working set reaches this fraction of its memory limit gets a WARNING.
+XMC_MEMORY_NEAR_LIMIT = env.float("XMC_MEMORY_NEAR_LIMIT", default=0.9)
+
 CELERY_BEAT_SCHEDULE = {
     # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.
     "notifications-sweep": {"task": "xmc.notifications.sweep", "schedule": XMC_NOTIFY_SWEEP_INTERVAL_S,
@@ -390,6 +405,9 @@ CELERY_BEAT_SCHEDULE = {
     # The points table's daily partitions: created ahead, dropped after XMC_METRICS_RETENTION_DAYS (metrics.tasks).
     "metrics-partitions": {"task": "xmc.metrics.maintain_partitions", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
+    # Each running execution's GPU / CPU / memory use from Prometheus, idle GPUs, memory near its limit.
+    "system-metrics": {"task": "xmc.metrics.collect_system", "schedule": XMC_SYSTEM_METRICS_INTERVAL_S,
+                       "options": {"queue": "actuator", "expires": XMC_SYSTEM_METRICS_INTERVAL_S}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
     # Every running study is stepped at least this often (studies.controller.tick), whatever else rang.
     "study-tick": {"task": "xmc.studies.tick", "schedule": XMC_STUDY_TICK_S,

@@ -33,6 +33,14 @@ layer otherwise):
   Without a provider, logs come from `pod_log_buffer(store)`, which tests can
   append to.
 
+* ``register_usage_provider(fn, store=None)`` — the kubelet stand-in supplies
+  what the running pods use: ``fn(namespace_or_None)`` returning
+  `simulators.cluster.controllers.usage.PodUsage` items, served as
+  ``metrics.k8s.io/v1beta1`` PodMetrics (metrics-server's API) and as the
+  Prometheus text of NVIDIA's DCGM exporter (``/metrics/dcgm``) and of cAdvisor
+  (``/metrics/cadvisor``), rendered by `simulators.cluster.podmetrics`.
+  Without a provider every list is empty.
+
 With ``store=None`` the registration is process-wide (the default for every
 store); with a store it applies to that simulator only.
 """
@@ -52,9 +60,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from simulators.cluster import podlogs, tables
+from simulators.cluster import podlogs, podmetrics, tables
 from simulators.cluster.faults import ERROR_REASONS, Decision, Faults, classify_request
 from simulators.cluster.resources import RESOURCE_TYPES, ResourceType, by_group_version_plural, group_versions
+from simulators.cluster.selectors import parse_label_selector
 from simulators.cluster.store import ApiError, Store, bad_request, format_time, not_found
 from simulators.cluster.versions import from_version, to_version
 
@@ -95,6 +104,11 @@ _PROVIDERS_LOCK = threading.Lock()
 def register_visibility_provider(fn: VisibilityProvider | None, store: Store | None = None) -> None:
     """Serve the Kueue visibility API from `fn` (see the module docstring)."""
     _register("visibility", fn, store)
+
+
+def register_usage_provider(fn: podmetrics.UsageProvider | None, store: Store | None = None) -> None:
+    """Serve PodMetrics and the DCGM / cAdvisor text from `fn` (see the module docstring)."""
+    _register("usage", fn, store)
 
 
 def register_log_provider(fn: LogProvider | None, store: Store | None = None) -> None:
@@ -351,6 +365,9 @@ class Api:
             return Response(200, b"ok", "text/plain")
         if head == "openapi":
             return self._openapi(req, parts[1:])
+        if head == "metrics" and len(parts) == 2 and parts[1] in ("dcgm", "cadvisor"):
+            render = podmetrics.dcgm_text if parts[1] == "dcgm" else podmetrics.cadvisor_text
+            return Response(200, render(self._usage(None)).encode(), podmetrics.TEXT_CONTENT_TYPE)
         if head == "api":
             if len(parts) == 1:
                 return self._discovery_core(req)
@@ -365,6 +382,8 @@ class Api:
             raise _NOT_FOUND
         if group == VISIBILITY_GROUP and version in VISIBILITY_VERSIONS:
             return self._visibility(req, rest, version)
+        if group == podmetrics.GROUP and version == podmetrics.VERSION:
+            return self._pod_metrics(req, rest)
         if not rest:
             return self._discovery_resources(group, version)
         return self._resource(req, group, version, rest)
@@ -676,6 +695,39 @@ class Api:
             "items": items[offset:offset + limit],
         })
 
+    # -- metrics-server (metrics.k8s.io) ---------------------------------------------
+
+    def _usage(self, namespace: str | None) -> list[Any]:
+        provider = _provider("usage", self.store)
+        return list(provider(namespace)) if provider is not None else []
+
+    def _pod_metrics(self, req: Request, rest: list[str]) -> Response:
+        if not rest:
+            return self._discovery_resources(podmetrics.GROUP, podmetrics.VERSION)
+        if req.method != "GET":
+            return _error(ApiError(405, "MethodNotAllowed",
+                                   "the server does not allow this method on the requested resource"))
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if rest[0] != "pods" or len(rest) > 2:
+            raise _NOT_FOUND
+        name = rest[1] if len(rest) == 2 else None
+        selector = parse_label_selector(req.query.get("labelSelector"))
+        items = [podmetrics.pod_metrics(usage) for usage in self._usage(namespace)
+                 if (name is None or usage.name == name) and (selector is None or selector(dict(usage.labels)))]
+        if name is not None:
+            if not items:
+                raise ApiError(404, "NotFound", f'podmetrics.{podmetrics.GROUP} "{name}" not found',
+                               {"name": name, "group": podmetrics.GROUP, "kind": "pods"})
+            return _json(items[0])
+        return _json(podmetrics.pod_metrics_list(sorted(items, key=lambda i: (i["metadata"]["namespace"],
+                                                                              i["metadata"]["name"]))))
+
+    @staticmethod
+    def _pod_metrics_resources() -> list[Obj]:
+        return [{"name": "pods", "singularName": "", "namespaced": True, "kind": "PodMetrics", "verbs": ["get", "list"]}]
+
     # -- discovery -----------------------------------------------------------------------
 
     @staticmethod
@@ -710,6 +762,7 @@ class Api:
                 if rt.group and v not in groups[rt.group]:
                     groups[rt.group].append(v)
         groups[VISIBILITY_GROUP] = list(VISIBILITY_VERSIONS)
+        groups[podmetrics.GROUP] = [podmetrics.VERSION]
         return list(groups.items())
 
     def _discovery_groups(self, req: Request) -> Response:
@@ -745,6 +798,8 @@ class Api:
         gv = f"{group}/{version}" if group else version
         if group == VISIBILITY_GROUP and version in VISIBILITY_VERSIONS:
             resources = self._visibility_resources()
+        elif group == podmetrics.GROUP and version == podmetrics.VERSION:
+            resources = self._pod_metrics_resources()
         else:
             rts = group_versions().get(gv)
             if not rts:
@@ -778,8 +833,12 @@ class Api:
     def _agg_group(self, group: str, versions: list[str]) -> Obj:
         out_versions = []
         for version in versions:
-            resources = []
-            if group == VISIBILITY_GROUP:
+            resources: list[Obj] = []
+            if group == podmetrics.GROUP:
+                resources.append({"resource": "pods", "responseKind": {"group": group, "version": version,
+                                                                       "kind": "PodMetrics"},
+                                  "scope": "Namespaced", "singularResource": "", "verbs": ["get", "list"]})
+            elif group == VISIBILITY_GROUP:
                 for plural, kind, namespaced in (("clusterqueues", "ClusterQueue", False),
                                                  ("localqueues", "LocalQueue", True)):
                     resources.append({
@@ -1018,5 +1077,6 @@ __all__ = [
     "format_time",
     "pod_log_buffer",
     "register_log_provider",
+    "register_usage_provider",
     "register_visibility_provider",
 ]

@@ -165,12 +165,15 @@ def _start_controllers(store: Store, clock: Any, queues_config: str | None) -> A
 
 
 def _register_controller_hooks(store: Store, controllers: Any) -> None:
-    """Serve pods/log and the Kueue visibility API from the running controllers."""
+    """Serve pods/log, the pods' resource metrics and the Kueue visibility API from the running controllers."""
     log_lines = getattr(controllers, "pod_log_lines", None)
     if callable(log_lines):
         apiserver.register_log_provider(
             lambda ns, name, container, previous: log_lines(ns, name, container, previous), store=store
         )
+    usage = getattr(controllers, "pod_usage", None)
+    if callable(usage):
+        apiserver.register_usage_provider(usage, store=store)
     pending = getattr(controllers, "pending_workloads", None)
     if callable(pending):
 

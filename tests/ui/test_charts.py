@@ -419,3 +419,26 @@ def test_it_edits_a_chart_grouping_by_an_argument_and_names_a_refused_field(alic
     stranger = pages.signed_in("carol")
     assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/new").status_code == 404
     assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit").status_code == 404
+
+
+def test_system_metrics_get_a_system_group_of_their_own(alice: Client) -> None:
+    """The ``system/*`` series XMC records from the cluster (issue 41 item 3): a "System" group, one chart per
+    measure and one for every GPU together, not one default chart each among the job's own metrics."""
+    exp, _ = pages.sweep(ALICE)
+    _write(exp.id, 1, "loss", [3.0, 2.0])
+    _write(exp.id, 1, "system/gpu_utilization", [0.9, 0.0])
+    for gpu in range(2):
+        _write(exp.id, 1, f"system/gpu_utilization/trainer-0-0/gpu{gpu}", [0.9, 0.0])
+    _write(exp.id, 1, "system/cpu_usage_cores", [2.0, 2.1])
+    body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    assert '<h2>System</h2>' in body and body.index("<h2>System</h2>") < body.index("metric=loss")
+    system = body[body.index("<h2>System</h2>"):body.index('id="m-0"')]
+    assert system.count('data-chart ') == 3 and "GPU utilisation per GPU" in system and "CPU (cores)" in system
+    assert body.count("data-chart ") == 4  # the job's own loss, beside the System group
+    (per_gpu,) = re.findall(r'data-src="([^"]*title=GPU\+utilisation\+per\+GPU[^"]*)"', system)
+    status, data = _get_json(alice, per_gpu.replace("&amp;", "&"))
+    assert status == 200 and data["plots"][0]["title"] == "GPU utilisation per GPU"
+    assert sorted(s["label"].split(" · ")[0] for s in data["plots"][0]["series"]) == [
+        "system/gpu_utilization/trainer-0-0/gpu0", "system/gpu_utilization/trainer-0-0/gpu1"]
+    status, _ = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?" + "&".join(["metric=x"] * 65))
+    assert status == 400  # at most 64 overlaid

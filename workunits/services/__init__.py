@@ -31,7 +31,9 @@ so callers write ``from workunits import services`` and
   dead letters), the only part the outbox imports;
 * ``failures``: what the actuator's retries and dead letters change on the
   execution (a WARNING while retrying; FAILED and an ERROR on a dead letter);
-* ``commands``: stop, restart, update, re-queue.
+* ``commands``: stop, restart, update, re-queue;
+* ``advisories``: the system metrics' WARNINGs on running executions (GPUs
+  idle, memory near its limit), set and cleared.
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ from workunits.services.operations import record_dead_letter as record_dead_lett
 from workunits.services.operations import request_operation_cancellation as request_operation_cancellation
 from workunits.services.operations import delete_operation as delete_operation
 from workunits.services.operations import complete_in_transaction as complete_in_transaction
+from workunits.services.advisories import write_advisories as write_advisories
 from workunits.services.failures import Refusal as Refusal
 from workunits.services.failures import record_actuator_retry as record_actuator_retry
 from workunits.services.failures import dead_letter_operation as dead_letter_operation

@@ -143,6 +143,10 @@ class Controllers:
         """(simulated epoch seconds, line, stream) triples; LookupError -> 404, LogUnavailable -> 400."""
         return self.kubelet.log_lines(namespace, name, container, previous)
 
+    def pod_usage(self, namespace: str | None = None) -> list[Any]:
+        """What the running pods use now (`simulators.cluster.controllers.kubelet.Kubelet.pod_usage`)."""
+        return self.kubelet.pod_usage(namespace)
+
     def pod_log(self, namespace: str, name: str, container: str | None = None, previous: bool = False,
                 timestamps: bool = False, tail_lines: int | None = None, since_seconds: float | None = None) -> str:
         """A container's log text as `GET .../pods/{name}/log` returns it."""

@@ -50,6 +50,7 @@ from simulators.cluster.controllers.script import (
     metric_points,
     parse_script,
 )
+from simulators.cluster.controllers.usage import PodUsage, pod_usage
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,30 @@ class Kubelet(Controller):
                    "ImagePullBackOff": "trying and failing to pull image"}.get(waiting or "", waiting or "ContainerCreating")
             raise LogUnavailable(f'container "{cname}" in pod "{name}" is waiting to start: {why}')
         return [(t, text, stream) for (t, attempt, text, stream) in view.logs if attempt == current]
+
+    # --- usage (metrics-server, cAdvisor, DCGM exporter) ---------------------------
+
+    def pod_usage(self, namespace: str | None = None) -> list[PodUsage]:
+        """What every pod (of ``namespace``, None: all) whose main container runs uses now
+        (`simulators.cluster.controllers.usage`)."""
+        now = self.clock.now()
+        out = []
+        for key in list(self.cache.keys(PODS.plural)):
+            ns, name = key
+            if namespace is not None and ns != namespace:
+                continue
+            pod = self.cache.get(PODS.plural, ns, name)
+            if pod is None or is_deleting(pod):
+                continue
+            with self._lock:
+                rt = self._runtimes.get(pod["metadata"]["uid"])
+            if rt is None or rt.killed_view is not None:
+                continue
+            seg = rt.timeline.view(now).segment
+            if "running" not in seg.state or seg.attempt_start is None:
+                continue
+            out.append(pod_usage(pod, rt.timeline.script, max(0.0, now - seg.attempt_start), rt.node, now))
+        return out
 
     # --- reconcile -------------------------------------------------------------
 

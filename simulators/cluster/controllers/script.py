@@ -34,6 +34,9 @@ Grammar (documented in docs/architecture/simulator_controllers.md)::
     metrics  = "every:" duration ":" name "=" expr *( "," name "=" expr )
                                                        ; while running, POST points to XMC_METRICS_URL with the
                                                        ; container's XMC_METRICS_TOKEN (see metric_points)
+    gpu      = "util:" expr [ ",mem:" expr ]          ; while running, each GPU's utilisation and memory used,
+                                                       ; fractions 0-1 (clamped), read by the cluster's metrics
+                                                       ; endpoints (simulators.cluster.controllers.usage)
 
 A log template may name ``{n}`` (1-based line number of the attempt), ``{x}``
 (a deterministic, decreasing "loss"), ``{t}`` (seconds since the attempt
@@ -49,6 +52,9 @@ the number after ``--name=`` in the container's args (`container_args`),
 read when the script is parsed (a missing or non-numeric argument is a
 script error), e.g. ``metrics=every:1s:loss=exp(-t/30),acc=1-exp(-t/20)`` or,
 for a sweep with an optimum, ``loss=(log(arg('lr'))+4.6)**2/10+exp(-t/20)``.
+The ``gpu`` key takes the same expressions (``n`` is 0 there), e.g.
+``gpu=util:max(0,min(0.9,(60-t)*10)),mem:0.4`` for a job that keeps its GPUs
+busy for a minute and then idles with 40% of their memory in use.
 
 Default when the annotation is absent: ``pull=1s;run=10s;exit=0``.
 """
@@ -108,6 +114,8 @@ class Script:
     node_lost_after: float | None = None
     metrics_every: float | None = None
     metrics: tuple[tuple[str, str], ...] = ()  # (metric name, expression)
+    gpu_util: str | None = None  # expression over t: each GPU's utilisation (0-1) while running
+    gpu_mem: str | None = None  # expression over t: the fraction of each GPU's memory in use
 
     def healed(self) -> Script:
         """The behaviour once the JobSet restart attempt reached `heal_restarts`."""
@@ -229,6 +237,8 @@ def parse_script(text: str | None, args: dict[str, str] | None = None) -> Script
             every, _, spec = value[len("every:"):].partition(":")
             values["metrics_every"] = max(0.001, parse_duration(every))
             values["metrics"] = parse_metrics(spec, args)
+        elif key == "gpu":
+            values.update(parse_gpu(value, args))
         elif key == "print":
             values["prints"] = (*values.get("prints", ()), value)
         elif key == "stderr":
@@ -321,6 +331,19 @@ def _evaluate(node: ast.AST, t: float, n: int) -> float:
     return float(_FUNCTIONS[node.func.id](*(_evaluate(a, t, n) for a in node.args)))
 
 
+def checked_expression(expr: str, args: dict[str, str] | None = None, *, key: str = "metrics") -> str:
+    """A metrics expression, checked against the grammar, with every ``arg('name')`` replaced by the
+    value of the container's ``--name=`` (``args``); ScriptError (naming ``key``) otherwise."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError:
+        raise ScriptError(f"{key}: {expr.strip()!r} is not an expression") from None
+    arguments = _Arguments(args or {})
+    tree = ast.fix_missing_locations(arguments.visit(tree))
+    _check_expression(tree)
+    return ast.unparse(tree) if arguments.used else expr.strip()
+
+
 def parse_metrics(spec: str, args: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
     """``loss=exp(-t/30),acc=1-exp(-t/20)`` -> ((name, expression), ...), each expression checked, with
     every ``arg('name')`` replaced by the value of the container's ``--name=`` (``args``)."""
@@ -329,17 +352,24 @@ def parse_metrics(spec: str, args: dict[str, str] | None = None) -> tuple[tuple[
         name, eq, expr = part.partition("=")
         if not eq or not _METRIC_NAME.fullmatch(name.strip()):
             raise ScriptError(f"metrics: {part!r} is not <name>=<expression>")
-        try:
-            tree = ast.parse(expr.strip(), mode="eval")
-        except SyntaxError:
-            raise ScriptError(f"metrics: {expr.strip()!r} is not an expression") from None
-        arguments = _Arguments(args or {})
-        tree = ast.fix_missing_locations(arguments.visit(tree))
-        _check_expression(tree)
-        out.append((name.strip(), ast.unparse(tree) if arguments.used else expr.strip()))
+        out.append((name.strip(), checked_expression(expr, args)))
     if not out:
         raise ScriptError("metrics needs at least one <name>=<expression>")
     return tuple(out)
+
+
+def parse_gpu(spec: str, args: dict[str, str] | None = None) -> dict[str, str]:
+    """``util:<expr>[,mem:<expr>]`` -> the Script fields ``gpu_util`` / ``gpu_mem`` (each expression checked)."""
+    out: dict[str, str] = {}
+    for part in _split_top(spec):
+        what, colon, expr = part.partition(":")
+        field_name = {"util": "gpu_util", "mem": "gpu_mem"}.get(what.strip())
+        if not colon or field_name is None or field_name in out:
+            raise ScriptError(f"gpu: {part!r} is not util:<expression> or mem:<expression> (each at most once)")
+        out[field_name] = checked_expression(expr, args, key="gpu")
+    if "gpu_util" not in out:
+        raise ScriptError("gpu must be util:<expression>[,mem:<expression>]")
+    return out
 
 
 def metric_value(expression: str, t: float, n: int) -> float | None:

@@ -105,3 +105,24 @@ def test_status_shows_job_names_and_the_last_values(xmc: Xmc, sweep: Any) -> Non
     assert "JOB" in text and "loss" in text and "accuracy" in text
     row = next(line for line in text.splitlines() if line.split()[:2] == ["3", "trainer"])
     assert f"{loss_of('0.001', '16'):.4g}" in row
+
+
+def test_status_system_shows_each_units_gpu_cpu_and_memory(xmc: Xmc, sweep: Any) -> None:
+    """``xmc status --system``: the last system metrics XMC recorded for each unit (issue 41 item 3)."""
+    unit = sweep.work_units.get(wid=1)
+    _write(unit, "system/gpu_utilization", [0.91, 0.02])
+    _write(unit, "system/gpu_memory_used_bytes", [40 * 2**30])
+    _write(unit, "system/cpu_usage_cores", [3.5])
+    _write(unit, "system/memory_working_set_bytes", [12.5 * 2**30])
+    token = issue_token(ALICE)
+    table = xmc("status", f"{sweep.id}/1", "--system", token=token).ok().stdout
+    header = next(line for line in table.splitlines() if "GPU MEM" in line).split()
+    assert header[:7] == ["WID", "STATE", "GPU", "GPU", "MEM", "CPU", "MEM"]
+    row = next(line for line in table.splitlines() if line.split()[:1] == ["1"])
+    assert "initializing" in row and row.split("initializing")[1].split()[:6] == ["2%", "40.0", "GiB", "3.50", "12.5",
+                                                                                 "GiB"]
+    data = xmc("status", str(sweep.id), "--system", "--json", token=token).ok().json
+    (first,) = [u for u in data["workUnits"] if u["wid"] == 1]
+    assert first["metrics"]["system/gpu_utilization"]["last"] == pytest.approx(0.02)
+    assert data["metrics"] == ["system/gpu_utilization", "system/gpu_memory_used_bytes", "system/cpu_usage_cores",
+                               "system/memory_working_set_bytes"]

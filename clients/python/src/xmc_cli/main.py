@@ -121,10 +121,17 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         missing = sorted(wanted - {present.last_id(u.get("name", "")) for u in units})
         if missing:
             raise CliError(f"work unit {target.xid}/{missing[0]} not found")
-    sweep, metrics = _sweep_rows(ctx, target.xid)
+    if args.system:
+        _, rows = ctx.api.summarize(target.xid, metrics=render.SYSTEM_METRICS)
+        sweep, metrics = {int(row["workUnitId"]): row for row in rows}, list(render.SYSTEM_METRICS)
+    else:
+        sweep, metrics = _sweep_rows(ctx, target.xid)
     if args.json:
         ctx.json({"experiment": experiment, "summary": render.experiment_summary(experiment), "metrics": metrics,
                   "workUnits": [{**render.unit_summary(u, sweep), "workUnit": u} for u in units]})
+        return EXIT_OK
+    if args.system:
+        ctx.out.print(render.system_view(experiment, units, ctx.out, sweep=sweep))
         return EXIT_OK
     ctx.out.print(render.status_view(experiment, units, ctx.out, sweep=sweep, metrics=metrics))
     return EXIT_OK
@@ -247,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("status", "an experiment and its work units")
     p.add_argument("target", metavar="XID[/WID]")
+    p.add_argument("--system", action="store_true",
+                   help="each unit's GPU utilisation, GPU memory, CPU and memory (the last recorded system metrics)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_status)
 

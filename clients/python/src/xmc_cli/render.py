@@ -159,6 +159,51 @@ def units_table(units: Sequence[Mapping[str, Any]], *, max_arg_columns: int = 4,
     return table
 
 
+#: The system metrics XMC records per execution (the server's metrics/system_names.py).
+SYSTEM_METRICS = ("system/gpu_utilization", "system/gpu_memory_used_bytes", "system/cpu_usage_cores",
+                  "system/memory_working_set_bytes")
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value / 2**10:.0f} KiB"
+
+
+def _system_cells(row: Mapping[str, Any] | None) -> list[str]:
+    found = ((row or {}).get("metrics") or {})
+
+    def last(name: str) -> float | None:
+        value = (found.get(name) or {}).get("last")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    gpu, gpu_mem, cpu, mem = (last(name) for name in SYSTEM_METRICS)
+    return ["" if gpu is None else f"{gpu:.0%}", "" if gpu_mem is None else _bytes(gpu_mem),
+            "" if cpu is None else f"{cpu:.2f}", "" if mem is None else _bytes(mem)]
+
+
+def system_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], console: Console, *,
+                sweep: Mapping[int, Mapping[str, Any]]) -> Group:
+    """``xmc status --system``: per unit the last recorded GPU utilisation (mean over its GPUs), GPU memory
+    used, CPU cores and memory working set of its current execution, and its message (an idle warning)."""
+    if not units:
+        return Group(experiment_header(e, units, width=console.width), Text(""), Text("No work units yet.", style="dim"))
+    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
+    for name, justify in (("WID", "right"), ("STATE", "left"), ("GPU", "right"), ("GPU MEM", "right"),
+                          ("CPU", "right"), ("MEM", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("MESSAGE", no_wrap=True, overflow="ellipsis", ratio=1, min_width=10)
+    for unit in units:
+        wid = present.last_id(unit.get("name", ""))
+        row = sweep.get(wid) if isinstance(wid, int) else None
+        value = present.state_of(unit)
+        message = present.one_line(safe.clean(present.headline_of(unit)))
+        table.add_row(str(wid), state(value), *_system_cells(row),
+                      Text(message, style="red" if value in present.FAILED_STATES else "dim" if not message else ""))
+    return Group(experiment_header(e, units, width=console.width), Text(""), fit(table, console))
+
+
 def status_view(e: Mapping[str, Any], units: Sequence[Mapping[str, Any]], console: Console, *,
                 sweep: Mapping[int, Mapping[str, Any]] | None = None, metrics: Sequence[str] = ()) -> Group:
     body = (fit(units_table(units, sweep=sweep, metrics=metrics), console) if units

@@ -1,0 +1,166 @@
+"""System metrics per execution from a real Prometheus scraping the simulator (issue 41 items 2-4).
+
+A RUNNING execution of a work unit has pods on the simulator named as its JobSet's
+(``xmc-<xid>-<wid>-...``) whose script makes its GPUs busy, then idle, then busy
+again; Debian's Prometheus scrapes the simulator's DCGM / cAdvisor text every
+second. Each collection cycle (`metrics.system.collect`) records the execution's
+``system/*`` series in the metric store, the idle WARNING appears once the GPUs
+have stayed idle long enough (with a WORK_UNIT_IDLE event) and clears when they
+work again; memory near its limit gets its own WARNING.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from kubernetes import client
+
+from metrics import system, system_names
+from metrics.models import MetricPoint, MetricSummary
+from notifications.models import Event, EventType, Scope, Subscription
+from simulators.cluster.server import SimulatorHandle, run_simulator
+from tests import factories
+from tests.metrics.prometheus import RealPrometheus, start_prometheus
+from tests.notifications.helpers import set_state
+from tests.waiting import eventually
+from workunits.choices import WorkUnitState
+from workunits.models import WorkUnit, WorkUnitExecution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatorHandle]:
+    handle = run_simulator(port=0, speed=1.0)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def prometheus(cluster: SimulatorHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPrometheus]:
+    yield from start_prometheus(cluster.url, tmp_path_factory.mktemp("prometheus"))
+
+
+@pytest.fixture
+def fast(settings: Any, prometheus: RealPrometheus) -> Any:
+    settings.XMC_PROMETHEUS_URL = prometheus.url
+    settings.XMC_SYSTEM_METRICS_INTERVAL_S = 1.0
+    settings.XMC_IDLE_GPU_AFTER_S = 3.0
+    settings.XMC_PROMETHEUS_RATE_WINDOW_S = 5
+    settings.XMC_K8S_NAMESPACE = "default"
+    return settings
+
+
+def running_unit() -> WorkUnit:
+    exp = factories.experiment()
+    wu = factories.work_unit(exp)
+    set_state([wu], WorkUnitState.RUNNING)
+    return wu
+
+
+def start_pods(cluster: SimulatorHandle, wu: WorkUnit, script: str, *, gpus: int = 2, replicas: int = 1,
+               memory_limit: str = "8Gi") -> list[str]:
+    names = []
+    with client.ApiClient(client.Configuration(host=cluster.url)) as api:
+        for i in range(replicas):
+            name = f"xmc-{wu.experiment_id}-{wu.wid}-trainer-0-{i}-q{i}x7k"
+            client.CoreV1Api(api).create_namespaced_pod("default", {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "labels": {"jobset.sigs.k8s.io/jobset-name": f"xmc-{wu.experiment_id}-{wu.wid}"},
+                             "annotations": {"sim.xmc.dev/script": script}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"requests": {"cpu": "2", "memory": "2Gi"},
+                                  "limits": {"nvidia.com/gpu": str(gpus), "memory": memory_limit}}}]},
+            })
+            names.append(name)
+    return names
+
+
+def execution(wu: WorkUnit) -> WorkUnitExecution:
+    return WorkUnitExecution.objects.get(work_unit=wu, eid=wu.current_eid)
+
+
+def collect_until(check: Any, *, timeout: float = 60.0, what: str) -> Any:
+    """Run a collection cycle about once a second (as the beat would) until ``check()`` holds."""
+    def cycle() -> Any:
+        system.collect()
+        return check()
+
+    return eventually(cycle, timeout, what, interval=0.5)
+
+
+def series(wu: WorkUnit, metric: str) -> list[tuple[int, float]]:
+    return list(MetricPoint.objects.filter(execution=execution(wu), metric=metric).order_by("step")
+                .values_list("step", "value"))
+
+
+def test_a_busy_then_idle_job_gets_its_curve_an_idle_warning_and_a_notification(fast: Any, cluster: SimulatorHandle,
+                                                                                 prometheus: RealPrometheus) -> None:
+    wu = running_unit()
+    Subscription.objects.create(owner=factories.ALICE, scope=Scope.MINE, events=[EventType.WORK_UNIT_IDLE],
+                                url="https://hooks.example.com/x", channel="WEBHOOK", create_time=timezone.now(),
+                                update_time=timezone.now())
+    # Busy for 4 s, idle for 8 s, then busy again.
+    start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:max(0,min(0.9,(4-t)*10))+max(0,min(0.8,(t-12)*10)),mem:0.5",
+               replicas=2)
+    prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}', what="the pods' GPUs scraped")
+
+    collect_until(lambda: any(v >= 0.85 for _, v in series(wu, system_names.GPU_UTILIZATION)), what="a busy point")
+    message = collect_until(lambda: (execution(wu).system_message or {}).get("userFacingText", "").startswith(
+        "4 GPUs idle for 3 s") and execution(wu).system_message, what="the idle warning")
+    assert message["severity"] == "WARNING"
+    curve = series(wu, system_names.GPU_UTILIZATION)
+    assert max(v for _, v in curve) >= 0.85 and min(v for _, v in curve) == 0.0
+    assert [s for s, _ in curve] == sorted({s for s, _ in curve})  # one point per cycle, steps in seconds
+    per_gpu = MetricSummary.objects.filter(work_unit=wu, metric__startswith=system_names.GPU_UTILIZATION + "/")
+    assert sorted(per_gpu.values_list("metric", flat=True)) == [
+        f"{system_names.GPU_UTILIZATION}/trainer-0-{i}/gpu{g}" for i in range(2) for g in range(2)]
+    assert series(wu, system_names.GPU_MEMORY_USED_BYTES)[-1][1] == pytest.approx(4 * 40960 * 0.5 * 2**20, rel=0.01)
+    assert series(wu, system_names.MEMORY_WORKING_SET_BYTES)[-1][1] == 2 * 2**30  # half of 2Gi, two pods
+    assert any(v == pytest.approx(2.0, rel=0.2) for _, v in series(wu, system_names.CPU_USAGE_CORES))
+
+    (event,) = Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id, wid=wu.wid)
+    assert event.eid == wu.current_eid and event.data["gpus"] == 4
+
+    collect_until(lambda: execution(wu).system_message is None, what="the warning cleared once the GPUs work again")
+    assert Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id).count() == 1
+
+
+def test_a_cycle_run_twice_records_nothing_twice(fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus) -> None:
+    wu = running_unit()
+    start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.5", gpus=1)
+    prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
+    prometheus.wait_for(f'rate(container_cpu_usage_seconds_total{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}[5s])')
+    now = timezone.now()
+    first = system.collect(now)
+    again = system.collect(now)  # the same interval: the same question, nothing new
+    assert first.measured >= 1 and first.points >= 4
+    assert again.measured == first.measured and again.points == 0
+    assert series(wu, system_names.GPU_UTILIZATION)[0][1] == 0.5
+
+
+def test_memory_near_its_limit_gets_a_warning_before_the_oom_kill(fast: Any, cluster: SimulatorHandle,
+                                                                  prometheus: RealPrometheus) -> None:
+    wu = running_unit()
+    start_pods(cluster, wu, "pull=0s;run=30s;exit=137;oom", gpus=1, memory_limit="1Gi")
+    prometheus.wait_for(f'container_memory_working_set_bytes{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
+    message = collect_until(lambda: execution(wu).system_message, what="the memory warning")
+    assert message["userFacingText"].startswith("Memory near its limit: container main uses over 90% of its 1.0 GiB")
+
+
+def test_without_a_prometheus_url_nothing_is_collected(settings: Any) -> None:
+    settings.XMC_PROMETHEUS_URL = ""
+    running_unit()
+    assert system.collect().executions == 0
+
+
+def test_a_pod_name_joins_to_its_work_unit() -> None:
+    assert system.pod_replica("xmc-12-3-trainer-0-1-x7k2q") == (12, 3, "trainer-0-1")
+    assert system.pod_replica("xmc-12-3-worker-2-0") == (12, 3, "worker-2-0")
+    assert system.pod_replica("other-12-3-a") is None
+
+
