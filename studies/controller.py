@@ -9,15 +9,15 @@ copies at once, does what one run does:
 2. **Pruning.** The objective's new points of each running trial are copied into
    the trial (``intermediate``), and the study's pruner (`studies.search.should_prune`)
    decides; a pruned trial is PRUNED (conditional update) and its unit is stopped.
-3. **Stops.** Any unit of a trial that is no longer RUNNING (pruned, or the study
-   stopped) and has not ended is stopped through ``workunits.services.stop_work_units``.
-4. **New trials.** Under the study row's lock, while fewer than ``parallel_trials``
+3. **New trials.** Under the study row's lock, while fewer than ``parallel_trials``
    units are open and fewer than ``max_trials`` trials exist, the sampler chooses
    the next parameters and a trial row is written with its number (unique per study)
    and a wid reserved in the experiment in the same transaction.
-5. **Units.** Each trial without its unit gets it from
+4. **Units.** Each trial without its unit gets it from
    ``workunits.services.create_work_unit`` with the reserved wid: idempotent on
    ``(xid, wid)``, so a step that died after the create is repeated harmlessly.
+5. **Stops.** Any unit of a trial that is no longer RUNNING (pruned, or the study
+   stopped) and has not ended is stopped through ``workunits.services.stop_work_units``.
 6. **The end.** With ``max_trials`` trials (or ``:stop``) and every unit ended, the
    study is COMPLETED (or STOPPED).
 
@@ -63,12 +63,17 @@ def step(study_id: int) -> None:
         fail_running(study, "stopped with the study")
     else:
         prune(study)
-    stop_abandoned_units(study)
     create_units(study)
     if not study.stop_requested:
         start_trials(study)
         create_units(study)
+    stop_abandoned_units(study)
     end_if_done(study)
+
+
+def requester_of(study: Study) -> workunit_services.Requester:
+    """Whom a study's creates and stops are recorded for (the operations' requester): its creator."""
+    return workunit_services.Requester(email=study.creator or "system")
 
 
 # --- 1. Ended units ------------------------------------------------------------------------------
@@ -181,7 +186,7 @@ def prune(study: Study) -> None:
             log.info("study.trial_pruned", extra={"study": study.id, "trial": trial.number, "why": message})
 
 
-# --- 3. Stops ------------------------------------------------------------------------------------
+# --- 5. Stops ------------------------------------------------------------------------------------
 
 
 def stop_abandoned_units(study: Study) -> None:
@@ -192,14 +197,18 @@ def stop_abandoned_units(study: Study) -> None:
         ex = executions.get(trial.id)
         if ex is None or ex.state in TERMINAL or ex.state == WorkUnitState.STOPPING:
             continue
-        try:
-            workunit_services.stop_work_units(study.experiment_id, [trial.wid], batch=False,
-                                              message=trial.message)
-        except (FailedPrecondition, NotFound):  # ended meanwhile, or deleted: nothing to stop
-            pass
+        _stop(study, trial)
 
 
-# --- 4. New trials -------------------------------------------------------------------------------
+def _stop(study: Study, trial: Trial) -> None:
+    try:
+        workunit_services.stop_work_units(study.experiment_id, [trial.wid], batch=False,
+                                          message=trial.message, requester=requester_of(study))
+    except (FailedPrecondition, NotFound):  # ended meanwhile, or deleted: nothing to stop
+        pass
+
+
+# --- 3. New trials -------------------------------------------------------------------------------
 
 
 def _reserve_wid(xid: int) -> int:
@@ -233,7 +242,7 @@ def start_trials(study: Study) -> list[Trial]:
             started.append(trial)
 
 
-# --- 5. Units ------------------------------------------------------------------------------------
+# --- 4. Units ------------------------------------------------------------------------------------
 
 
 def argument_text(value: Any) -> str:
@@ -262,10 +271,20 @@ def trial_request(study: Study, trial: Trial) -> pb.work_unit.WorkUnit:
 
 
 def create_units(study: Study) -> None:
+    """Create the unit of every RUNNING trial that has none yet (idempotent on the reserved wid). A trial
+    that ended before its unit was made (the study stopped) gets none; one a dead step did make is linked,
+    and stopped by `stop_abandoned_units`."""
     for trial in Trial.objects.filter(study_id=study.id, work_unit__isnull=True, unit_done=False).order_by("number"):
+        if trial.state != TrialState.RUNNING:
+            made = WorkUnit.objects.filter(experiment_id=study.experiment_id, wid=trial.wid).values_list("id", flat=True)
+            if made:
+                Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(work_unit_id=made[0])
+            else:
+                Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(unit_done=True)
+            continue
         try:
             op = workunit_services.create_work_unit(study.experiment_id, trial_request(study, trial),
-                                                    work_unit_id=trial.wid)
+                                                    work_unit_id=trial.wid, requester=requester_of(study))
         except (InvalidArgument, FailedPrecondition, NotFound) as exc:
             # Refused for good (the template's request no longer passes validation, the experiment went):
             # the trial fails with the reason, its slot is free; retrying would only dead-letter the step.
@@ -275,6 +294,11 @@ def create_units(study: Study) -> None:
             continue
         unit_id = op.work_unit_id or WorkUnit.objects.get(experiment_id=study.experiment_id, wid=trial.wid).id
         Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(work_unit_id=unit_id)
+        trial.refresh_from_db()
+        if trial.state != TrialState.RUNNING and trial.unit_done:
+            # A concurrent step ended the trial while this one created its unit (and, seeing none, freed
+            # the slot): the unit must not run on unseen.
+            _stop(study, trial)
 
 
 # --- 6. The end ----------------------------------------------------------------------------------

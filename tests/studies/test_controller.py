@@ -16,7 +16,7 @@ from tests import factories
 from tests.notifications.helpers import set_state
 from tests.studies.helpers import end, state_of, study, template, trials, unit_of, write
 from workunits import services as wu_services
-from workunits.models import OutboxMessage, StatusMessage, WorkUnit
+from workunits.models import Operation, OutboxMessage, StatusMessage, WorkUnit
 
 
 def open_units(s: Study) -> int:
@@ -307,3 +307,31 @@ def test_a_trial_whose_unit_is_refused_fails_with_the_reason_and_frees_its_slot(
     rows = trials(s)
     assert rows and all(t.state == "FAILED" and t.unit_done and t.work_unit_id is None for t in rows)
     assert "could not be created" in rows[0].message and "tags" in rows[0].message
+
+
+@pytest.mark.django_db
+def test_a_trials_unit_is_created_for_the_studys_creator() -> None:
+    exp, unit = template()
+    s = study(exp, unit)
+    controller.step(s.id)
+    ops = Operation.objects.filter(work_unit__in=[t.work_unit_id for t in trials(s)], action_type="CREATE")
+    assert ops.count() == 2 and set(ops.values_list("original_requester", flat=True)) == {s.creator}
+
+
+@pytest.mark.django_db
+def test_a_study_stopped_before_its_trials_had_units_creates_none_and_stops_what_a_dead_step_made() -> None:
+    exp, unit = template()
+    s = study(exp, unit)
+    first, second = controller.start_trials(s)  # the step died here: rows, no units ...
+    wu_services.create_work_unit(exp.id, controller.trial_request(s, first), work_unit_id=first.wid)  # ... but one
+    services.stop_study(exp.id, s.id)
+    controller.step(s.id)
+    tagged = WorkUnit.objects.filter(experiment=exp, tags__contains=[f"study:{s.id}"])
+    assert list(tagged.values_list("wid", flat=True)) == [first.wid]  # no unit for the second trial
+    assert state_of(first) == "STOPPING"
+    second.refresh_from_db()
+    assert second.state == "FAILED" and second.unit_done and second.work_unit_id is None
+    end(first, "STOPPED")
+    controller.step(s.id)
+    s.refresh_from_db()
+    assert s.state == "STOPPED"

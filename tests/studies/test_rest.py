@@ -189,3 +189,16 @@ def test_it_is_in_the_openapi_document() -> None:
     assert {"post", "get"} <= set(paths["/v1/experiments/{xid}/studies"])
     assert "get" in paths["/v1/experiments/{xid}/studies/{study_id}"]
     assert "post" in paths["/v1/experiments/{xid}/studies/{study_id}:stop"]
+
+
+def test_a_study_is_found_only_under_its_own_experiment(exp: Any) -> None:
+    other = factories.experiment(ALICE, title="other")
+    factories.work_unit(other)
+    _, created = call("POST", f"/v1/experiments/{exp.id}/studies", request())
+    assert call("GET", f"/v1/experiments/{other.id}/studies/{created['id']}")[0] == 404
+    assert call("POST", f"/v1/experiments/{other.id}/studies/{created['id']}:stop")[0] == 404
+    assert call("GET", f"/v1/experiments/{other.id}/studies")[1]["studies"] == []
+    # A template must be a unit of the study's own experiment (wid 2 is one of exp's, not of other's).
+    assert factories.work_unit(exp).wid == 2
+    status, body = call("POST", f"/v1/experiments/{other.id}/studies", request(templateWorkUnit=2))
+    assert status == 400 and body["error"]["details"][0]["fieldViolations"][0]["field"] == "templateWorkUnit"

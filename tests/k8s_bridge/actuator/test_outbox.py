@@ -197,6 +197,7 @@ def test_it_schedules_both_sweeps_on_beat() -> None:
     assert queues == {"xmc.actuator.sweep_outbox": "actuator", "xmc.actuator.purge_operations": "actuator",
                       "xmc.resumption.cleanup": "resumption", "xmc.delivery.sweep": "actuator",
                       "xmc.delivery.purge": "actuator", "xmc.notifications.sweep": "notifications",
-                      "xmc.logs.purge_archive": "actuator", "xmc.metrics.maintain_partitions": "actuator"}
+                      "xmc.logs.purge_archive": "actuator", "xmc.metrics.maintain_partitions": "actuator",
+                      "xmc.studies.tick": "lifecycle"}
     registered = set(app.tasks)
     assert set(queues) <= registered  # every scheduled name is a task a worker knows
