@@ -19,10 +19,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from experiments.acl import Role
 from studies import services as study_services
 from studies.models import Study, TrialState
 from ui import live, plotdata, reads
@@ -83,8 +84,8 @@ def _context(request: HttpRequest, xid: int, study: Study) -> dict[str, Any]:
 @signed_in
 def study(request: HttpRequest, identity: Identity, xid: str, sid: str) -> HttpResponse:
     x, s = _ids(xid, sid)
-    _, found = get_study(identity, x, s)
-    context = _context(request, x, found)
+    role, found = get_study(identity, x, s)
+    context = {**_context(request, x, found), "can_write": role >= Role.WRITER}
     if request.GET.get("fragment") == "live":
         return render(request, "ui/_study_live.html", context)
     _, exp = reads.role(identity, x)
@@ -117,3 +118,16 @@ def history(request: HttpRequest, identity: Identity, xid: str, sid: str) -> Htt
                              "plots": [plot], "points": len(xs)})
     response["Cache-Control"] = "no-store"
     return response
+
+
+@require_POST
+@signed_in
+def stop(request: HttpRequest, identity: Identity, xid: str, sid: str) -> HttpResponse:
+    """"Stop study" (a writer's button): ``studies.services.stop_study``, as ``:stop`` over REST; the
+    controller then stops the running trials and ends the study STOPPED. Back to the page."""
+    x, s = _ids(xid, sid)
+    role, _ = get_study(identity, x, s)
+    if role < Role.WRITER:
+        return render(request, "ui/error.html", {"message": "You may only read this experiment."}, status=403)
+    study_services.stop_study(x, s)
+    return redirect("ui-study", x, s)

@@ -35,6 +35,7 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^experiments/(?P<xid>{_ID})/importance$", compare.importance, name="ui-importance"),
     re_path(rf"^experiments/(?P<xid>{_ID})/studies/(?P<sid>{_ID})$", studies.study, name="ui-study"),
     re_path(rf"^experiments/(?P<xid>{_ID})/studies/(?P<sid>{_ID})/history$", studies.history, name="ui-study-history"),
+    re_path(rf"^experiments/(?P<xid>{_ID})/studies/(?P<sid>{_ID})/stop$", studies.stop, name="ui-study-stop"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})$", views.work_unit, name="ui-work-unit"),
     re_path(rf"^experiments/(?P<xid>{_ID})/artifacts/(?P<aid>{_ID})$", views.artifact, name="ui-artifact"),
     re_path(rf"^experiments/(?P<xid>{_ID})/workUnits/(?P<wid>{_ID})/annotate$", views.annotate, name="ui-annotate"),

@@ -21,6 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from studies import services as study_services
+from experiments.models import Experiment
 from studies.models import Study, Trial
 from tests import factories
 from tests.ui import pages
@@ -161,3 +162,19 @@ def test_someone_else_s_study_is_not_found(client: Client) -> None:
     assert bob.get(f"/experiments/{study.experiment_id}/studies/{study.id}/history").status_code == 404
     alice = pages.signed_in("alice", Client())
     assert alice.get(f"/experiments/{study.experiment_id}/studies/{study.id + 1}").status_code == 404
+
+
+def test_a_writer_stops_the_study_from_its_page_and_a_reader_cannot(client: Client) -> None:
+    study = make_study(trials=TRIALS[:2])
+    url = f"/experiments/{study.experiment_id}/studies/{study.id}"
+    exp = Experiment.objects.get(id=study.experiment_id)
+    Experiment.objects.filter(id=exp.id).update(acls={**exp.acls, "readers": [{"user": "bob@example.com"}]})
+    bob = pages.signed_in("bob", client)
+    assert 'id="stop-study"' not in bob.get(url).content.decode()
+    assert bob.post(f"{url}/stop").status_code == 403
+    assert not Study.objects.get(id=study.id).stop_requested
+    alice = pages.signed_in("alice", Client())
+    assert 'id="stop-study"' in alice.get(url).content.decode()
+    assert alice.post(f"{url}/stop")["Location"] == url
+    assert Study.objects.get(id=study.id).stop_requested
+    assert 'id="study-stopping"' in alice.get(url).content.decode()
