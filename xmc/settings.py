@@ -222,6 +222,7 @@ INSTALLED_APPS = [
     "lifecycle",
     "k8s_bridge",
     "notifications",
+    "usage",
     "ui",
 ]
 
