@@ -386,6 +386,9 @@ CELERY_BEAT_SCHEDULE = {
     # The points table's daily partitions: created ahead, dropped after XMC_METRICS_RETENTION_DAYS (metrics.tasks).
     "metrics-partitions": {"task": "xmc.metrics.maintain_partitions", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
+    # The mean GPU utilisation of running intervals that ended is stored (usage.tasks).
+    "usage-settle": {"task": "xmc.usage.settle", "schedule": 60.0,
+                     "options": {"queue": "actuator", "expires": 55}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
     "paused-task-cleanup": {"task": "xmc.resumption.cleanup", "schedule": 3600.0,
                             "options": {"queue": "resumption", "expires": 300}},
