@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from xmc_cli import __version__, actions, auth, compare, logs, present, render, safe, watch
+from xmc_cli import __version__, actions, auth, cluster, compare, logs, present, render, safe, watch
 from xmc_cli.api import Api
 from xmc_cli.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError
 from xmc_cli.targets import parse
@@ -305,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-browser", action="store_true", help="only print the URL")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=cmd_open)
+
+    cluster.add_commands(command, _positive)
     return parser
 
 
