@@ -68,34 +68,38 @@ class Usage:
 
 
 def _sql(group_by: str, mine: bool) -> str:
-    key = _KEY[group_by]
+    """Two aggregations: per execution (its clipped hours; a hash aggregate, no DISTINCT), then per group.
+
+    Owner, experiment and queue are the execution's, so the per-execution rows carry the group key.
+    Only executions with an unsettled interval read their live utilisation (`PointBlock`).
+    """
+    key = _KEY[group_by].replace("i.", "u.")
     owner = "AND u.owner = %(owner)s" if mine else ""
     return f"""
-WITH i AS (
-    SELECT u.execution_id, u.experiment_id, u.owner, u.queue, u.gpus, u.cpu_millicores, u.settled,
-           u.gpu_utilization,
-           greatest(0.0, extract(epoch FROM least(coalesce(u.end_time, %(now)s), %(end)s, %(now)s)
-                                         - greatest(u.start_time, %(start)s)) / 3600.0) AS hours
+WITH e AS (
+    SELECT u.execution_id, {key}::text AS key,
+           sum(u.gpus * h.hours) AS gpu_hours,
+           sum(u.gpus * h.hours * least(1.0, greatest(0.0, coalesce(u.gpu_utilization, 0.0))))
+               FILTER (WHERE u.settled) AS settled_used,
+           sum(u.gpus * h.hours) FILTER (WHERE NOT u.settled) AS live_gpu_hours,
+           sum(u.cpu_millicores / 1000.0 * h.hours) AS cpu_hours
     FROM {_INTERVALS} u
+    CROSS JOIN LATERAL (SELECT greatest(0.0, extract(epoch FROM least(coalesce(u.end_time, %(now)s), %(end)s, %(now)s)
+                                                     - greatest(u.start_time, %(start)s)) / 3600.0) AS hours) h
     WHERE u.start_time < %(end)s AND (u.end_time IS NULL OR u.end_time > %(start)s) {owner}
-), live AS (
-    SELECT b.execution_id, sum(b.sum) / nullif(sum(b.count), 0) AS util
-    FROM (SELECT DISTINCT execution_id FROM i WHERE NOT settled AND gpus > 0) x
-    JOIN {_BLOCKS} b ON b.execution_id = x.execution_id AND b.metric = %(metric)s AND b.size = %(size)s
-    GROUP BY b.execution_id
+    GROUP BY u.execution_id, 2
 ), g AS (
-    SELECT {key}::text AS key,
-           sum(i.gpus * i.hours) AS gpu_hours,
-           sum(i.gpus * i.hours * least(1.0, greatest(0.0, coalesce(
-               CASE WHEN i.settled THEN i.gpu_utilization ELSE l.util END, 0.0)))) AS gpu_hours_used,
-           sum(i.cpu_millicores / 1000.0 * i.hours) AS cpu_hours,
-           count(DISTINCT i.execution_id) AS executions
-    FROM i LEFT JOIN live l ON l.execution_id = i.execution_id
-    GROUP BY 1
+    SELECT e.key, sum(e.gpu_hours) AS gpu_hours,
+           sum(coalesce(e.settled_used, 0.0) + CASE WHEN e.live_gpu_hours > 0 THEN e.live_gpu_hours * least(1.0,
+               greatest(0.0, coalesce((SELECT sum(b.sum) / nullif(sum(b.count), 0) FROM {_BLOCKS} b
+                WHERE b.execution_id = e.execution_id AND b.metric = %(metric)s AND b.size = %(size)s), 0.0)))
+               ELSE 0.0 END) AS gpu_hours_used,
+           sum(e.cpu_hours) AS cpu_hours, count(*) AS executions
+    FROM e GROUP BY e.key
 )
 SELECT key, gpu_hours, gpu_hours_used, cpu_hours, executions,
        count(*) OVER (), sum(gpu_hours) OVER (), sum(gpu_hours_used) OVER (), sum(cpu_hours) OVER (),
-       (SELECT count(DISTINCT execution_id) FROM i)
+       sum(executions) OVER ()
 FROM g
 ORDER BY gpu_hours DESC, cpu_hours DESC, key
 LIMIT %(limit)s OFFSET %(offset)s

@@ -13,10 +13,11 @@ _GPUS = _NUMBER.format(v="c -> 'resources' -> 'gpuResources' ->> 'count'")
 _CPU = _NUMBER.format(v="c -> 'resources' -> 'cpuResources' ->> 'cpuMillicores'")
 _REPLICAS = _NUMBER.format(v="j ->> 'replicas'")
 
-FUNCTIONS = f"""
-CREATE FUNCTION usage_allocation(executable jsonb, OUT gpus bigint, OUT cpu_millicores bigint)
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(sum(r.replicas * r.gpus), 0)::bigint, coalesce(sum(r.replicas * r.cpu), 0)::bigint
+#: What an executable allocates, as a LATERAL subquery over ``w.executable``: replicas x (the main
+#: container + its sidecars), GPUs and CPU millicores. Inline SQL, not a function: a SQL function
+#: that the planner does not inline is planned again at every call (each history row).
+ALLOCATION = f"""(
+    SELECT coalesce(sum(r.replicas * r.gpus), 0)::bigint AS gpus, coalesce(sum(r.replicas * r.cpu), 0)::bigint AS cpu_millicores
     FROM (
         SELECT greatest(1, {_REPLICAS}) AS replicas,
                (SELECT coalesce(sum({_GPUS}), 0) FROM jsonb_array_elements(
@@ -25,31 +26,29 @@ LANGUAGE sql IMMUTABLE AS $$
                (SELECT coalesce(sum({_CPU}), 0) FROM jsonb_array_elements(
                     jsonb_build_array(coalesce(j -> 'spec', '{{}}'::jsonb)) || CASE WHEN jsonb_typeof(j -> 'sidecars') = 'array'
                     THEN j -> 'sidecars' ELSE '[]'::jsonb END) AS c) AS cpu
-        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(executable -> 'jobset' -> 'jobs') = 'array'
-                                       THEN executable -> 'jobset' -> 'jobs' ELSE '[]'::jsonb END) AS j
+        FROM jsonb_array_elements(CASE WHEN jsonb_typeof(w.executable -> 'jobset' -> 'jobs') = 'array'
+                                       THEN w.executable -> 'jobset' -> 'jobs' ELSE '[]'::jsonb END) AS j
     ) AS r
-$$;
+)"""
 
-CREATE FUNCTION usage_open_interval(execution bigint, started timestamptz) RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO usage_running_interval (execution_id, experiment_id, wid, eid, owner, queue, gpus, cpu_millicores,
-                                        start_time, end_time, settled)
-    SELECT e.id, w.experiment_id, w.wid, e.eid, x.creator,
-           coalesce(w.executable -> 'schedulingConstraints' ->> 'queueName', ''), a.gpus, a.cpu_millicores,
-           started, NULL, false
-    FROM workunits_workunitexecution e
-    JOIN workunits_workunit w ON w.id = e.work_unit_id
-    JOIN experiments_experiment x ON x.id = w.experiment_id
-    CROSS JOIN LATERAL usage_allocation(w.executable) AS a
-    WHERE e.id = execution
-    ON CONFLICT (execution_id) WHERE end_time IS NULL DO NOTHING
-$$;
-
+FUNCTIONS = f"""
+-- PL/pgSQL (not SQL) bodies: their statements' plans are cached for the session, so a history
+-- insert pays no planning per row.
 CREATE FUNCTION usage_on_history() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.to_state IN {RUNNING} THEN
         IF NEW.from_state NOT IN {RUNNING} THEN
-            PERFORM usage_open_interval(NEW.execution_id, NEW.time);
+            INSERT INTO usage_running_interval (execution_id, experiment_id, wid, eid, owner, queue, gpus,
+                                                cpu_millicores, start_time, end_time, settled)
+            SELECT e.id, w.experiment_id, w.wid, e.eid, x.creator,
+                   coalesce(w.executable -> 'schedulingConstraints' ->> 'queueName', ''), a.gpus, a.cpu_millicores,
+                   NEW.time, NULL, false
+            FROM workunits_workunitexecution e
+            JOIN workunits_workunit w ON w.id = e.work_unit_id
+            JOIN experiments_experiment x ON x.id = w.experiment_id
+            CROSS JOIN LATERAL {ALLOCATION} AS a
+            WHERE e.id = NEW.execution_id
+            ON CONFLICT (execution_id) WHERE end_time IS NULL DO NOTHING;
         END IF;
     ELSIF NEW.from_state IN {RUNNING} THEN
         UPDATE usage_running_interval SET end_time = greatest(NEW.time, start_time)
@@ -82,8 +81,6 @@ DROP TRIGGER IF EXISTS usage_archive ON workunits_workunitexecution;
 DROP TRIGGER IF EXISTS usage_history ON workunits_statushistory;
 DROP FUNCTION IF EXISTS usage_on_archive();
 DROP FUNCTION IF EXISTS usage_on_history();
-DROP FUNCTION IF EXISTS usage_open_interval(bigint, timestamptz);
-DROP FUNCTION IF EXISTS usage_allocation(jsonb);
 """
 
 # Back-fill: every running interval the history already records. An interval starts at a move into a
@@ -115,7 +112,7 @@ FROM first AS f
 JOIN workunits_workunitexecution e ON e.id = f.execution_id
 JOIN workunits_workunit w ON w.id = e.work_unit_id
 JOIN experiments_experiment x ON x.id = w.experiment_id
-CROSS JOIN LATERAL usage_allocation(w.executable) AS a
+CROSS JOIN LATERAL {ALLOCATION} AS a
 """
 
 
