@@ -33,6 +33,10 @@ class RunningInterval(models.Model):
     cpu_millicores = models.BigIntegerField(default=0)
     start_time = models.DateTimeField()
     end_time = models.DateTimeField(null=True, blank=True)
+    #: When the execution's previous running interval ended (NULL: this is its first). A period counts
+    #: the execution once, on its first interval in the period: one with no previous interval ending
+    #: after the period's start (no DISTINCT over the executions of the period).
+    previous_end = models.DateTimeField(null=True, blank=True)
     #: Mean ``system/gpu_utilization`` (0-1) over the interval, once settled (NULL: no samples).
     gpu_utilization = models.FloatField(null=True, blank=True)
     settled = models.BooleanField(default=False)

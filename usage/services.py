@@ -68,34 +68,30 @@ class Usage:
 
 
 def _sql(group_by: str, mine: bool) -> str:
-    """Two aggregations: per execution (its clipped hours; a hash aggregate, no DISTINCT), then per group.
+    """One aggregation over the period's intervals, in double precision.
 
-    Owner, experiment and queue are the execution's, so the per-execution rows carry the group key.
-    Only executions with an unsettled interval read their live utilisation (`PointBlock`).
+    An execution counts once, on its first interval in the period (``previous_end``: no earlier
+    interval of it reaches into the period). Only unsettled intervals with GPUs read their
+    execution's live utilisation (`PointBlock`): a CASE, so the lookup runs for those rows alone.
     """
     key = _KEY[group_by].replace("i.", "u.")
     owner = "AND u.owner = %(owner)s" if mine else ""
     return f"""
-WITH e AS (
-    SELECT u.execution_id, {key}::text AS key,
+WITH g AS (
+    SELECT {key}::text AS key,
            sum(u.gpus * h.hours) AS gpu_hours,
-           sum(u.gpus * h.hours * least(1.0, greatest(0.0, coalesce(u.gpu_utilization, 0.0))))
-               FILTER (WHERE u.settled) AS settled_used,
-           sum(u.gpus * h.hours) FILTER (WHERE NOT u.settled) AS live_gpu_hours,
-           sum(u.cpu_millicores / 1000.0 * h.hours) AS cpu_hours
+           sum(u.gpus * h.hours * least(1.0, greatest(0.0, CASE
+               WHEN u.settled THEN coalesce(u.gpu_utilization, 0.0)
+               WHEN u.gpus > 0 THEN coalesce((SELECT sum(b.sum) / nullif(sum(b.count), 0) FROM {_BLOCKS} b
+                   WHERE b.execution_id = u.execution_id AND b.metric = %(metric)s AND b.size = %(size)s), 0.0)
+               ELSE 0.0 END))) AS gpu_hours_used,
+           sum(u.cpu_millicores * h.hours) / 1000.0 AS cpu_hours,
+           count(*) FILTER (WHERE u.previous_end IS NULL OR u.previous_end <= %(start)s) AS executions
     FROM {_INTERVALS} u
     CROSS JOIN LATERAL (SELECT greatest(0.0, extract(epoch FROM least(coalesce(u.end_time, %(now)s), %(end)s, %(now)s)
-                                                     - greatest(u.start_time, %(start)s)) / 3600.0) AS hours) h
+                                                     - greatest(u.start_time, %(start)s))::float8 / 3600.0) AS hours) h
     WHERE u.start_time < %(end)s AND (u.end_time IS NULL OR u.end_time > %(start)s) {owner}
-    GROUP BY u.execution_id, 2
-), g AS (
-    SELECT e.key, sum(e.gpu_hours) AS gpu_hours,
-           sum(coalesce(e.settled_used, 0.0) + CASE WHEN e.live_gpu_hours > 0 THEN e.live_gpu_hours * least(1.0,
-               greatest(0.0, coalesce((SELECT sum(b.sum) / nullif(sum(b.count), 0) FROM {_BLOCKS} b
-                WHERE b.execution_id = e.execution_id AND b.metric = %(metric)s AND b.size = %(size)s), 0.0)))
-               ELSE 0.0 END) AS gpu_hours_used,
-           sum(e.cpu_hours) AS cpu_hours, count(*) AS executions
-    FROM e GROUP BY e.key
+    GROUP BY 1
 )
 SELECT key, gpu_hours, gpu_hours_used, cpu_hours, executions,
        count(*) OVER (), sum(gpu_hours) OVER (), sum(gpu_hours_used) OVER (), sum(cpu_hours) OVER (),
@@ -104,6 +100,18 @@ FROM g
 ORDER BY gpu_hours DESC, cpu_hours DESC, key
 LIMIT %(limit)s OFFSET %(offset)s
 """
+
+
+#: For the roll-up's one statement: its sums fit in memory (no sort spilled to disk), and compiling it
+#: (JIT) costs more than it saves at this size.
+_SETTINGS = "SET LOCAL work_mem = '64MB'; SET LOCAL jit = off"
+
+
+def _rollup(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_SETTINGS)
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
 
 
 def usage(identity: Identity, group_by: str, period: Period, *, page_size: int = DEFAULT_PAGE_SIZE,
@@ -120,9 +128,7 @@ def usage(identity: Identity, group_by: str, period: Period, *, page_size: int =
         "now": now or timezone.now(), "start": period.start, "end": period.end, "owner": identity.email,
         "metric": GPU_UTILIZATION, "size": BLOCK_SIZES[-1], "limit": page_size, "offset": offset,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(_sql(group_by, mine=not identity.is_staff), params)
-        fetched = cursor.fetchall()
+    fetched = _rollup(_sql(group_by, mine=not identity.is_staff), params)
     rows = [UsageRow(str(r[0]), float(r[1]), float(r[2]), float(r[3]), int(r[4])) for r in fetched]
     if fetched:
         first = fetched[0]
@@ -136,9 +142,8 @@ def usage(identity: Identity, group_by: str, period: Period, *, page_size: int =
 
 def _count(identity: Identity, group_by: str, period: Period, params: dict[str, Any]) -> tuple[int, UsageRow]:
     """Groups and totals for a page past the end (the page itself is empty)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_sql(group_by, mine=not identity.is_staff), {**params, "limit": 1, "offset": 0})
-        row = cursor.fetchone()
+    rows = _rollup(_sql(group_by, mine=not identity.is_staff), {**params, "limit": 1, "offset": 0})
+    row = rows[0] if rows else None
     if row is None:
         return 0, UsageRow("", 0.0, 0.0, 0.0, 0)
     return int(row[5]), UsageRow("", float(row[6]), float(row[7]), float(row[8]), int(row[9]))

@@ -172,3 +172,14 @@ def test_the_migration_back_fills_the_intervals_the_history_records() -> None:
     with connection.cursor() as cursor:
         cursor.execute(migration.BACKFILL)
     assert sorted(RunningInterval.objects.values_list(*fields)) == kept
+
+
+def test_the_beat_settles_ended_intervals_every_minute(settings: Any) -> None:
+    from usage import tasks
+
+    entry = next(e for e in settings.CELERY_BEAT_SCHEDULE.values() if e["task"] == "xmc.usage.settle")
+    assert entry["schedule"] <= 60
+    unit = gpu_unit(factories.experiment(ALICE), gpus=2)
+    run(unit, hours(0), hours(1))                 # ended long ago (T0 is in the past)
+    assert tasks.settle() == 1
+    assert RunningInterval.objects.get().settled

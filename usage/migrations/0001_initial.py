@@ -39,10 +39,11 @@ BEGIN
     IF NEW.to_state IN {RUNNING} THEN
         IF NEW.from_state NOT IN {RUNNING} THEN
             INSERT INTO usage_running_interval (execution_id, experiment_id, wid, eid, owner, queue, gpus,
-                                                cpu_millicores, start_time, end_time, settled)
+                                                cpu_millicores, start_time, end_time, previous_end, settled)
             SELECT e.id, w.experiment_id, w.wid, e.eid, x.creator,
                    coalesce(w.executable -> 'schedulingConstraints' ->> 'queueName', ''), a.gpus, a.cpu_millicores,
-                   NEW.time, NULL, false
+                   NEW.time, NULL,
+                   (SELECT max(p.end_time) FROM usage_running_interval p WHERE p.execution_id = e.id), false
             FROM workunits_workunitexecution e
             JOIN workunits_workunit w ON w.id = e.work_unit_id
             JOIN experiments_experiment x ON x.id = w.experiment_id
@@ -101,12 +102,13 @@ WITH h AS (
     FROM spans ORDER BY execution_id, end_time, start_time
 )
 INSERT INTO usage_running_interval (execution_id, experiment_id, wid, eid, owner, queue, gpus, cpu_millicores,
-                                    start_time, end_time, settled)
+                                    start_time, end_time, previous_end, settled)
 SELECT e.id, w.experiment_id, w.wid, e.eid, x.creator,
        coalesce(w.executable -> 'schedulingConstraints' ->> 'queueName', ''), a.gpus, a.cpu_millicores,
        f.start_time,
        coalesce(f.end_time, CASE WHEN e.execution_state <> 'ACTIVE' OR e.state NOT IN {RUNNING}
                                  THEN greatest(e.update_time, f.start_time) END),
+       lag(f.end_time) OVER (PARTITION BY f.execution_id ORDER BY f.start_time),
        false
 FROM first AS f
 JOIN workunits_workunitexecution e ON e.id = f.execution_id
@@ -139,6 +141,7 @@ class Migration(migrations.Migration):
                 ('cpu_millicores', models.BigIntegerField(default=0)),
                 ('start_time', models.DateTimeField()),
                 ('end_time', models.DateTimeField(blank=True, null=True)),
+                ('previous_end', models.DateTimeField(blank=True, null=True)),
                 ('gpu_utilization', models.FloatField(blank=True, null=True)),
                 ('settled', models.BooleanField(default=False)),
                 ('execution', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='workunits.workunitexecution')),
