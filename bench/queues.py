@@ -78,12 +78,19 @@ def seed_cluster(store: Any, n: int) -> None:
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     for k in range(1, n + 1):
         xid, wid = 1 + (k - 1) // 100, 1 + (k - 1) % 100
+        # The owner must exist (the simulator's garbage collector deletes orphans, as Kubernetes does).
+        jobset = store.create("jobsets", "default", {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": f"xmc-{xid}-{wid}", "namespace": "default",
+                         "labels": {"kueue.x-k8s.io/queue-name": "cpu-queue" if k % 2 == 0 else "gpu-queue"}},
+            "spec": {"suspend": True, "replicatedJobs": []}})
         store.create("workloads", "default", {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {"name": f"jobset-xmc-{xid}-{wid}-{k:05x}", "namespace": "default",
                          "creationTimestamp": (t0 + timedelta(seconds=k)).strftime("%Y-%m-%dT%H:%M:%SZ"),
                          "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                                              "name": f"xmc-{xid}-{wid}", "uid": f"uid-{k}", "controller": True}]},
+                                              "name": f"xmc-{xid}-{wid}", "uid": jobset["metadata"]["uid"],
+                                              "controller": True}]},
             "spec": {"queueName": "cpu-queue" if k % 2 == 0 else "gpu-queue", "priority": k % 3 * 100,
                      "active": True, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [
                          {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}}]}})
@@ -144,6 +151,14 @@ def main() -> int:
                 items = service.pending(staff, service.PendingQuery("cluster-queue", None, 0, args.pending))
                 assert len(items) == args.pending, len(items)
 
+            def upstream() -> None:
+                client.custom_objects().list_cluster_custom_object(client.KUEUE_GROUP, client.KUEUE_VERSION,
+                                                                   "clusterqueues")
+                client.custom_objects().list_cluster_custom_object(client.KUEUE_GROUP, client.KUEUE_VERSION,
+                                                                   "localqueues")
+                client.get_json(client.VISIBILITY_PATH, {"cq": "cluster-queue"}, [("limit", "50")])
+
+            cluster_ms = median_ms(upstream, args.repeat)
             base = median_ms(everything, max(1, args.repeat // 2))
             page_ms = median_ms(the_page, args.repeat)
             api_ms = median_ms(the_api, args.repeat)
@@ -151,6 +166,8 @@ def main() -> int:
             print(f"{'baseline: every pending workload, joined':<44} {base:>8.1f} {1.0:>7.1f}x")
             print(f"{'GET /queues (first 50 pending)':<44} {page_ms:>8.1f} {base / page_ms:>7.1f}x")
             print(f"{'GET /v1/queues + one page of pending':<44} {api_ms:>8.1f} {base / api_ms:>7.1f}x")
+            print(f"{'of which the cluster: its three reads':<44} {cluster_ms:>8.1f}")
+            print(f"{'the page without them (XMC own time)':<44} {page_ms - cluster_ms:>8.1f}")
             print(f"\nthe page: {page_ms:.1f} ms, {'OK' if page_ms <= TARGET_MS else 'OVER'} the {TARGET_MS:.0f} ms target")
             client.reset()
             return 0 if page_ms <= TARGET_MS else 1
