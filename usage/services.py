@@ -29,7 +29,7 @@ from usage.models import RunningInterval
 
 GROUP_BY = ("owner", "experiment", "queue")
 #: The column each grouping sums by.
-_KEY = {"owner": "i.owner", "experiment": "i.experiment_id", "queue": "i.queue"}
+_KEY = {"owner": "u.owner", "experiment": "u.experiment_id", "queue": "u.queue"}
 #: Rows one page holds at most / by default.
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
@@ -74,7 +74,7 @@ def _sql(group_by: str, mine: bool) -> str:
     interval of it reaches into the period). Only unsettled intervals with GPUs read their
     execution's live utilisation (`PointBlock`): a CASE, so the lookup runs for those rows alone.
     """
-    key = _KEY[group_by].replace("i.", "u.")
+    key = _KEY[group_by]
     owner = "AND u.owner = %(owner)s" if mine else ""
     return f"""
 WITH g AS (
