@@ -14,6 +14,10 @@ class K8sBridgeConfig(AppConfig):
         from xmc.api import extensions
 
         extensions.register(views.urlpatterns, views.openapi_paths)
+        # So are the Kueue queues (k8s_bridge.queues): quota, usage and pending workloads.
+        from k8s_bridge.queues import views as queue_views
+
+        extensions.register(queue_views.urlpatterns, queue_views.openapi_paths)
         # How a failed execution's containers ended (exit code, reason, last log line), from
         # the log archive: what the notifications put in a failure message.
         from k8s_bridge.logs import archive

@@ -28,7 +28,7 @@ __all__ = [
     "ApiException",
     "JOBSET_GROUP", "JOBSET_VERSION", "JOBSET_PLURAL",
     "KUEUE_GROUP", "KUEUE_VERSION", "WORKLOAD_PLURAL",
-    "VISIBILITY_PATH", "api_client", "batch", "coordination", "core", "custom_objects", "get_json", "json_patch",
+    "VISIBILITY_PATH", "VISIBILITY_LQ_PATH", "api_client", "batch", "coordination", "core", "custom_objects", "get_json", "json_patch",
     "reset", "watch",
 ]
 
@@ -99,6 +99,7 @@ def watch() -> Any:
 # * `get_json`: a GET of any path, e.g. Kueue's visibility API (`VISIBILITY_PATH`).
 
 VISIBILITY_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/{cq}/pendingworkloads"
+VISIBILITY_LQ_PATH = "/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/{lq}/pendingworkloads"
 
 
 def json_patch(group: str, version: str, namespace: str, plural: str, name: str,
@@ -116,9 +117,10 @@ def json_patch(group: str, version: str, namespace: str, plural: str, name: str,
     )
 
 
-def get_json(path: str, path_params: dict[str, str] | None = None) -> Any:
+def get_json(path: str, path_params: dict[str, str] | None = None,
+             query: Sequence[tuple[str, str]] = ()) -> Any:
     response = api_client().call_api(
-        path, "GET", path_params or {}, [], {"Accept": "application/json"},
+        path, "GET", path_params or {}, list(query), {"Accept": "application/json"},
         auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False,
         _request_timeout=10,
     )

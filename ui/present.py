@@ -12,6 +12,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from workunits import arguments, headline
+from workunits.estimates import ESTIMATE_MIN_ADMISSIONS as ESTIMATE_MIN_ADMISSIONS
+from workunits.estimates import ESTIMATE_STALLED_GAPS as ESTIMATE_STALLED_GAPS
+from workunits.estimates import ESTIMATE_WINDOW_S as ESTIMATE_WINDOW_S
+from workunits.estimates import estimate_start as estimate_start
 
 #: The roll-up bar's order and each state's colour class (ui/static/ui/ui.css).
 STATE_ORDER = ("RUNNING", "STARTING", "SCHEDULING", "INITIALIZING", "RESTARTING", "SCHEDULING_PAUSED",
@@ -73,48 +77,10 @@ def text_of(message: Mapping[str, Any] | None) -> str:
     return str((message or {}).get("userFacingText") or "")
 
 
-#: Admissions the estimate of a start needs at least, and how far back it looks.
-ESTIMATE_MIN_ADMISSIONS = 8
-ESTIMATE_WINDOW_S = 6 * 3600
-#: A queue that has admitted nothing for this many of its usual gaps has stalled: no estimate.
-ESTIMATE_STALLED_GAPS = 5.0
-#: z for the central 80 % of a normal: the range printed.
-_Z80 = 1.2816
-
-
 def queue_position(current: Mapping[str, Any]) -> int | None:
     queue = (((current.get("scheduling_information") or {}).get("auxiliaryInfo") or {}).get("queueInfo") or {})
     position = queue.get("positionInQueue")
     return int(position) if isinstance(position, (int, float)) and position >= 1 else None
-
-
-def estimate_start(position: int, admissions: Sequence[datetime], now: datetime) -> tuple[float, float] | None:
-    """A range (seconds from ``now``) for when the workload at ``position`` is admitted, or None.
-
-    From the queue's recent admissions (``admissions``: their times, any
-    order): the gaps between consecutive ones are taken as independent draws
-    of one distribution (mean ``m``, standard deviation ``s``), so the wait for
-    ``position`` more admissions is their sum, ``position * m`` give or take
-    ``z80 * s * sqrt(position)`` (the central 80 %), counted from the last
-    admission. None -- no estimate rather than a guess -- with fewer than
-    `ESTIMATE_MIN_ADMISSIONS` in the last `ESTIMATE_WINDOW_S`, or when
-    nothing has been admitted for `ESTIMATE_STALLED_GAPS` usual gaps (the
-    queue has stalled: full, paused, or a blocked head).
-    """
-    recent = sorted(t for t in admissions if (now - t).total_seconds() <= ESTIMATE_WINDOW_S)
-    if position < 1 or len(recent) < ESTIMATE_MIN_ADMISSIONS:
-        return None
-    gaps = [(b - a).total_seconds() for a, b in zip(recent, recent[1:])]
-    mean = sum(gaps) / len(gaps)
-    if mean <= 0:
-        return None
-    spread = (sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1)) ** 0.5 if len(gaps) > 1 else 0.0
-    since_last = max(0.0, (now - recent[-1]).total_seconds())
-    if since_last > ESTIMATE_STALLED_GAPS * mean:
-        return None
-    centre = position * mean - since_last
-    half = _Z80 * spread * position ** 0.5
-    return max(0.0, centre - half), max(0.0, centre + half, mean / 2)
 
 
 def _span(seconds: float) -> str:

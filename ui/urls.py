@@ -14,7 +14,7 @@ from django.contrib.auth.views import LogoutView
 from django.urls import URLPattern, path, re_path
 from django.views.generic import RedirectView
 
-from ui import chart_edit, charts, compare, events, logfollow, studies, subscriptions, views
+from ui import chart_edit, charts, compare, events, logfollow, queues, studies, subscriptions, usage, views
 
 _ID = r"[0-9]{1,19}"
 _SLUG = r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}"
@@ -56,6 +56,8 @@ urlpatterns: list[URLPattern] = [
     re_path(rf"^dashboards/(?P<dashboard_id>{_SLUG})$", charts.dashboard, name="ui-dashboard"),
     re_path(rf"^experiments/(?P<xid>{_ID})/notify$", subscriptions.notify_me, name="ui-notify-me"),
     path("subscriptions", subscriptions.subscriptions, name="ui-subscriptions"),
+    path("usage", usage.usage_page, name="ui-usage"),
+    path("queues", queues.queues_page, name="ui-queues"),
     re_path(rf"^subscriptions/(?P<sid>{_ID})$", subscriptions.subscription, name="ui-subscription"),
     re_path(rf"^subscriptions/(?P<sid>{_ID})/actions$", subscriptions.subscription_act, name="ui-subscription-act"),
 ]

@@ -223,6 +223,7 @@ INSTALLED_APPS = [
     "studies",
     "k8s_bridge",
     "notifications",
+    "usage",
     "ui",
 ]
 
@@ -408,6 +409,9 @@ CELERY_BEAT_SCHEDULE = {
     # Each running execution's GPU / CPU / memory use from Prometheus, idle GPUs, memory near its limit.
     "system-metrics": {"task": "xmc.metrics.collect_system", "schedule": XMC_SYSTEM_METRICS_INTERVAL_S,
                        "options": {"queue": "actuator", "expires": XMC_SYSTEM_METRICS_INTERVAL_S}},
+    # The mean GPU utilisation of running intervals that ended is stored (usage.tasks).
+    "usage-settle": {"task": "xmc.usage.settle", "schedule": 60.0,
+                     "options": {"queue": "actuator", "expires": 55}},
     # Processed paused tasks expire 7 days after processing (workunits.resumption).
     # Every running study is stepped at least this often (studies.controller.tick), whatever else rang.
     "study-tick": {"task": "xmc.studies.tick", "schedule": XMC_STUDY_TICK_S,

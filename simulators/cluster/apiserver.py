@@ -177,7 +177,7 @@ def default_pending_workloads(store: Store, queue_kind: str, namespace: str | No
         for lq in store.list("localqueues")[0]
     }
     pending: list[Obj] = []
-    for wl in store.list("workloads")[0]:
+    for wl in store.peek("workloads"):  # read only: not copied
         status = wl.get("status") or {}
         conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         if status.get("admission") or conds.get("QuotaReserved") == "True" or conds.get("Finished") == "True":

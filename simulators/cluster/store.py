@@ -383,6 +383,14 @@ class Store:
         items, rv, _, _ = self.list_page(rt, namespace, label_selector, field_selector)
         return items, rv
 
+    def peek(self, rt: ResourceType | str) -> ObjList:
+        """Every stored object of ``rt`` as stored, not copied: for readers that only read (the
+        visibility view walks every Workload on each request; copying 10,000 of them was most of
+        its time). The caller must not change them."""
+        rt = _rt(rt)
+        with self._lock:
+            return list(self._objects[rt.plural].values())
+
     def list_page(
         self,
         rt: ResourceType | str,

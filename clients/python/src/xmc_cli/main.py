@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from xmc_cli import __version__, actions, auth, compare, logs, present, render, safe, study, watch
+from xmc_cli import __version__, actions, auth, cluster, compare, logs, present, render, safe, study, watch
 from xmc_cli.api import Api
 from xmc_cli.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError
 from xmc_cli.targets import parse
@@ -316,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_open)
 
     study.add_commands(command, _positive)
+    cluster.add_commands(command, _positive)
     return parser
 
 
