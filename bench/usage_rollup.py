@@ -1,6 +1,6 @@
 """Benchmark: ``GET /v1/usage`` over 30 days of 100,000 executions, against summing the state history.
 
-    ./dev bench usage        (or: python bench/usage.py [--executions 100000] [--repeat 5])
+    ./dev bench usage        (or: python bench/usage_rollup.py [--executions 100000] [--repeat 5])
 
 On a throw-away database: ``--executions`` work units (100 per experiment, 50
 owners, 4 queues, 1-8 GPUs or CPUs), one execution each, whose status history
