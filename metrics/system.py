@@ -35,6 +35,7 @@ from typing import Any
 
 import requests
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from metrics import prometheus, system_names
@@ -188,12 +189,31 @@ def _advice(u: _Usage, running_for_s: float) -> tuple[str, str, dict[str, Any]]:
     return "", "", {}
 
 
+#: The session-level advisory lock one cycle holds: a cycle that finds it taken (the previous one still
+#: runs: a slow Prometheus, a loaded database) does nothing, so cycles never pile up behind each other.
+_LOCK_KEY = 0x73797374656D  # "system"
+
+
 def collect(now: datetime | None = None) -> Cycle:
-    """One collection cycle (see the module docstring); a no-op without ``XMC_PROMETHEUS_URL``."""
+    """One collection cycle (see the module docstring); a no-op without ``XMC_PROMETHEUS_URL`` or while
+    another cycle runs."""
+    if not settings.XMC_PROMETHEUS_URL:
+        return Cycle()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
+        if not cursor.fetchone()[0]:
+            log.info("metrics.system.cycle_running")
+            return Cycle()
+    try:
+        return _collect(now)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
+
+
+def _collect(now: datetime | None) -> Cycle:
     started = time.perf_counter()
     cycle = Cycle()
-    if not settings.XMC_PROMETHEUS_URL:
-        return cycle
     interval = max(0.001, settings.XMC_SYSTEM_METRICS_INTERVAL_S)
     now_s = (now or timezone.now()).timestamp()
     at = math.floor(now_s / interval) * interval

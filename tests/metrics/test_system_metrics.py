@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 from kubernetes import client
 
@@ -150,6 +151,20 @@ def test_memory_near_its_limit_gets_a_warning_before_the_oom_kill(fast: Any, clu
     prometheus.wait_for(f'container_memory_working_set_bytes{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
     message = collect_until(lambda: execution(wu).system_message, what="the memory warning")
     assert message["userFacingText"].startswith("Memory near its limit: container main uses over 90% of its 1.0 GiB")
+
+
+def test_a_cycle_while_another_runs_does_nothing(fast: Any, cluster: SimulatorHandle) -> None:
+    running_unit()
+    other = connections.create_connection("default")  # another worker, in the middle of its cycle
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [system._LOCK_KEY])
+        assert system.collect().executions == 0
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [system._LOCK_KEY])
+        assert system.collect().executions >= 1  # its turn once the other is done
+    finally:
+        other.close()
 
 
 def test_without_a_prometheus_url_nothing_is_collected(settings: Any) -> None:

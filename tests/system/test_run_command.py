@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.cookiejar
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,6 +71,9 @@ def test_it_starts_every_process_and_stops_them_with_the_services_it_started(mac
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("web", "simulator", "grpc", "mlrun", "worker", "beat", "reconciler"):
         assert f"run: {name}" in result.stdout
+    # Debian's Prometheus for the system metrics, where it is installed (./dev installs it), else one line.
+    assert ("run: prometheus" in result.stdout if shutil.which("prometheus")
+            else "system metrics are off" in result.stdout + result.stderr)
     for line in ("export XMANAGER_ENDPOINT=", "export XMC_AUTH_TOKEN=", "export XMC_API_URL=", "export KUBECONFIG=",
                  "export XMANAGER_DASHBOARD_ENDPOINT=127.0.0.1:", "export XMC_DASHBOARD_ENDPOINT=127.0.0.1:",
                  "export XMANAGER_UI_URL="):
