@@ -53,6 +53,7 @@ def build(units: int, metrics: int) -> int:
     from metrics.models import MetricSummary
     from tests import factories
     from workunits.models import WorkUnit, WorkUnitExecution
+    from workunits.services import argument_stats
 
     exp = factories.experiment(title="sweep bench")
     template = factories.work_unit(exp, wid=1)
@@ -83,6 +84,8 @@ def build(units: int, metrics: int) -> int:
             f"FROM jsonb_populate_record(NULL::{WorkUnitExecution._meta.db_table}, %s::jsonb) t, "
             f"{WorkUnit._meta.db_table} w WHERE w.experiment_id = %s AND w.id <> %s",
             [json.dumps(_row(execution, ex_columns)), exp.id, template.pk])
+        cursor.execute(f"UPDATE {WorkUnit._meta.db_table} SET current_state = 'COMPLETED', current_end = now() "
+                       "WHERE experiment_id = %s", [exp.id])  # each unit's copy of its execution's state
         cursor.execute(f"UPDATE {WorkUnit._meta.db_table} SET arg_numbers = (SELECT jsonb_object_agg(key, value::float8) "
                        "FROM jsonb_each_text(args)) WHERE experiment_id = %s", [exp.id])
         # Summaries: loss is lowest near lr = 0.01 and grows with the batch size; the others are noise.
@@ -96,6 +99,7 @@ def build(units: int, metrics: int) -> int:
             "+ (w.args->>'batch_size')::float8 / 1000 + w.wid * 1e-9 ELSE random() END AS last) v "
             "WHERE w.experiment_id = %s",
             [exp.id])
+        argument_stats.refresh(exp.id)  # what the create path keeps for the copies' arguments
         Experiment.objects.filter(id=exp.id).update(child_state_counts={"COMPLETED": units}, last_wid=units,
                                                     creator=OWNER, acls={"owners": [{"user": OWNER}]})
         cursor.execute("ANALYZE")
