@@ -214,6 +214,25 @@ def test_it_shows_metric_columns_marks_the_best_and_sorts_by_a_metric(alice: Cli
     assert rows[0][4:6] == ["arg:lr", "metric:loss"] and [r[5] for r in rows[1:]] == ["0.2", "0.5", "0.9"]
 
 
+def test_a_metric_named_by_a_path_is_a_column_that_sorts_and_filters(alice: Client) -> None:
+    exp = factories.experiment(creator=ALICE, title="paths")
+    for wid, (lr, loss, gpu) in enumerate((("0.1", 0.9, 40.0), ("0.01", 0.2, 95.0), ("0.001", 0.5, 70.0)), 1):
+        _unit(exp.id, lr)
+        _write(exp.id, wid, "train/loss", [2.0, loss])
+        _write(exp.id, wid, "system/gpu_utilization", [gpu])
+    body = alice.get(f"/experiments/{exp.id}", {"m": ["train/loss", "system/gpu_utilization"],
+                                                "sort": "metric:train/loss"}).content.decode()
+    assert _wids(body) == [2, 3, 1]
+    assert 'sort=metric%3Atrain%2Floss' in body and ">system/gpu_utilization</a>" in body
+    assert '<td class="num metric best" title="best" data-metric="train/loss" data-value="0.2">0.2</td>' in body
+    filtered = alice.get(f"/experiments/{exp.id}", {"m": "train/loss", "sort": "metric:train/loss", "dir": "desc",
+                                                    "filter": "metrics.system/gpu_utilization.max >= 70"}).content.decode()
+    assert _wids(filtered) == [3, 2] and 'id="filter-error"' not in filtered
+    rows = list(csv.reader(io.StringIO(_export(alice, exp.id, "csv", m="train/loss", sort="metric:train/loss"))))
+    assert "metric:train/loss" in rows[0] and [r[rows[0].index("metric:train/loss")] for r in rows[1:]] == [
+        "0.2", "0.5", "0.9"]
+
+
 def test_it_redraws_a_row_with_its_metric_columns_and_best_mark(alice: Client) -> None:
     exp = _metric_sweep()
     page = alice.get(f"/experiments/{exp.id}", {"m": "loss"}).content.decode()
