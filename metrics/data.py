@@ -366,7 +366,9 @@ def _series(scope: Scope, plot: Any, width: int, aggregate: str = "") -> ReadSer
             # Integer steps: [lo, hi + 1) in at most `width` buckets, one per step when they fit. Without
             # data ranges (a block may straddle a range's end), many steps a bucket read blocks, not points.
             n = int(min(width, high - low + 1))
-            size = None if plot.data.ranges else block_size(high - low + 1, series_width(width, series_of[metric]))
+            # Series aggregated across units are one series answered: the budget is for those drawn apiece.
+            size = None if plot.data.ranges else block_size(
+                high - low + 1, series_width(width, 1 if aggregate else series_of[metric]))
             if size is None:
                 names.append(metric)
                 lows.append(low)

@@ -111,7 +111,7 @@ def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last",
         raise InvalidArgument(f"goal must be MINIMIZE or MAXIMIZE, got {goal!r}", field="goal")
     if not summaries.has_metric(xid, metric):
         raise InvalidArgument(f"experiments/{xid} has no metric {metric!r}", field="metric")
-    units_of: Any = handlers.work_units_of(xid)  # annotated (current_state): beyond what the stubs can see
+    units_of: Any = handlers.work_units_of(xid)  # annotated (api_name): beyond what the stubs can see
     rows = list(units_of.filter(current_state=WorkUnitState.COMPLETED)
                 .annotate(summary=summaries.current_summary(metric)).annotate(value=F(f"summary__{stat}"))
                 .filter(value__isnull=False).order_by("-create_time", "-id")

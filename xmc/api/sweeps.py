@@ -134,7 +134,7 @@ def _summarize(xid: int, units: int, names: list[str], filter: str, order_by: st
     except listing.ListingError as exc:
         raise InvalidArgument(str(exc), field=_LISTING_FIELDS.get(type(exc).__name__)) from None
     pks = [key["pk"] for key in keys]
-    units_of: Any = handlers.work_units_of(xid)  # annotated (current_state): beyond what the stubs can see
+    units_of: Any = handlers.work_units_of(xid)  # annotated (api_name): beyond what the stubs can see
     by_pk = {row["pk"]: row for row in units_of.filter(pk__in=pks).values(
         "pk", "wid", "current_eid", "executable", "current_state", "tags", "notes", "args")}
     items = [by_pk[pk] for pk in pks if pk in by_pk]
