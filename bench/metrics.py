@@ -313,7 +313,8 @@ def main() -> None:
                     times.append(time.perf_counter() - started)
                 assert answer is not None
                 answered = sum(len(p.scatter_series.points) for p in answer.plots_data)
-                print(f"  {label:<38} p50 {pct(times, .5) * 1000:5.0f} ms  p99 {pct(times, .99) * 1000:5.0f} ms"
+                print(f"  {label:<38} p50 {pct(times, .5) * 1000:5.0f} ms  p95 {pct(times, .95) * 1000:5.0f} ms"
+                      f"  p99 {pct(times, .99) * 1000:5.0f} ms"
                       f"  ({pct(times, .99) / scan_s:.2f}x the scan)  {answered} points answered, "
                       f"{answer.ByteSize()} bytes")
 

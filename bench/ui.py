@@ -56,6 +56,8 @@ def copy_units(xid: int, units: int) -> None:
     ``lr`` and a state among RUNNING / COMPLETED / FAILED / SCHEDULING (the service path takes 30 ms a unit)."""
     from django.db import connection
 
+    from workunits.services import argument_stats
+
     with connection.cursor() as cursor:
         cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'workunits_workunit' "
                        "AND column_name NOT IN ('id', 'wid', 'executable', 'args', 'arg_numbers')")
@@ -78,7 +80,18 @@ def copy_units(xid: int, units: int) -> None:
             f"FROM workunits_workunit w, workunits_workunitexecution t JOIN workunits_workunit tw ON "
             f"tw.id = t.work_unit_id WHERE w.experiment_id = %s AND w.wid > %s AND tw.experiment_id = %s "
             f"AND tw.wid = %s", [xid, BY_SERVICE, xid, BY_SERVICE])
-        cursor.execute("ANALYZE workunits_workunit; ANALYZE workunits_workunitexecution")
+        argument_stats.refresh(xid)  # what the create path keeps for the copies' arguments
+        cursor.execute("UPDATE experiments_experiment e SET child_state_counts = (SELECT jsonb_object_agg(s, n) FROM "
+                       "(SELECT x.state AS s, count(*) AS n FROM workunits_workunitexecution x JOIN workunits_workunit w "
+                       "ON w.id = x.work_unit_id WHERE w.experiment_id = %s GROUP BY x.state) c) WHERE e.id = %s",
+                       [xid, xid])  # the roll-up the write path keeps
+        # Each copy's own state on its row, as the write path keeps it (`WorkUnit.current_state`).
+        cursor.execute(
+            "UPDATE workunits_workunit w SET current_state = e.state, current_start = e.create_time, "
+            "current_end = e.complete_time FROM workunits_workunitexecution e "
+            "WHERE e.work_unit_id = w.id AND w.experiment_id = %s AND w.wid > %s", [xid, BY_SERVICE])
+        cursor.execute("VACUUM ANALYZE workunits_workunit")  # what autovacuum does after a bulk insert
+        cursor.execute("ANALYZE workunits_workunitexecution")
 
 
 def page_bench(units: int) -> None:

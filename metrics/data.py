@@ -234,6 +234,19 @@ def block_size(steps: float, width: int) -> int | None:
     return next((size for size in BLOCK_SIZES if size >= per_bucket), BLOCK_SIZES[-1])
 
 
+#: Buckets a chart answers per metric across its series, per pixel of width: past this many series, each
+#: series read in blocks gets fewer (`series_width`). 100 work units x 10,000 steps at 1,000 px read
+#: 313 blocks a series instead of 625: half the rows, half the bytes, for lines no screen tells apart.
+SERIES_BUDGET = 32
+#: The fewest buckets a series read in blocks is given however many series share the chart.
+MIN_SERIES_WIDTH = 100
+
+
+def series_width(width: int, series: int) -> int:
+    """The buckets each of ``series`` series of one metric is read in at ``width`` pixels (`SERIES_BUDGET`)."""
+    return max(min(width, MIN_SERIES_WIDTH), min(width, SERIES_BUDGET * width // max(1, series)))
+
+
 #: A series' bucket as a plain tuple: (step, time_s, avg, min, max), `Bucket`'s fields.
 Row = tuple[int, float, float, float, float]
 
@@ -333,9 +346,11 @@ def _series(scope: Scope, plot: Any, width: int, aggregate: str = "") -> ReadSer
         else:
             cursor.execute(_STEP_BOUNDS_SQL.format(**parts), [metrics, *range_params, *range_params, *scope_params])
         bounds: dict[str, tuple[float, float]] = {}
+        series_of: dict[str, int] = {}
         for _wid, metric, low, high in cursor.fetchall():
             lo, hi = bounds.get(metric, (low, high))
             bounds[metric] = (min(lo, low), max(hi, high))
+            series_of[metric] = series_of.get(metric, 0) + 1
         if not bounds:
             return {}, {}
         names, lows, highs, counts = [], [], [], []
@@ -351,7 +366,9 @@ def _series(scope: Scope, plot: Any, width: int, aggregate: str = "") -> ReadSer
             # Integer steps: [lo, hi + 1) in at most `width` buckets, one per step when they fit. Without
             # data ranges (a block may straddle a range's end), many steps a bucket read blocks, not points.
             n = int(min(width, high - low + 1))
-            size = None if plot.data.ranges else block_size(high - low + 1, width)
+            # Series aggregated across units are one series answered: the budget is for those drawn apiece.
+            size = None if plot.data.ranges else block_size(
+                high - low + 1, series_width(width, 1 if aggregate else series_of[metric]))
             if size is None:
                 names.append(metric)
                 lows.append(low)

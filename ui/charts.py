@@ -12,7 +12,7 @@ page's own read check (``ui.reads.metric_chart_data``). ``ui.plotdata``
 turns the answer into the JSON the script
 (``ui/static/ui/charts.js``) draws with the vendored uPlot.
 
-* ``GET .../workUnits/<wid>/charts/<chart_id>/data?width=`` (`chart_data`)
+* ``GET .../workUnits/<wid>/charts/<chart_id>/data?width=[&over=experiment]`` (`chart_data`)
 * ``GET .../workUnits/<wid>/metrics/data?metric=&width=`` (`metric_data`)
 * ``GET /dashboards`` (`dashboards`), ``GET /dashboards/<id>`` (`dashboard`)
 
@@ -59,8 +59,10 @@ def chart_data(request: HttpRequest, identity: Identity, xid: str, wid: str, cha
     width = plotdata.width_of(request.GET.get("width"))
     try:
         chart = _invoke("GetChart", D.GetChartRequest(name=name), identity)
-        # A chart that compares units (colour or group by work unit or argument) is over every unit.
-        over = f"experiments/{x}" if plotdata.scope_of(chart.plots) == "experiment" else ""
+        # A chart that compares units (colour or group by work unit or argument), or one drawn on a
+        # dashboard (``over=experiment``, `ui.chart_cards.card`), is over every unit of its experiment.
+        every = plotdata.scope_of(chart.plots) == "experiment" or request.GET.get("over") == "experiment"
+        over = f"experiments/{x}" if every else ""
         data = _invoke("GetChartData", D.GetChartDataRequest(name=name, chart_width_pixels=width,
                                                              parent_experiment=over), identity)
     except (NotFound, PermissionDenied):

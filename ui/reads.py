@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db.models import (Case, CharField, Count, Max, Min, DurationField, ExpressionWrapper, F, FilteredRelation, OuterRef, Q,
-                              QuerySet, Subquery, Value, When)
+from django.db.models import (CharField, Count, Max, Min, DurationField, ExpressionWrapper, F, OuterRef, Q,
+                              QuerySet, Subquery, Value)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, JSONObject, Now
 from django.utils import timezone
@@ -162,52 +162,37 @@ class UnitQuery:
 
 #: Rows one page of the table shows (the ``size`` choices).
 UNIT_PAGE_SIZES = (50, 100, 500)
-_TERMINAL = [WorkUnitState.COMPLETED, WorkUnitState.FAILED, WorkUnitState.STOPPED]
-#: How long the current execution has run: to its end, its last update when it ended without one, or now.
-_DURATION = ExpressionWrapper(
-    Coalesce("cur__complete_time", Case(When(cur__state__in=_TERMINAL, then=F("cur__update_time")), default=Now()))
-    - F("cur__create_time"), output_field=DurationField())
-#: The table's columns the database sorts by, besides ``arg:<name>``: name -> expression.
+#: How long the current execution has run: to its end, or now (`WorkUnit.current_start` / ``current_end``,
+#: indexed together: a sort by it reads the index alone).
+_DURATION = ExpressionWrapper(Coalesce("current_end", Now()) - F("current_start"), output_field=DurationField())
+#: The table's columns the database sorts by, besides ``arg:<name>``: name -> expression. Each reads the
+#: work unit's own row (its current execution's state and times are copied there).
 UNIT_SORTS: dict[str, Any] = {
-    "wid": F("wid"), "state": F("cur__state"), "exec": F("cur__eid"), "started": F("cur__create_time"),
+    "wid": F("wid"), "state": F("current_state"), "exec": F("current_eid"), "started": F("current_start"),
     "duration": _DURATION, "job": RawSQL(
         f'COALESCE(NULLIF("{WorkUnit._meta.db_table}"."executable" #>> %s, \'\'), '
         f'"{WorkUnit._meta.db_table}"."executable" #>> %s)',
         (["jobset", "jobs", "0", "groupName"], ["jobset", "jobs", "0", "name"])),
 }
+
+
 def _columns(xid: int, query: UnitQuery) -> tuple[sweep_columns.SweepColumns, list[Any]]:
     """The sweep read's dynamic fields (``args.<name>``, ``metrics.<name>.<stat>``) resolved for the query's
     filter and sort, and its ORDER BY (units without the value last, then wid)."""
-    columns = sweep_columns.SweepColumns(xid, WorkUnit.objects.filter(experiment_id=xid).count(),
-                                         handlers.WORK_UNIT_FIELDS, handlers.WORK_UNIT_ORDER)
+    columns = sweep_columns.SweepColumns(xid, handlers.WORK_UNIT_FIELDS, handlers.WORK_UNIT_ORDER)
     sweep_columns.prepare(columns, query.filter, "")
-    if query.sort.startswith("arg:"):
-        key: Any = F(columns.orderable[f"args.{query.sort[4:]}"])
-    elif query.sort.startswith("metric:"):
-        key = F(columns.orderable[f"metrics.{query.sort[7:]}.last"])
+    if query.sort.startswith(("arg:", "metric:")):
+        if query.sort.startswith("arg:"):
+            key: Any = F(columns.orderable[f"args.{query.sort[4:]}"])
+        else:
+            key = F(columns.orderable[f"metrics.{query.sort[7:]}.last"])
+        first = key.desc(nulls_last=True) if query.desc else key.asc(nulls_last=True)
     else:
+        # Never NULL: the plain direction, so an index on (experiment, key, wid) serves it either way.
         key = UNIT_SORTS.get(query.sort, UNIT_SORTS["wid"])
-    order = [key.desc(nulls_last=True) if query.desc else key.asc(nulls_last=True),
-             F("wid").desc() if query.desc else F("wid").asc()]
+        first = key.desc() if query.desc else key.asc()
+    order = [first, F("wid").desc() if query.desc else F("wid").asc()]
     return columns, order
-
-
-#: The sorts that read the current execution (the others read the work unit's row alone).
-_EXECUTION_SORTS = frozenset({"state", "exec", "started", "duration"})
-
-
-def _table(xid: int, query: UnitQuery) -> QuerySet[WorkUnit]:
-    """The experiment's work units, with the API's filter fields' names, joined to their current execution
-    when the sort or the filter reads it (``state``): the join costs most of a sort over 100,000 units."""
-    queryset = WorkUnit.objects.filter(experiment_id=xid).annotate(
-        api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField())))
-    if query.sort in _EXECUTION_SORTS or "state" in query.filter:
-        # The one ACTIVE row (``execution_one_active_per_work_unit``); a new FilteredRelation each time (a query
-        # takes it over).
-        queryset = queryset.annotate(
-            cur=FilteredRelation("executions", condition=Q(executions__execution_state=ExecutionState.ACTIVE)),
-            current_state=F("cur__state"))
-    return queryset
 
 
 def _filtered(xid: int, query: UnitQuery) -> tuple[QuerySet[WorkUnit], list[Any]]:
@@ -216,7 +201,7 @@ def _filtered(xid: int, query: UnitQuery) -> tuple[QuerySet[WorkUnit], list[Any]
         columns, order = _columns(xid, query)
     except (listing.ListingError, KeyError) as exc:
         raise InvalidArgument(f"cannot sort by {query.sort!r}: {exc}", field="sort") from None
-    queryset = columns.apply(_table(xid, query))
+    queryset = columns.apply(handlers.work_units_of(xid))
     if query.filter.strip():
         try:
             queryset = queryset.filter(listing.compile_filter(query.filter, columns.fields))
@@ -245,7 +230,7 @@ def unit_page(xid: int, query: UnitQuery) -> UnitPage:
     of matching units, and the page's rows (the join on each unit's ACTIVE execution, ORDER BY, OFFSET).
     """
     queryset, order = _filtered(xid, query)
-    total = (WorkUnit.objects.filter(experiment_id=xid) if not query.filter.strip() else queryset).count()
+    total = unit_count(xid) if not query.filter.strip() else queryset.count()
     query = replace(query, page=max(1, min(query.page, -(-total // query.size))))  # past the end: the last page
     start = (query.page - 1) * query.size
     # The sort reads narrow rows (wid and the key); only the page's units are then read whole.
@@ -296,14 +281,20 @@ def unit_rows(xid: int, query: UnitQuery, chunk: int = 1_000) -> Iterator[list[d
         yield units_in_order(xid, batch, query.metrics)
 
 
+def unit_count(xid: int) -> int:
+    """How many work units experiment ``xid`` has: its roll-up of their states (``child_state_counts``,
+    written in the same transaction as every create and state change), one row read."""
+    counts = Experiment.objects.filter(id=xid).values_list("child_state_counts", flat=True).first() or {}
+    return sum((int(n) for n in counts.values()), 0)
+
+
 def sweep_args(xid: int) -> tuple[list[str], dict[str, str]]:
     """(the argument names whose values differ across the experiment's units, the arguments all share).
 
-    The sweep read's statistics (``xmc.api.sweep_columns.arg_stats``: one aggregate over the
-    units' flattened ``args``, kept per process while the unit count holds).
+    The sweep read's statistics (``xmc.api.sweep_columns.arg_stats``: a few rows the create path keeps).
     """
-    units = WorkUnit.objects.filter(experiment_id=xid).count()
-    stats = sweep_columns.arg_stats(xid, units)
+    units = unit_count(xid)
+    stats = sweep_columns.arg_stats(xid)
     shared = {name: stat.common for name, stat in sorted(stats.items())
               if stat.units == units and stat.common is not None}
     return sorted(name for name in stats if name not in shared), shared

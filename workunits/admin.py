@@ -127,7 +127,9 @@ class WorkUnitAdmin(admin.ModelAdmin):
     list_filter = (CurrentStateFilter, "work_unit_type", "priority")
     search_fields = ("experiment__id", "experiment__title", "tags")
     readonly_fields = ("experiment", "wid", "work_unit_type", "priority", "create_time", "update_time", "urls",
-                       "executable", "tags", "notes", "current_eid", "timelines")
+                       "executable", "tags", "notes", "current_eid", "timelines",
+                       # the current execution's copies, written by the write path only
+                       "current_state", "current_start", "current_end")
     inlines = [ExecutionInline, MessageInline]
     actions = [stop_work_units, restart_work_units]
     list_select_related = ("experiment",)

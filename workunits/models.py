@@ -46,6 +46,13 @@ class WorkUnit(models.Model):
     #: Those arguments that are numbers, as JSON numbers (`workunits.arguments.numbers`): ``args.lr < 0.1``
     #: compares them without parsing text per row.
     arg_numbers = models.JSONField(default=dict, blank=True)
+    #: The current execution's state, when it started and when it ended (None while it runs): copies of
+    #: its columns, written in the same statement or transaction as every change of them (the create,
+    #: ``workunits.services.executions`` and the restart), so a table of 100,000 units sorts and filters
+    #: by state or duration on this row alone (docs/architecture/sweeps.md).
+    current_state = models.CharField(max_length=24, choices=WorkUnitState.choices, default=WorkUnitState.INITIALIZING)
+    current_start = models.DateTimeField(null=True, blank=True)
+    current_end = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["experiment_id", "wid"]
@@ -58,6 +65,9 @@ class WorkUnit(models.Model):
             models.Index(fields=["experiment", "-create_time"], name="workunit_xid_create_idx"),
             models.Index(fields=["experiment", "work_unit_type"], name="workunit_xid_type_idx"),
             GinIndex(fields=["tags"], name="workunit_tags_gin"),
+            models.Index(fields=["experiment", "current_state", "wid"], name="workunit_xid_state_idx"),
+            # Covers a sort by duration (an index-only scan: the duration is computed from the two times).
+            models.Index(fields=["experiment", "current_start", "current_end", "wid"], name="workunit_xid_times_idx"),
         ]
 
     def __str__(self) -> str:
@@ -70,6 +80,29 @@ class WorkUnit(models.Model):
     @property
     def name(self) -> str:
         return f"experiments/{self.experiment_id}/workUnits/{self.wid}"
+
+
+class ArgumentStat(models.Model):
+    """One argument name across an experiment's work units: how many have it, its lowest and highest
+    value (as text: equal when every unit has the same one) and whether every value is a number.
+
+    Written by the create path in the same transaction as the work units (``workunits.services.create``:
+    arguments never change and work units are only added), so the sweep table reads an experiment's
+    argument columns from a few rows instead of aggregating every unit's ``args``.
+    """
+
+    experiment = models.ForeignKey("experiments.Experiment", on_delete=models.CASCADE, related_name="+")
+    name = models.TextField()
+    units = models.BigIntegerField()
+    low = models.TextField()
+    high = models.TextField()
+    numeric = models.BooleanField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["experiment", "name"], name="argumentstat_unique_xid_name")]
+
+    def __str__(self) -> str:
+        return f"experiments/{self.experiment_id} {self.name}"
 
 
 class WorkUnitExecution(models.Model):

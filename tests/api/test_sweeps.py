@@ -251,3 +251,21 @@ def test_an_argument_that_is_not_a_number_compares_as_text_with_a_number_literal
     # No numeric lr of the sweep is above 0.5; "nan" and "1_000" are text, and as text both sort after "0.5".
     assert [r["workUnitId"] for r in summarize(sweep, filter="args.lr > 0.5")[1]["workUnits"]] == [40, 41]
     assert [r["workUnitId"] for r in summarize(sweep, filter="args.lr < 0.5 args.lr > 0.05")[1]["workUnits"]] == [5, 6]
+
+
+def test_metric_names_with_a_slash_filter_and_order_as_any_other(sweep: Any) -> None:
+    # Trackers name metrics by path (``train/loss``); system metrics are ``system/gpu_utilization``.
+    units = list(WorkUnit.objects.filter(experiment=sweep).order_by("wid"))
+    for n, unit in enumerate(units):
+        _write(unit, "train/loss", [10.0 - n])
+        _write(unit, "system/gpu_utilization", [float(n * 10)])
+    code, page = summarize(sweep, metrics="train/loss,system/gpu_utilization",
+                           filter="metrics.system/gpu_utilization.max >= 30", orderBy="metrics.train/loss.last")
+    assert code == 200, page
+    assert [row["workUnitId"] for row in page["workUnits"]] == [8, 7, 6, 5, 4]
+    assert page["workUnits"][0]["metrics"]["train/loss"]["last"] == 3.0
+    code, page = summarize(sweep, filter='metrics."train/loss".min < 5', orderBy='metrics."train/loss".last desc')
+    assert code == 200, page
+    assert [row["workUnitId"] for row in page["workUnits"]] == [7, 8]
+    code, page = summarize(sweep, orderBy="metrics.train/lost.last")
+    assert code == 400 and "train/lost" in json.dumps(page)

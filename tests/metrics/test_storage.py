@@ -245,6 +245,33 @@ def test_a_long_series_is_read_in_blocks_one_per_bucket_and_bounded_by_the_width
     assert len(points) == 100 and points[0].min_value == 100 and points[-1].max_value == 10_099
 
 
+def test_many_series_share_a_budget_of_buckets_per_pixel() -> None:
+    # An overlay of 100 units x 10,000 steps at 1,000 px: 313 blocks of 32 steps a series, not 625 of 16.
+    assert data.series_width(1000, 1) == data.series_width(1000, 32) == 1000
+    assert data.series_width(1000, 100) == 320 and data.block_size(10_000, data.series_width(1000, 100)) == 32
+    assert data.series_width(1000, 100_000) == data.MIN_SERIES_WIDTH and data.series_width(60, 1000) == 60
+
+
+@pytest.mark.django_db
+def test_an_overlay_of_many_units_reads_each_in_fewer_blocks_within_the_budget() -> None:
+    exp = experiment_for(ALICE)
+    now = dj_timezone.now()
+    for wid in range(1, 41):
+        execution = _execution(factories.work_unit(exp, wid=wid))
+        services.write_points(execution, [services.Point("loss", s, float(s + wid), now) for s in range(4_000)])
+    M = pb.dashboard
+    plot = M.PlotSpec(plot_id="p", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]))
+    assert data.block_size(4_000, 250) == 16  # one series alone: 250 blocks of 16 steps
+    entries = data.plot_data(data.Scope(exp.id, None), plot, 250)
+    assert len(entries) == 40 and data.series_width(250, 40) == 200
+    for entry in entries:  # 40 series: 125 blocks of 32 steps each, every one a true bucket
+        points = entry.scatter_series.points
+        wid = int(entry.scatter_series.work_unit_id)
+        assert len(points) == 125
+        assert (points[0].min_value, points[0].max_value, points[-1].step) == (wid, 31 + wid, 3_999)
+    assert sum(len(e.scatter_series.points) for e in entries) <= data.SERIES_BUDGET * 250
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("how", ["MEAN", "MEDIAN", "MIN", "MAX", "SUM", "MEAN_CI_95"])
 def test_an_aggregate_over_blocks_is_computed_in_sql_as_evaluate_computes_it(how: str) -> None:

@@ -396,6 +396,32 @@ def test_it_creates_a_chart_over_all_units_from_the_form_and_puts_it_on_a_new_da
     assert f'charts/{chart.chart_id}/edit">Edit</a>' in page and "/ every work unit</a>" in page
 
 
+def test_the_xdash_preset_dashboard_draws_every_unit_of_the_sweep(alice: Client) -> None:
+    # What `xdash create-dashboard --xids X` sends (xdash.presets.create_standard_experiment_chart): a chart
+    # named under work unit 1 (a Chart must name one), two KPI boxes and two curves, no mapping.
+    exp, _ = pages.sweep(ALICE)
+    for wid in (1, 2, 3):
+        _write(exp.id, wid, "val/loss", [2.0, 1.0 / wid])
+        _write(exp.id, wid, "train/accuracy", [0.5, 0.5 + wid / 10])
+    chart = _chart(exp.id, 1, M.PlotSpec(plot_id="val_loss_kpi", type=M.SUMMARY_BOX, data=M.DataSpec(metrics=["val/loss"])),
+                   M.PlotSpec(plot_id="loss_vs_steps", type=M.SCATTER, data=M.DataSpec(metrics=["val/loss"]),
+                              mapping=M.MappingSpec(x="step")),
+                   chart_id=f"exp_{exp.id}", title=f"Experiment {exp.id} Overview")
+    dashboard = _dashboard(ALICE, [chart], title="Sweep")
+    page = alice.get(f"/dashboards/{dashboard.dashboard_id}").content.decode()
+    src = re.search(rf'data-src="(/experiments/{exp.id}/workUnits/1/charts/exp_{exp.id}/data[^"]*)"', page)
+    assert src is not None and "over=experiment" in src.group(1) and "/ every work unit</a>" in page
+    status, body = _get_json(alice, src.group(1).replace("&amp;", "&"))
+    assert status == 200 and body["scope"] == "experiment"
+    box, curve = body["plots"]
+    assert [s["label"] for s in curve["series"]] == ["wu 1 · trainer", "wu 2 · trainer", "wu 3 · trainer"]
+    assert [s["y"][-1] for s in curve["series"]] == [1.0, 0.5, 1.0 / 3]
+    assert len(box["rows"]) == 3  # the last value of every unit
+    # On the work unit's own page the same chart stays that unit's.
+    status, own = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/charts/exp_{exp.id}/data")
+    assert own["scope"] == "work_unit" and len(own["plots"][1]["series"]) == 1
+
+
 def test_it_edits_a_chart_grouping_by_an_argument_and_names_a_refused_field(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [2.0, 1.0])

@@ -22,6 +22,7 @@ from metrics import services as metric_services
 from ui import present, reads
 from workunits import services
 from workunits.models import WorkUnit, WorkUnitExecution
+from workunits.state import ExecutionUpdate
 
 pytestmark = pytest.mark.django_db
 
@@ -72,8 +73,10 @@ def test_it_sorts_durations_by_their_length_not_their_text(alice: Client) -> Non
     exp, _ = pages.sweep(ALICE, lrs=("0.1", "0.2", "0.3"))
     for wid, seconds in ((1, 65), (2, 9), (3, 3700)):  # 1m05s, 9s, 1h01m: by text "9s" would be last
         execution = WorkUnit.objects.get(experiment=exp, wid=wid).executions.get()
-        type(execution).objects.filter(id=execution.id).update(
-            complete_time=execution.create_time + timedelta(seconds=seconds))
+        ended = execution.create_time + timedelta(seconds=seconds)  # the write path stamps the end
+        services.update_work_unit_executions(
+            [ExecutionUpdate(xid=exp.id, wid=wid, eid=1, mask=("status.state",), state="COMPLETED",
+                             state_update_time_ns=int(ended.timestamp() * 1e9))], now=ended)
     body = alice.get(f"/experiments/{exp.id}?sort=duration").content.decode()
     assert _wids(body) == [2, 1, 3]
     assert 'data-value="9">9s</td>' in body and 'data-value="3700">1h01m</td>' in body
@@ -157,15 +160,13 @@ def test_it_finds_the_sweeps_columns_in_the_database_as_from_the_rows() -> None:
     assert reads.sweep_args(exp.id) == (["lr", "seed"], {"argv[0]": "--fast", "batch": "64"})
 
 
-def test_it_keeps_the_sweeps_columns_right_as_units_are_added_after_a_read() -> None:
+def test_it_keeps_the_sweeps_columns_right_as_units_are_added() -> None:
     exp = factories.experiment(creator=ALICE)
     _unit(exp.id, "0.1")
     _unit(exp.id, "0.1")
     assert reads.sweep_args(exp.id) == ([], {"lr": "0.1"})
     _unit(exp.id, "0.2")  # read on top of what the process kept
     assert reads.sweep_args(exp.id) == (["lr"], {})
-    WorkUnit.objects.filter(experiment=exp, wid=3).delete()  # fewer units than were read: read them all again
-    assert reads.sweep_args(exp.id) == ([], {"lr": "0.1"})
     services.create_work_unit(exp.id, factories.work_unit_message(), work_unit_id=0)  # a unit without lr
     assert reads.sweep_args(exp.id) == (["lr"], {})
 
@@ -206,6 +207,25 @@ def test_it_shows_metric_columns_marks_the_best_and_sorts_by_a_metric(alice: Cli
     assert 'id="filter-error"' in unknown and "no metric &#x27;nope&#x27;" in unknown
     rows = list(csv.reader(io.StringIO(_export(alice, exp.id, "csv", m="loss", sort="metric:loss"))))
     assert rows[0][4:6] == ["arg:lr", "metric:loss"] and [r[5] for r in rows[1:]] == ["0.2", "0.5", "0.9"]
+
+
+def test_a_metric_named_by_a_path_is_a_column_that_sorts_and_filters(alice: Client) -> None:
+    exp = factories.experiment(creator=ALICE, title="paths")
+    for wid, (lr, loss, gpu) in enumerate((("0.1", 0.9, 40.0), ("0.01", 0.2, 95.0), ("0.001", 0.5, 70.0)), 1):
+        _unit(exp.id, lr)
+        _write(exp.id, wid, "train/loss", [2.0, loss])
+        _write(exp.id, wid, "system/gpu_utilization", [gpu])
+    body = alice.get(f"/experiments/{exp.id}", {"m": ["train/loss", "system/gpu_utilization"],
+                                                "sort": "metric:train/loss"}).content.decode()
+    assert _wids(body) == [2, 3, 1]
+    assert 'sort=metric%3Atrain%2Floss' in body and ">system/gpu_utilization</a>" in body
+    assert '<td class="num metric best" title="best" data-metric="train/loss" data-value="0.2">0.2</td>' in body
+    filtered = alice.get(f"/experiments/{exp.id}", {"m": "train/loss", "sort": "metric:train/loss", "dir": "desc",
+                                                    "filter": "metrics.system/gpu_utilization.max >= 70"}).content.decode()
+    assert _wids(filtered) == [3, 2] and 'id="filter-error"' not in filtered
+    rows = list(csv.reader(io.StringIO(_export(alice, exp.id, "csv", m="train/loss", sort="metric:train/loss"))))
+    assert "metric:train/loss" in rows[0] and [r[rows[0].index("metric:train/loss")] for r in rows[1:]] == [
+        "0.2", "0.5", "0.9"]
 
 
 def test_it_redraws_a_row_with_its_metric_columns_and_best_mark(alice: Client) -> None:

@@ -19,7 +19,7 @@ from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecuti
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SKIP = {"id", "experiment", "work_unit", "execution", "operation", "target", "metadata", "create_time",
-        "update_time", "time", "state_update_time_ns", "response", "end_time", "dispatched_time"}
+        "update_time", "current_start", "time", "state_update_time_ns", "response", "end_time", "dispatched_time"}
 
 
 def request(work_unit_id: int = 0, notes: str = "") -> services.create._Create:

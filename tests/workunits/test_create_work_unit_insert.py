@@ -26,7 +26,7 @@ def _orm_oracle(exp: Any, message: Any, wid: int, now: datetime) -> tuple[Model,
     wu = WorkUnit.objects.create(
         experiment=exp, wid=wid, work_unit_type="STANDARD", priority=exp.priority, create_time=now, update_time=now,
         urls=[convert.to_json(u) for u in message.urls], executable=convert.to_json(message.executable),
-        tags=list(message.tags), notes=message.notes, current_eid=1)
+        tags=list(message.tags), notes=message.notes, current_eid=1, current_start=now)
     op = Operation.objects.create(
         experiment=exp, work_unit=wu, action_type=ActionType.CREATE, target=wu.name, create_time=now,
         original_requester="alice@example.com", asserted_email="a@example.com", task_type=TaskType.CREATE, eid=1)

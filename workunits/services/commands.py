@@ -203,8 +203,9 @@ def _restart_locked(
         ops.append(op)
         _insert_execution(wu, new_eid, S.RESTARTING, now, op)
         wu.current_eid = new_eid
+        wu.current_state, wu.current_start, wu.current_end = S.RESTARTING, now, None
         wu.update_time = now
-        wu.save(update_fields=["current_eid", "update_time"])
+        wu.save(update_fields=["current_eid", "current_state", "current_start", "current_end", "update_time"])
         state_moves.append((old.state, S.RESTARTING))
         severity_moves.append((state.best_severity(execution_record(old)), None))
         superseded.append((xid, wu.wid, old_eid))

@@ -27,6 +27,7 @@ from workunits import arguments, outbox
 from workunits.choices import ActionType, ExecutionState, TaskType, WorkUnitState, WorkUnitType, Writer
 from workunits.group_commit import GroupCommit
 from workunits.models import Operation, StatusHistory, WorkUnit, WorkUnitExecution
+from workunits.services import argument_stats
 from workunits.services._rows import Requester, SYSTEM, _execution_metadata, _now_ns
 from workunits.services.executions import _dumps, _loads
 from workunits.wire import work_unit_to_proto
@@ -160,7 +161,8 @@ def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], 
             experiment=exp, wid=wid, work_unit_type=request.work_unit_type,
             priority=request.priority or exp.priority, create_time=request.now, update_time=request.now,
             urls=request.urls, executable=request.executable, tags=request.tags, notes=request.notes,
-            current_eid=1, args=(args := arguments.flat_args(request.executable)),
+            current_eid=1, current_state=S.INITIALIZING, current_start=request.now,
+            args=(args := arguments.flat_args(request.executable)),
             arg_numbers=arguments.numbers(args),
         )
         op = Operation(
@@ -177,6 +179,7 @@ def _create_locked(xid: int, requests: list[_Create]) -> tuple[list[Operation], 
             now=max(requests[i].now for i, _, _ in new), extra_fields=("last_wid",),
         )
         _insert_created(exp, rollup_fields, [(wu, op) for _, wu, op in new])
+        argument_stats.record(exp.id, (wu for _, wu, _ in new))
     results: list[Operation | None] = [None] * len(requests)
     for i, wu, op in new:
         results[i] = op

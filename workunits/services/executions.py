@@ -179,7 +179,16 @@ FROM jsonb_to_recordset(%(executions)s::jsonb) AS v(
     id bigint, state text, state_update_time_ns bigint, system_message jsonb, user_message jsonb,
     scheduling_information jsonb, detailed_status jsonb, mlrun_url text, complete_time timestamptz)
 WHERE e.id = v.id
-RETURNING 1
+RETURNING e.work_unit_id, e.state, e.complete_time
+"""
+
+
+# The work unit's copy of its current execution's state and end (`WorkUnit.current_state`), in the
+# same statement as the execution; a row whose copy already holds them is not written again.
+_UNIT_SQL = f"""
+UPDATE {_WU} AS w SET current_state = u.state, current_end = u.complete_time
+FROM updated AS u
+WHERE w.id = u.work_unit_id AND (w.current_state, w.current_end) IS DISTINCT FROM (u.state, u.complete_time)
 """
 
 
@@ -203,14 +212,12 @@ ORDER BY m.n
 """
 
 
-# The executions' UPDATE, the history and (when there are any) the messages in one
-# statement of data-modifying CTEs: one round trip instead of two or three. Under
+# The executions' UPDATE, their work units' copies, the history and (when there are any) the
+# messages in one statement of data-modifying CTEs: one round trip instead of several. Under
 # load each round trip of a writer thread also waits to get the GIL back.
-_WRITE_SQL = f"WITH updated AS ({_UPDATE_SQL}) {_HISTORY_INSERT}"
-
-
-_WRITE_SQL = f"WITH updated AS ({_UPDATE_SQL}) {_HISTORY_INSERT}"
-_WRITE_WITH_MESSAGES_SQL = f"WITH updated AS ({_UPDATE_SQL}), history AS ({_HISTORY_INSERT}) {_MESSAGE_INSERT}"
+_WRITE_SQL = f"WITH updated AS ({_UPDATE_SQL}), units AS ({_UNIT_SQL}) {_HISTORY_INSERT}"
+_WRITE_WITH_MESSAGES_SQL = (f"WITH updated AS ({_UPDATE_SQL}), units AS ({_UNIT_SQL}), history AS ({_HISTORY_INSERT}) "
+                            f"{_MESSAGE_INSERT}")
 
 
 def _loads(value: Any) -> Any:

@@ -185,15 +185,10 @@ WORK_UNIT_ORDER = {"wid": "wid", "name": "wid", "create_time": "create_time", "u
 
 
 def work_units_of(xid: int) -> QuerySet[WorkUnit]:
-    """Work units of an experiment, with the filterable current state and name."""
-    current_state = WorkUnitExecution.objects.filter(
-        work_unit=OuterRef("pk"), execution_state=ExecutionState.ACTIVE
-    ).values("state")[:1]
-    return (
-        WorkUnit.objects.filter(experiment_id=xid)
-        .annotate(current_state=Subquery(current_state),
-                  api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField())))
-    )
+    """Work units of an experiment, with the filterable name (the current state is the work unit's own
+    column, `WorkUnit.current_state`)."""
+    return WorkUnit.objects.filter(experiment_id=xid).annotate(
+        api_name=Concat(Value(f"experiments/{xid}/workUnits/"), Cast("wid", CharField())))
 
 
 def _work_unit_proto(wu: WorkUnit) -> pb.work_unit.WorkUnit:
@@ -264,12 +259,8 @@ def _page_under_experiment(xid: int, caller: Caller, queryset: QuerySet[Any, Any
 
 def sweep_columns(xid: int) -> SweepColumns:
     """The work unit fields of experiment ``xid`` with its ``args.<name>`` and ``metrics.<name>.<stat>``
-    (the unit count is read only when an ``args.`` name is: a plain list stays one statement)."""
-    def units() -> int:
-        counts = Experiment.objects.filter(id=xid).values_list("child_state_counts", flat=True).first() or {}
-        return sum((int(n) for n in counts.values()), 0)
-
-    return SweepColumns(xid, units, WORK_UNIT_FIELDS, WORK_UNIT_ORDER)
+    (the argument statistics are read only when an ``args.`` name is: a plain list stays one statement)."""
+    return SweepColumns(xid, WORK_UNIT_FIELDS, WORK_UNIT_ORDER)
 
 
 def _list_work_units(request: api.ListWorkUnitsRequest, caller: Caller) -> api.ListWorkUnitsResponse:

@@ -113,7 +113,7 @@ def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last",
         raise InvalidArgument(f"goal must be MINIMIZE or MAXIMIZE, got {goal!r}", field="goal")
     if not summaries.has_metric(xid, metric):
         raise InvalidArgument(f"experiments/{xid} has no metric {metric!r}", field="metric")
-    units_of: Any = handlers.work_units_of(xid)  # annotated (current_state): beyond what the stubs can see
+    units_of: Any = handlers.work_units_of(xid)  # annotated (api_name): beyond what the stubs can see
     if wids is not None:
         units_of = units_of.filter(wid__in=wids)
     rows = list(units_of.filter(current_state=WorkUnitState.COMPLETED)

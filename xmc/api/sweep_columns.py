@@ -14,27 +14,20 @@ Used by ListWorkUnits (``xmc.api.handlers``) and by the sweep read (``xmc.api.sw
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.cache import cache
-from django.db import connection
 from django.db.models import F, FloatField, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from metrics import summaries
-from workunits.models import WorkUnit
+from workunits.models import ArgumentStat
 from xmc.listing import FilterError, FilterField, ListingError, OrderByError, compile_filter, parse_order_by
 
 #: How the placeholders read in "allowed: ..." messages.
 DYNAMIC = ("args.<name>", "metrics.<name>.<last|min|max>")
-#: How long one experiment's argument statistics stay cached (they are exact while the unit count holds:
-#: executables, hence arguments, never change, and work units are only added).
-ARG_STATS_TTL_S = 3600
-
-
 @dataclass(frozen=True)
 class ArgStat:
     """One argument name across an experiment's work units."""
@@ -44,29 +37,11 @@ class ArgStat:
     numeric: bool  # every value is a number (then it sorts as a number)
 
 
-_ARG_STATS_SQL = (
-    "SELECT a.key, count(*), min(a.value), max(a.value), bool_and(w.arg_numbers ? a.key) "
-    f"FROM {WorkUnit._meta.db_table} w CROSS JOIN LATERAL jsonb_each_text(w.args) a "
-    "WHERE w.experiment_id = %s GROUP BY a.key"
-)
-
-
-def arg_stats(xid: int, units: int) -> dict[str, ArgStat]:
-    """Every argument name of experiment ``xid`` (which has ``units`` work units), with its statistics.
-
-    One aggregate over the experiment's ``args`` (about 200 ms at 100,000 units), cached per process
-    under the unit count: a new work unit changes the key.
-    """
-    key = f"xmc.sweeps.args.{xid}.{units}"
-    cached = cache.get(key)
-    if cached is not None:
-        return dict(cached)
-    with connection.cursor() as cursor:
-        cursor.execute(_ARG_STATS_SQL, [xid])
-        stats = {name: ArgStat(count, low if low == high else None, bool(numeric))
-                 for name, count, low, high, numeric in cursor.fetchall()}
-    cache.set(key, stats, ARG_STATS_TTL_S)
-    return stats
+def arg_stats(xid: int) -> dict[str, ArgStat]:
+    """Every argument name of experiment ``xid``, with its statistics: the rows the create path keeps
+    (`workunits.models.ArgumentStat`), a few per experiment whatever its size."""
+    return {row.name: ArgStat(row.units, row.low if row.low == row.high else None, row.numeric)
+            for row in ArgumentStat.objects.filter(experiment_id=xid)}
 
 
 def _alias(kind: str, name: str) -> str:
@@ -77,12 +52,8 @@ def _alias(kind: str, name: str) -> str:
 class SweepColumns:
     """The filter fields and orderable fields of one experiment's work units, static and dynamic."""
 
-    def __init__(self, xid: int, units: int | Callable[[], int], fields: Mapping[str, FilterField],
-                 orderable: Mapping[str, str]) -> None:
+    def __init__(self, xid: int, fields: Mapping[str, FilterField], orderable: Mapping[str, str]) -> None:
         self.xid = xid
-        # The unit count keys the argument statistics' cache; a callable is read only when an
-        # ``args.`` name is resolved, so a list that names none costs no query for it.
-        self._units = units
         self.annotations: dict[str, Any] = {}
         self._base_fields = fields
         self._base_order = orderable
@@ -93,15 +64,9 @@ class SweepColumns:
 
     # -- what exists ------------------------------------------------------------------------
 
-    @property
-    def units(self) -> int:
-        if callable(self._units):
-            self._units = self._units()
-        return self._units
-
     def args(self) -> dict[str, ArgStat]:
         if self._args is None:
-            self._args = arg_stats(self.xid, self.units)
+            self._args = arg_stats(self.xid)
         return self._args
 
     def _has_metric(self, metric: str) -> bool:

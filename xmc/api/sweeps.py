@@ -104,7 +104,7 @@ def summarize(identity: Identity, xid: int, *, metrics: Sequence[str] | None = N
     wrong. Every other mistake is INVALID_ARGUMENT naming the field (``filter``, ``orderBy``,
     ``pageToken``, ``pageSize``, ``metrics``). Filtering, ordering and paging run in the database
     (one query for the page's keys, one for its rows, one for their summaries, one for the count
-    when filtered); the arguments' statistics are cached per experiment size (`xmc.api.sweep_columns.arg_stats`).
+    when filtered); the arguments' statistics are the rows the create path keeps (`xmc.api.sweep_columns.arg_stats`).
     """
     experiment = reads.experiment(xid, identity, Role.READER)
     counts: dict[str, Any] = getattr(experiment, "child_state_counts", None) or {}
@@ -119,7 +119,7 @@ def summarize(identity: Identity, xid: int, *, metrics: Sequence[str] | None = N
 
 def _summarize(xid: int, units: int, names: list[str], filter: str, order_by: str,  # noqa: A002
                page_size: int, page_token: str) -> SweepPage:
-    columns = SweepColumns(xid, units, handlers.WORK_UNIT_FIELDS, handlers.WORK_UNIT_ORDER)
+    columns = SweepColumns(xid, handlers.WORK_UNIT_FIELDS, handlers.WORK_UNIT_ORDER)
     prepare(columns, filter, order_by)
     base = columns.apply(handlers.work_units_of(xid))
     try:
@@ -134,7 +134,7 @@ def _summarize(xid: int, units: int, names: list[str], filter: str, order_by: st
     except listing.ListingError as exc:
         raise InvalidArgument(str(exc), field=_LISTING_FIELDS.get(type(exc).__name__)) from None
     pks = [key["pk"] for key in keys]
-    units_of: Any = handlers.work_units_of(xid)  # annotated (current_state): beyond what the stubs can see
+    units_of: Any = handlers.work_units_of(xid)  # annotated (api_name): beyond what the stubs can see
     by_pk = {row["pk"]: row for row in units_of.filter(pk__in=pks).values(
         "pk", "wid", "current_eid", "executable", "current_state", "tags", "notes", "args")}
     items = [by_pk[pk] for pk in pks if pk in by_pk]

@@ -30,7 +30,12 @@ from xmc.listing.errors import OrderByError
 #: Longest accepted order_by, in characters.
 MAX_ORDER_BY_LENGTH = 1024
 
-_ITEM = re.compile(r"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:\s+(?P<dir>\S+))?\s*")
+#: A path segment after the first: a word that may hold ``/`` and ``-`` (a metric named ``train/loss``:
+#: ``metrics.train/loss.last``), or any name in double quotes but a quote or comma
+#: (``metrics."loss (val)".last``), as the filter syntax quotes one.
+_SEGMENT = r'(?:[A-Za-z0-9_][A-Za-z0-9_/\-]*|"[^",\\]+")'
+_ITEM = re.compile(rf"\s*(?P<field>[A-Za-z_][A-Za-z0-9_]*(?:\.{_SEGMENT})*)(?:\s+(?P<dir>\S+))?\s*")
+_QUOTED = re.compile(r'"([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ def _parse_items(text: str, orderable: Mapping[str, str]) -> list[OrderTerm]:
                 f"invalid order_by item {item.strip()!r} at position {offset + 1}; "
                 "expected 'field', 'field asc' or 'field desc', separated by commas"
             )
-        name, direction = m.group("field"), m.group("dir")
+        name, direction = _QUOTED.sub(r"\1", m.group("field")), m.group("dir")
         if name not in orderable:
             raise OrderByError(
                 f"unknown field {name!r} in order_by; allowed: {', '.join(sorted(orderable)) or '(none)'}"
