@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "docs" / "testing.md", *sorted((ROOT / "docs" / "architecture").glob("*.md"))]
-PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
+PACKAGES = ("core", "delivery", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SYMBOL = re.compile(r"`((?:%s)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`" % "|".join(PACKAGES))
 

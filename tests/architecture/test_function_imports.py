@@ -12,13 +12,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
+PACKAGES = ("core", "delivery", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "k8s_bridge", "notifications", "ui", "simulators")
 
 #: (file, function, imported module) -> why it cannot be at the top.
 ALLOWED: dict[tuple[str, str, str], str] = {
     ("k8s_bridge/apps.py", "ready", "k8s_bridge.logs"): "app registry: the logs view imports models",
     ("k8s_bridge/apps.py", "ready", "xmc.api"): "app registry: registers the logs endpoint into xmc.api.extensions",
     ("k8s_bridge/apps.py", "ready", "workunits"): "app registry: registers the termination provider into workunits.hooks",
+    ("workunits/apps.py", "ready", "workunits"): "app registry: registers its outboxes into delivery.sweep (they import models)",
     ("lifecycle/apps.py", "ready", "artifacts"): "app registry: registers into artifacts.hooks once the apps are loaded",
     ("lifecycle/apps.py", "ready", "lifecycle"): "app registry: services and stamping import models",
     ("lifecycle/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
