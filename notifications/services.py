@@ -22,7 +22,6 @@ Delivery guarantees (docs/architecture/notifications.md, "Delivery"):
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,13 +32,14 @@ from datetime import time as dtime
 from typing import Any
 from urllib.parse import urlsplit
 
-from celery import current_app as app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from core.queues import Queue
+from delivery import backoff as backoffs
+from delivery import broker, leases
 from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
@@ -370,7 +370,7 @@ def send_test(identity: Identity, sid: int, *, now: datetime | None = None) -> D
     now = now or timezone.now()
     with transaction.atomic():
         event = Event.objects.create(key=f"test/{sub.id}/{time.time_ns()}", type=EventType.TEST,
-                                     data={"subscription": sub.id}, create_time=now, fanned_out=True)
+                                     data={"subscription": sub.id}, create_time=now, done=True)
         delivery = Delivery.objects.create(subscription=sub, type=EventType.TEST, not_before=now,
                                            next_attempt_time=now, create_time=now)
         DeliveryEvent.objects.create(delivery=delivery, event=event, subscription=sub)
@@ -383,10 +383,10 @@ def send_again(delivery_id: int, *, now: datetime | None = None) -> Delivery:
     now = now or timezone.now()
     with transaction.atomic():
         d = Delivery.objects.select_for_update().get(id=delivery_id)
-        if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
+        if d.status == DeliveryStatus.DELIVERING and d.claimed_until and d.claimed_until > now:
             return d
-        d.status, d.attempts, d.next_attempt_time, d.lease_until = DeliveryStatus.PENDING, 0, now, None
-        d.save(update_fields=["status", "attempts", "next_attempt_time", "lease_until"])
+        d.status, d.attempts, d.next_attempt_time, d.claimed_until, d.done = DeliveryStatus.PENDING, 0, now, None, False
+        d.save(update_fields=["status", "attempts", "next_attempt_time", "claimed_until", "done"])
         _after_commit(lambda: enqueue([d.id]))
     return d
 
@@ -411,7 +411,7 @@ def record_events(rows: Iterable[Event]) -> list[int]:
     if not rows:
         return []
     Event.objects.bulk_create(rows, ignore_conflicts=True)
-    return list(Event.objects.filter(key__in=[r.key for r in rows], fanned_out=False).values_list("id", flat=True))
+    return list(Event.objects.filter(key__in=[r.key for r in rows], done=False).values_list("id", flat=True))
 
 
 def subscriber_identity(sub: Subscription) -> Identity | None:
@@ -504,7 +504,7 @@ def fan_out_many(event_ids: Sequence[int], *, now: datetime | None = None) -> li
     taken under row locks (``SKIP LOCKED``: an event another worker is fanning
     out is left to it; if that worker dies the event stays not fanned out and
     the sweep hands it out again), the unique (event, subscription) row is the
-    record that a subscription already has it, and the ``fanned_out`` flag is
+    record that a subscription already has it, and the event's ``done`` flag is
     set in the same transaction as the deliveries. The subscriptions that
     coalesce are locked in id order (one fan-out per subscriber at a time, no
     lock cycles). A chunk costs a fixed number of queries, not a few per event.
@@ -520,7 +520,7 @@ def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
     window = timedelta(seconds=settings.XMC_NOTIFY_COALESCE_S)
     with transaction.atomic():
         events = list(Event.objects.select_for_update(skip_locked=True)
-                      .filter(id__in=ids, fanned_out=False).order_by("id"))
+                      .filter(id__in=ids, done=False).order_by("id"))
         if not events:
             return []
         xids = {e.xid for e in events if e.xid is not None}
@@ -600,7 +600,7 @@ def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
         for waiting, summary in folded:  # both rows are locked: no claim can be sending ``waiting``
             DeliveryEvent.objects.filter(delivery=waiting).update(delivery=summary)
             waiting.delete()
-        Event.objects.filter(id__in=[e.id for e in events]).update(fanned_out=True)
+        Event.objects.filter(id__in=[e.id for e in events]).update(done=True, claimed_until=None)
         due = [d.id for d in new if d.not_before <= now]
         later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
 
@@ -623,28 +623,32 @@ def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None
     for start in range(0, len(ids), DELIVER_BATCH):  # one task per batch: claimed and recorded together
         chunk = ids[start:start + DELIVER_BATCH]
         try:
-            app.send_task(DELIVER_TASK, args=[chunk[0] if len(chunk) == 1 else chunk],
-                          queue=Queue.NOTIFICATIONS.value, countdown=countdown or None)
+            broker.publish(DELIVER_TASK, [chunk[0] if len(chunk) == 1 else chunk], queue=Queue.NOTIFICATIONS.value,
+                           countdown=countdown)
         except Exception:
             log.warning("notifications.enqueue_failed", extra={"deliveries": chunk}, exc_info=True)
+            continue
+        leases.mark_sent(Delivery, chunk)
 
 
 def enqueue_fan_out(event_ids: Sequence[int]) -> None:
+    """Hand events to the fan-out task; one the broker did not take stays due (``sweep_events``)."""
     if not event_ids:
         return
     try:
-        app.send_task(FAN_OUT_TASK, args=[list(event_ids)], queue=Queue.NOTIFICATIONS.value)
+        broker.publish(FAN_OUT_TASK, [list(event_ids)], queue=Queue.NOTIFICATIONS.value)
     except Exception:
         log.warning("notifications.fan_out_enqueue_failed", extra={"events": len(event_ids)}, exc_info=True)
+        return
+    leases.mark_sent(Event, list(event_ids))
 
 
 # --- Delivery ---------------------------------------------------------------------------------------
 
 
 def backoff_s(attempt: int) -> float:
-    """Full jitter: uniform in [base/2, min(cap, base * 2^(attempt-1))]."""
-    ceiling = min(settings.XMC_NOTIFY_BACKOFF_MAX_S, settings.XMC_NOTIFY_BACKOFF_S * (2 ** max(0, attempt - 1)))
-    return random.uniform(min(ceiling, settings.XMC_NOTIFY_BACKOFF_S / 2), ceiling)
+    """The wait after failed try ``attempt`` (from 1): ``delivery.backoff.jittered`` with the notify base and cap."""
+    return backoffs.jittered(attempt - 1, base=settings.XMC_NOTIFY_BACKOFF_S, cap=settings.XMC_NOTIFY_BACKOFF_MAX_S)
 
 
 def _in_quiet_hours(sub: Subscription, now: datetime) -> datetime | None:
@@ -792,8 +796,8 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
             if d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
                 outcomes[d.id] = Outcome("done")
                 continue
-            if d.status == DeliveryStatus.DELIVERING and d.lease_until and d.lease_until > now:
-                outcomes[d.id] = Outcome("leased", (d.lease_until - now).total_seconds())
+            if d.status == DeliveryStatus.DELIVERING and d.claimed_until and d.claimed_until > now:
+                outcomes[d.id] = Outcome("leased", (d.claimed_until - now).total_seconds())
                 continue
             due = max(d.next_attempt_time, d.not_before)
             if due > now:
@@ -846,10 +850,10 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
                 d.timestamp = int(now.timestamp())
             d.status = DeliveryStatus.DELIVERING
             d.attempts += 1
-            d.lease_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
+            d.claimed_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
             claimed.append(_Claimed(d, adapter, endpoint))
         Delivery.objects.bulk_update([c.delivery for c in claimed],
-                                     ["status", "attempts", "lease_until", "body", "timestamp"])
+                                     ["status", "attempts", "claimed_until", "body", "timestamp"])
     _send_all(claimed)
     outcomes.update(_record_all(claimed))
     return outcomes
@@ -885,8 +889,8 @@ def _send_all(claimed: Sequence[_Claimed]) -> None:
 
 
 def _suppress(d: Delivery, reason: str) -> Outcome:
-    d.status, d.last_error = DeliveryStatus.SUPPRESSED, reason
-    d.save(update_fields=["status", "last_error"])
+    d.status, d.last_error, d.done = DeliveryStatus.SUPPRESSED, reason, True
+    d.save(update_fields=["status", "last_error", "done"])
     log.info("notifications.suppressed", extra={"delivery": d.id, "reason": reason})
     return Outcome("suppressed")
 
@@ -910,9 +914,9 @@ def _record_failed(delivery_id: int, attempt: int, endpoint: str, result: channe
     over after our lease ran out: then only the try is logged."""
     now = timezone.now()
     fields: dict[str, Any] = {"last_status_code": result.status_code, "last_error": result.error,
-                              "lease_until": None}
+                              "claimed_until": None}
     if not result.retryable or attempt >= settings.XMC_NOTIFY_MAX_ATTEMPTS:
-        fields["status"], outcome, delay = DeliveryStatus.DEAD, Outcome("dead"), None
+        fields["status"], fields["done"], outcome, delay = DeliveryStatus.DEAD, True, Outcome("dead"), None
     else:
         delay = backoff_s(attempt)
         fields.update(status=DeliveryStatus.PENDING, next_attempt_time=now + timedelta(seconds=delay))
@@ -952,7 +956,7 @@ def _record_sent(sent: Sequence[_Claimed], now: datetime) -> None:
             WHERE endpoint = ANY(%s) AND consecutive_failures > 0 RETURNING 1
         )
         UPDATE {deliveries} AS d SET status = %s, delivered_time = %s, last_status_code = v.status_code,
-                                     last_error = v.error, lease_until = NULL
+                                     last_error = v.error, claimed_until = NULL, done = true
         FROM v WHERE d.id = v.id AND d.attempts = v.attempt AND d.status = %s"""
     params += [now, now, sorted({c.endpoint for c in sent}), DeliveryStatus.DELIVERED, now,
                DeliveryStatus.DELIVERING]
@@ -961,14 +965,31 @@ def _record_sent(sent: Sequence[_Claimed], now: datetime) -> None:
 
 
 def due_deliveries(now: datetime, limit: int = 500) -> list[int]:
-    """Deliveries the sweep sends again: due PENDING ones and DELIVERING ones whose lease ran out."""
+    """Deliveries the sweep sends again: not done, due, and no live claim (PENDING ones whose
+    message was lost, DELIVERING ones whose worker died: ``delivery.leases.unclaimed``)."""
     grace = now - timedelta(seconds=5)  # leave the just-enqueued ones to their task
-    pending = Q(status=DeliveryStatus.PENDING, next_attempt_time__lte=grace, not_before__lte=grace)
-    stranded = Q(status=DeliveryStatus.DELIVERING, lease_until__lte=now)
-    return list(Delivery.objects.filter(pending | stranded).order_by("id").values_list("id", flat=True)[:limit])
+    waiting = Q(next_attempt_time__lte=grace, not_before__lte=grace)
+    stranded = Q(status=DeliveryStatus.DELIVERING)  # unclaimed: its worker's lease ran out
+    rows = Delivery.objects.filter(leases.unclaimed(now), done=False).filter(waiting | stranded)
+    return list(rows.order_by("id").values_list("id", flat=True)[:limit])
 
 
 def stranded_events(now: datetime, limit: int = 500) -> list[int]:
-    """Events whose fan-out never ran (the broker was down when they were recorded)."""
-    return list(Event.objects.filter(fanned_out=False, create_time__lte=now - timedelta(seconds=5))
-                .order_by("id").values_list("id", flat=True)[:limit])
+    """Events whose fan-out never ran (the broker was down when they were recorded, or the message
+    was lost): ``delivery.leases.due`` on the events table."""
+    rows = Event.objects.filter(done=False).filter(leases.due(now))
+    return list(rows.order_by("id").values_list("id", flat=True)[:limit])
+
+
+def sweep_deliveries() -> int:
+    """``delivery.sweep``'s re-sender of this table: the due deliveries, again."""
+    ids = due_deliveries(timezone.now())
+    enqueue(ids)
+    return len(ids)
+
+
+def sweep_events() -> int:
+    """``delivery.sweep``'s re-sender of the events table: the fan-outs that never ran, again."""
+    ids = stranded_events(timezone.now())
+    enqueue_fan_out(ids)
+    return len(ids)

@@ -2,9 +2,11 @@
 
 * ``xmc.notifications.fan_out(event_ids)``: give events to their subscriptions;
 * ``xmc.notifications.deliver(delivery_id | [delivery_id, ...])``: claim, send and record messages;
-* ``xmc.notifications.sweep()`` (beat): fan out stranded events, send due
-  deliveries and those whose lease ran out, scan for work units queued too long
-  and for experiments that finished without a transition saying so.
+* ``xmc.notifications.sweep()`` (beat): scan for work units queued too long,
+  for experiments that finished without a transition saying so, and for
+  degraded delivery. Stranded events and deliveries whose message was lost or
+  whose lease ran out are sent again by the one delivery sweep
+  (``delivery.tasks.sweep``, which ``notifications.apps`` registers them with).
 
 All idempotent: the database decides (unique rows, row-locked claims), so a
 redelivered or duplicated message changes nothing.
@@ -16,7 +18,6 @@ from typing import Any
 
 from celery import shared_task
 from django.db import DatabaseError
-from django.utils import timezone
 
 from notifications import services, sources
 from core.queues import Queue
@@ -53,9 +54,6 @@ def deliver(self: Any, delivery_id: int | list[int]) -> str:
 
 @shared_task(name=SWEEP_TASK, **OPTIONS)
 def sweep(self: Any) -> None:
-    now = timezone.now()
-    services.enqueue_fan_out(services.stranded_events(now))
     services.enqueue_fan_out(sources.scan_queued_too_long())
     services.enqueue_fan_out(sources.scan_finished())
     services.enqueue_fan_out(sources.scan_delivery_degraded())
-    services.enqueue(services.due_deliveries(now))

@@ -48,7 +48,7 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
     assert sorted(created) == sorted(per_sub[one] | per_sub[all_mine] | per_sub[by_filter])
     carried = {sid: DeliveryEvent.objects.filter(subscription_id=sid).count() for sid in per_sub}
     assert carried == {one: 3, all_mine: 3, by_filter: 2, finished_only: 0}  # one message per experiment
-    assert Event.objects.filter(fanned_out=False).count() == 0
+    assert Event.objects.filter(done=False).count() == 0
     assert services.fan_out_many([e.id for e in events]) == []  # again: nothing new
     assert DeliveryEvent.objects.count() == 8
 
@@ -61,7 +61,7 @@ def test_workers_fanning_out_the_same_events_at_once_record_each_pair_once(monke
     ids = [failed(exps[i % 3], i + 1).id for i in range(60)]
     errors = race(services.fan_out_many, (ids, ids[::-1], ids[::2], ids[1::2]))
     assert errors == []
-    assert Event.objects.filter(fanned_out=False).count() == 0
+    assert Event.objects.filter(done=False).count() == 0
     assert DeliveryEvent.objects.count() == 60 * 2  # its experiment's subscription and the "mine" one
     assert (DeliveryEvent.objects.values("event_id", "subscription_id").distinct().count()
             == DeliveryEvent.objects.count())
