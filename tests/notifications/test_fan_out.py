@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from notifications import outbox as notify_outbox
 from notifications import services
 from notifications.models import Delivery, DeliveryEvent, Event, EventType
 from tests import factories
@@ -33,6 +34,7 @@ def failed(exp: Any, wid: int) -> Event:
 def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, monkeypatch) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60.0
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
     mine, bobs = factories.experiment(title="mine", creator=ALICE), factories.experiment(title="bobs", creator=BOB)
     one = subscribe(ALICE, experiment=f"experiments/{mine.id}")
     all_mine = subscribe(ALICE, allMyExperiments=True, webhook={"url": "http://127.0.0.1:9/all"}, email=None)
@@ -56,6 +58,7 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
 @pytest.mark.django_db(transaction=True)
 def test_workers_fanning_out_the_same_events_at_once_record_each_pair_once(monkeypatch) -> None:
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
     exps = [factories.experiment(creator=ALICE) for _ in range(3)]
     subs = [subscribe(ALICE, experiment=f"experiments/{x.id}") for x in exps] + [subscribe(ALICE, allMyExperiments=True, webhook={"url": "http://127.0.0.1:9/all"}, email=None)]
     ids = [failed(exps[i % 3], i + 1).id for i in range(60)]
