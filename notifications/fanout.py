@@ -52,8 +52,9 @@ def record_events(rows: Iterable[Event]) -> list[int]:
     rows = list(rows)
     if not rows:
         return []
-    Event.objects.bulk_create(rows, ignore_conflicts=True)
-    return list(Event.objects.filter(key__in=[r.key for r in rows], done=False).values_list("id", flat=True))
+    with transaction.atomic():
+        Event.objects.bulk_create(rows, ignore_conflicts=True)
+        return list(Event.objects.filter(key__in=[r.key for r in rows], done=False).values_list("id", flat=True))
 
 
 def subscriber_identity(sub: Subscription) -> Identity | None:
@@ -159,97 +160,135 @@ def fan_out_many(event_ids: Sequence[int], *, now: datetime | None = None) -> li
 
 
 def _fan_out_chunk(ids: Sequence[int], now: datetime) -> list[int]:
-    window = timedelta(seconds=settings.XMC_NOTIFY_COALESCE_S)
     with transaction.atomic():
         events = list(Event.objects.select_for_update(skip_locked=True)
                       .filter(id__in=ids, done=False).order_by("id"))
         if not events:
             return []
         xids = {e.xid for e in events if e.xid is not None}
-        experiments = {x.id: x for x in Experiment.objects.filter(id__in=xids)}
-        asked = Q()
-        for kind in sorted({e.type for e in events}):
-            asked |= Q(events__contains=[kind])
-        candidates = list(Subscription.objects.filter(asked, enabled=True).order_by("id"))
-        readable: dict[tuple[int, int | None], bool] = {}
-        recipient: dict[int, tuple[str, str]] = {}  # by subscription (a Slack URL is decrypted once a chunk)
-        pairs: list[tuple[Event, Subscription]] = []
-        # An event reaches a subscription once (the unique row): pairs already recorded are skipped.
-        had = set(DeliveryEvent.objects.filter(event_id__in=[e.id for e in events])
-                  .values_list("event_id", "subscription_id"))
-        for event in events:
-            experiment = experiments.get(event.xid) if event.xid is not None else None
-            happened = happened_at(event)
-            recipients: set[tuple[str, str]] = set()
-            # Per recipient, one message per event however many of their subscriptions match:
-            # the one that also wants EXPERIMENT_FINISHED first (so the summary can fold in the
-            # failures), then the oldest.
-            matching = sorted(_matching(event, experiment, candidates),
-                              key=lambda s: (EventType.EXPERIMENT_FINISHED not in s.events, s.id))
-            for sub in matching:
-                if happened < sub.create_time:
-                    continue  # a subscription never hears of what happened before it existed
-                key = (sub.id, event.xid)
-                if key not in readable:  # checked again at send time
-                    readable[key] = may_read(sub, event.xid, experiment.acls if experiment else None)
-                if not readable[key]:
-                    continue
-                if sub.id not in recipient:
-                    recipient[sub.id] = recipient_of(sub)
-                if recipient[sub.id] in recipients:
-                    continue
-                recipients.add(recipient[sub.id])
-                if (event.id, sub.id) not in had:
-                    pairs.append((event, sub))
-        # Coalescing subscribers, and those told an experiment finished (its summary folds in
-        # their open failure message), are locked in id order: one fan-out per subscriber at a time.
-        coalescing = sorted({sub.id for event, sub in pairs
-                             if event.type in COALESCED or event.type == EventType.EXPERIMENT_FINISHED})
-        if coalescing:
-            list(Subscription.objects.select_for_update().filter(id__in=coalescing).order_by("id")
-                 .values_list("id", flat=True))
-        open_messages: dict[tuple[int, int | None, str], Delivery] = {}
-        if coalescing:
-            for d in (Delivery.objects.select_for_update(of=("self",))
-                      .filter(subscription_id__in=coalescing, xid__in=xids, type__in=sorted(COALESCED),
-                              status=DeliveryStatus.PENDING, attempts=0, not_before__gt=now).order_by("id")):
-                open_messages.setdefault((d.subscription_id, d.xid, d.type), d)
-        new: list[Delivery] = []
-        links: list[tuple[Event, Subscription, Delivery]] = []
-        folded: list[tuple[Delivery, Delivery]] = []  # (open failure message already stored, the summary)
-        for event, sub in pairs:
-            group = (sub.id, event.xid, event.type)
-            delivery = open_messages.get(group) if event.type in COALESCED else None
-            if delivery is None:
-                start = now + window if event.type in COALESCED else now
-                delivery = Delivery(subscription=sub, type=event.type, xid=event.xid, not_before=start,
-                                    next_attempt_time=start, create_time=now)
-                new.append(delivery)
-                if event.type in COALESCED and start > now:
-                    open_messages[group] = delivery  # later events of this chunk join it
-            if event.type == EventType.EXPERIMENT_FINISHED:
-                # "Finished" must not overtake the failures still waiting out their coalescing
-                # window: the open failure message is folded into it (one message, failures listed).
-                waiting = open_messages.pop((sub.id, event.xid, EventType.WORK_UNIT_FAILED), None)
-                if waiting is not None and waiting.pk is None:
-                    new.remove(waiting)
-                    links = [(e, s, delivery if d is waiting else d) for e, s, d in links]
-                elif waiting is not None:
-                    folded.append((waiting, delivery))
-            links.append((event, sub, delivery))
+        pairs = _pairs(events, {x.id: x for x in Experiment.objects.filter(id__in=xids)})
+        open_messages = _lock_open_messages(pairs, xids, now)
+        new, links, folded = _assign(pairs, open_messages, now)
         Delivery.objects.bulk_create(new)
         DeliveryEvent.objects.bulk_create([DeliveryEvent(delivery=d, event=e, subscription=s) for e, s, d in links])
         for waiting, summary in folded:  # both rows are locked: no claim can be sending ``waiting``
             DeliveryEvent.objects.filter(delivery=waiting).update(delivery=summary)
             waiting.delete()
         Event.objects.filter(id__in=[e.id for e in events]).update(done=True, claimed_until=None)
-        due = [d.id for d in new if d.not_before <= now]
-        later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
-
-        def send() -> None:
-            outbox.enqueue(due)
-            for did, countdown in later:
-                outbox.enqueue([did], countdown=countdown)
-
-        outbox.after_commit(send)
+        _send_after_commit(new, now)
     return [d.id for d in new]
+
+
+def _reached(sub: Subscription) -> set[tuple[str, str]]:
+    """Everyone a subscription's message reaches: its recipient and, for a group's emails, each
+    active member's address (so a member's own email subscription is not told twice)."""
+    reached = {recipient_of(sub)}
+    if sub.channel == Channel.EMAIL and sub.group:
+        reached |= {("email", member.lower()) for member in channels.group_members(sub.group)}
+    return reached
+
+
+def _pairs(events: Sequence[Event], experiments: Mapping[int, Experiment]) -> list[tuple[Event, Subscription]]:
+    """The (event, subscription) pairs to record: matching, readable, one per recipient and event,
+    not recorded before (the unique row)."""
+    asked = Q()
+    for kind in sorted({e.type for e in events}):
+        asked |= Q(events__contains=[kind])
+    candidates = list(Subscription.objects.filter(asked, enabled=True).order_by("id"))
+    readable: dict[tuple[int, int | None], bool] = {}
+    reached: dict[int, set[tuple[str, str]]] = {}  # by subscription (a Slack URL is decrypted once a chunk)
+    had = set(DeliveryEvent.objects.filter(event_id__in=[e.id for e in events])
+              .values_list("event_id", "subscription_id"))
+    pairs: list[tuple[Event, Subscription]] = []
+    for event in events:
+        experiment = experiments.get(event.xid) if event.xid is not None else None
+        happened = happened_at(event)
+        told: set[tuple[str, str]] = set()
+        # Per recipient, one message per event however many of their subscriptions match: a
+        # group's first (its emails reach the members), then the one that also wants
+        # EXPERIMENT_FINISHED (so the summary can fold in the failures), then the oldest.
+        matching = sorted(_matching(event, experiment, candidates),
+                          key=lambda s: (not s.group, EventType.EXPERIMENT_FINISHED not in s.events, s.id))
+        for sub in matching:
+            if happened < sub.create_time:
+                continue  # a subscription never hears of what happened before it existed
+            key = (sub.id, event.xid)
+            if key not in readable:  # checked again at send time
+                readable[key] = may_read(sub, event.xid, experiment.acls if experiment else None)
+            if not readable[key]:
+                continue
+            if sub.id not in reached:
+                reached[sub.id] = _reached(sub)
+            if reached[sub.id] <= told:
+                continue
+            told |= reached[sub.id]
+            if (event.id, sub.id) not in had:
+                pairs.append((event, sub))
+    return pairs
+
+
+def _lock_open_messages(pairs: Sequence[tuple[Event, Subscription]], xids: set[int],
+                        now: datetime) -> dict[tuple[int, int | None, str], Delivery]:
+    """Lock the coalescing subscribers, and those told an experiment finished (its summary folds in
+    their open failure message), in id order (one fan-out per subscriber at a time, no lock cycles);
+    their messages still collecting events, by (subscription, experiment, type)."""
+    coalescing = sorted({sub.id for event, sub in pairs
+                         if event.type in COALESCED or event.type == EventType.EXPERIMENT_FINISHED})
+    open_messages: dict[tuple[int, int | None, str], Delivery] = {}
+    if not coalescing:
+        return open_messages
+    list(Subscription.objects.select_for_update().filter(id__in=coalescing).order_by("id")
+         .values_list("id", flat=True))
+    for d in (Delivery.objects.select_for_update(of=("self",))
+              .filter(subscription_id__in=coalescing, xid__in=xids, type__in=sorted(COALESCED),
+                      status=DeliveryStatus.PENDING, attempts=0, not_before__gt=now).order_by("id")):
+        open_messages.setdefault((d.subscription_id, d.xid, d.type), d)
+    return open_messages
+
+
+Link = tuple[Event, Subscription, Delivery]
+
+
+def _assign(pairs: Sequence[tuple[Event, Subscription]], open_messages: dict[tuple[int, int | None, str], Delivery],
+            now: datetime) -> tuple[list[Delivery], list[Link], list[tuple[Delivery, Delivery]]]:
+    """Each pair's message: an open one that coalesces it, or a new one. Returns the new
+    messages, the links, and the (stored open failure message, summary) pairs to fold."""
+    window = timedelta(seconds=settings.XMC_NOTIFY_COALESCE_S)
+    new: list[Delivery] = []
+    links: list[Link] = []
+    folded: list[tuple[Delivery, Delivery]] = []
+    for event, sub in pairs:
+        group = (sub.id, event.xid, event.type)
+        delivery = open_messages.get(group) if event.type in COALESCED else None
+        if delivery is None:
+            start = now + window if event.type in COALESCED else now
+            delivery = Delivery(subscription=sub, type=event.type, xid=event.xid, not_before=start,
+                                next_attempt_time=start, create_time=now)
+            new.append(delivery)
+            if event.type in COALESCED and start > now:
+                open_messages[group] = delivery  # later events of this chunk join it
+        if event.type == EventType.EXPERIMENT_FINISHED:
+            # "Finished" must not overtake the failures still waiting out their coalescing
+            # window: the open failure message is folded into it (one message, failures listed).
+            waiting = open_messages.pop((sub.id, event.xid, EventType.WORK_UNIT_FAILED), None)
+            if waiting is not None and waiting.pk is None:
+                new.remove(waiting)
+                links = [(e, s, delivery if d is waiting else d) for e, s, d in links]
+            elif waiting is not None:
+                folded.append((waiting, delivery))
+        links.append((event, sub, delivery))
+    return new, links, folded
+
+
+def _send_after_commit(new: Sequence[Delivery], now: datetime) -> None:
+    """The new messages go to the queue once the fan-out commits: the due ones together, the
+    coalescing ones when their window closes."""
+    due = [d.id for d in new if d.not_before <= now]
+    later = [(d.id, (d.not_before - now).total_seconds()) for d in new if d.not_before > now]
+
+    def send() -> None:
+        outbox.enqueue(due)
+        for did, countdown in later:
+            outbox.enqueue([did], countdown=countdown)
+
+    outbox.after_commit(send)

@@ -180,82 +180,105 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
     now = now or timezone.now()
     ids = sorted({int(i) for i in delivery_ids})
     outcomes: dict[int, Outcome] = {}
-    claimed: list[_Claimed] = []
     with transaction.atomic():
         found = _claimable(ids, now)
         absent = set(ids) - {f.delivery.id for f in found}
         if absent:  # locked by another worker's claim right now, or no such delivery
             present = set(Delivery.objects.filter(id__in=absent).values_list("id", flat=True))
             outcomes.update({i: Outcome("leased" if i in present else "missing") for i in absent})
-        readable: dict[tuple[int, int | None], bool] = {}
-        in_batch: dict[int, int] = {}  # subscription -> messages claimed in this batch
-        candidates: list[tuple[_Claimable, channels.ChannelAdapter, str]] = []
-        for f in found:
-            d, sub, experiment = f.delivery, f.delivery.subscription, f.experiment
-            if d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
-                outcomes[d.id] = Outcome("done")
-                continue
-            if d.status == DeliveryStatus.DELIVERING and d.claimed_until and d.claimed_until > now:
-                outcomes[d.id] = Outcome("leased", (d.claimed_until - now).total_seconds())
-                continue
-            due = max(d.next_attempt_time, d.not_before)
-            if due > now:
-                outcomes[d.id] = Outcome("not_due", (due - now).total_seconds())
-                continue
-            if d.type != EventType.TEST:
-                if not sub.enabled:
-                    outcomes[d.id] = _suppress(d, "the subscription is disabled")
-                    continue
-                key = (sub.id, d.xid)
-                if key not in readable:
-                    readable[key] = fanout.may_read(sub, d.xid, experiment.acls if experiment else None)
-                if not readable[key]:
-                    what = f"experiments/{d.xid}" if d.xid is not None else "staff events"
-                    who = f"group {sub.group}" if sub.group else sub.owner
-                    outcomes[d.id] = _suppress(d, f"{who} may not read {what}")
-                    continue
-                if d.attempts == 0:
-                    quiet = _in_quiet_hours(sub, now)
-                    if quiet:
-                        outcomes[d.id] = _postpone(d, quiet, "quiet hours")
-                        continue
-                    limited = _rate_limited(sub, f.sent_last_hour + in_batch.get(sub.id, 0),
-                                            f.first_sent_last_hour or now)
-                    if limited:
-                        outcomes[d.id] = _postpone(d, limited,
-                                                   f"rate limit: {sub.rate_limit_per_hour} messages per hour")
-                        continue
-                    in_batch[sub.id] = in_batch.get(sub.id, 0) + 1
-            adapter = channels.adapter(sub)
-            candidates.append((f, adapter, channels.breaker_key(sub)))
-        opened: dict[str, datetime] = {
-            endpoint: until for endpoint, until in EndpointHealth.objects.filter(
-                endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")
-            if until is not None}
-        bodies = [c[0] for c in candidates if c[2] not in opened and not c[0].delivery.body]
-        events = _events_of([f.delivery.id for f in bodies])
-        unit_details = _failure_details(events)
-        for f, adapter, endpoint in candidates:
-            d = f.delivery
-            if endpoint in opened:
-                outcomes[d.id] = _postpone(d, opened[endpoint], f"circuit open for {endpoint}")
-                continue
-            if not d.body:
-                mine = events.get(d.id, [])
-                if f.experiment is not None:
-                    for e in mine:
-                        e.data = {**e.data, "title": f.experiment.title}
-                d.body = payloads.dumps(payloads.build(d.type, mine, now, unit_details.get(d.xid or 0)))
-                d.timestamp = int(now.timestamp())
-            d.status = DeliveryStatus.DELIVERING
-            d.attempts += 1
-            d.claimed_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
-            claimed.append(_Claimed(d, adapter, endpoint))
-        Delivery.objects.bulk_update([c.delivery for c in claimed],
-                                     ["status", "attempts", "claimed_until", "body", "timestamp"])
+        candidates = _checked(found, now, outcomes)
+        claimed = _claim(candidates, now, outcomes)
     _send_all(claimed)
     outcomes.update(_record_all(claimed))
     return outcomes
+
+
+Candidate = tuple[_Claimable, channels.ChannelAdapter, str]
+
+
+def _checked(found: Sequence[_Claimable], now: datetime, outcomes: dict[int, Outcome]) -> list[Candidate]:
+    """The deliveries to send now (with their adapter and breaker key); the others' outcomes go to
+    ``outcomes``: done, leased, not due, suppressed, or postponed (quiet hours, rate limit)."""
+    readable: dict[tuple[int, int | None], bool] = {}
+    in_batch: dict[int, int] = {}  # subscription -> messages claimed in this batch
+    candidates: list[Candidate] = []
+    for f in found:
+        d, sub = f.delivery, f.delivery.subscription
+        if d.done or d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
+            outcomes[d.id] = Outcome("done")
+            continue
+        if d.status == DeliveryStatus.DELIVERING and d.claimed_until and d.claimed_until > now:
+            outcomes[d.id] = Outcome("leased", (d.claimed_until - now).total_seconds())
+            continue
+        due = max(d.next_attempt_time, d.not_before)
+        if due > now:
+            outcomes[d.id] = Outcome("not_due", (due - now).total_seconds())
+            continue
+        if d.type != EventType.TEST:
+            held = _held_back(f, now, readable, in_batch)
+            if held is not None:
+                outcomes[d.id] = held
+                continue
+        candidates.append((f, channels.adapter(sub), channels.breaker_key(sub)))
+    return candidates
+
+
+def _held_back(f: _Claimable, now: datetime, readable: dict[tuple[int, int | None], bool],
+               in_batch: dict[int, int]) -> Outcome | None:
+    """Why this (non-test) delivery is not sent now, or None: the subscription is disabled or may
+    not read the experiment (suppressed), quiet hours or the rate limit (postponed)."""
+    d, sub, experiment = f.delivery, f.delivery.subscription, f.experiment
+    if not sub.enabled:
+        return _suppress(d, "the subscription is disabled")
+    key = (sub.id, d.xid)
+    if key not in readable:
+        readable[key] = fanout.may_read(sub, d.xid, experiment.acls if experiment else None)
+    if not readable[key]:
+        what = f"experiments/{d.xid}" if d.xid is not None else "staff events"
+        who = f"group {sub.group}" if sub.group else sub.owner
+        return _suppress(d, f"{who} may not read {what}")
+    if d.attempts != 0:
+        return None
+    quiet = _in_quiet_hours(sub, now)
+    if quiet:
+        return _postpone(d, quiet, "quiet hours")
+    limited = _rate_limited(sub, f.sent_last_hour + in_batch.get(sub.id, 0), f.first_sent_last_hour or now)
+    if limited:
+        return _postpone(d, limited, f"rate limit: {sub.rate_limit_per_hour} messages per hour")
+    in_batch[sub.id] = in_batch.get(sub.id, 0) + 1
+    return None
+
+
+def _claim(candidates: Sequence[Candidate], now: datetime, outcomes: dict[int, Outcome]) -> list[_Claimed]:
+    """Postpone those whose circuit is open; freeze the others' bodies at the first try, move
+    them to DELIVERING under a lease and count the try (one bulk update)."""
+    opened: dict[str, datetime] = {
+        endpoint: until for endpoint, until in EndpointHealth.objects.filter(
+            endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")
+        if until is not None}
+    bodies = [c[0] for c in candidates if c[2] not in opened and not c[0].delivery.body]
+    events = _events_of([f.delivery.id for f in bodies])
+    unit_details = _failure_details(events)
+    claimed: list[_Claimed] = []
+    for f, adapter, endpoint in candidates:
+        d = f.delivery
+        if endpoint in opened:
+            outcomes[d.id] = _postpone(d, opened[endpoint], f"circuit open for {endpoint}")
+            continue
+        if not d.body:
+            mine = events.get(d.id, [])
+            if f.experiment is not None:
+                for e in mine:
+                    e.data = {**e.data, "title": f.experiment.title}
+            d.body = payloads.dumps(payloads.build(d.type, mine, now, unit_details.get(d.xid or 0)))
+            d.timestamp = int(now.timestamp())
+        d.status = DeliveryStatus.DELIVERING
+        d.attempts += 1
+        d.claimed_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
+        claimed.append(_Claimed(d, adapter, endpoint))
+    Delivery.objects.bulk_update([c.delivery for c in claimed],
+                                 ["status", "attempts", "claimed_until", "body", "timestamp"])
+    return claimed
 
 
 def _send_one(c: _Claimed) -> None:

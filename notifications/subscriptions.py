@@ -14,6 +14,7 @@ from datetime import time as dtime
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
@@ -178,85 +179,115 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
     """Validate the JSON fields in ``data`` onto ``sub``; the new secret when one was made."""
     secret: str | None = None
     if creating or "events" in data:
-        events = data.get("events")
-        if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
-            raise InvalidArgument(f"events must be a non-empty list of {', '.join(SUBSCRIBABLE)}", field="events")
-        unknown = [e for e in events if e not in SUBSCRIBABLE]
-        if unknown:
-            raise InvalidArgument(f"events: unknown event {unknown[0]!r}; allowed: {', '.join(SUBSCRIBABLE)}",
-                                  field="events")
-        if set(events) & STAFF_EVENTS and not identity.is_staff:
-            raise PermissionDenied(f"only staff may subscribe to {' / '.join(sorted(set(events) & STAFF_EVENTS))}",
-                                   field="events")
-        sub.events = sorted(set(events))
-    if creating and "group" in data:
-        group = data["group"]
-        if not identity.is_staff:
-            raise PermissionDenied("only staff may subscribe a group", field="group")
-        from django.contrib.auth.models import Group
-
-        if not isinstance(group, str) or not Group.objects.filter(name=group).exists():
-            raise InvalidArgument(f"group: no such group {group!r}", field="group")
-        if data.get("allMyExperiments") is True:
-            raise InvalidArgument("a group subscription names an experiment or a filter", field="allMyExperiments")
-        sub.group = group
+        _apply_events(sub, data.get("events"), identity)
     if creating:
-        given = [k for k in ("experiment", "filter", "allMyExperiments") if k in data]
-        if len(given) > 1:
-            raise InvalidArgument("give one of experiment, filter or allMyExperiments", field=given[1])
-        if "experiment" in data:
-            sub.scope, sub.experiment = Scope.EXPERIMENT, _parse_experiment(data["experiment"], identity)
-        elif "filter" in data:
-            sub.scope, sub.filter = Scope.FILTER, _parse_filter(data["filter"])
-        elif data.get("allMyExperiments") is True:
-            sub.scope = Scope.MINE
-        elif set(sub.events) <= STAFF_EVENTS:
-            sub.scope = Scope.NONE
-        else:
-            raise InvalidArgument("say which experiments: experiment, filter or allMyExperiments: true",
-                                  field="experiment")
-        kinds = [k for k in ("webhook", "slack", "email") if k in data]
-        if len(kinds) != 1:
-            raise InvalidArgument("give exactly one channel: webhook, slack or email", field="webhook")
-        kind = kinds[0]
-        conf = data[kind]
-        if not isinstance(conf, dict):
-            raise InvalidArgument(f"{kind} must be an object", field=kind)
-        extra = set(conf) - ({"address"} if kind == "email" else {"url"})
-        if extra:
-            raise InvalidArgument(f"{kind}: unknown field {sorted(extra)[0]!r}", field=f"{kind}.{sorted(extra)[0]}")
-        if kind == "email":
-            sub.channel = Channel.EMAIL
-            address = conf.get("address", identity.email)
-            if "address" in conf and sub.group:
-                raise InvalidArgument("a group's emails go to its members; give no address", field="email.address")
-            if address != identity.email and not identity.is_staff:
-                raise PermissionDenied("only staff may send notifications to another address than their own",
-                                       field="email.address")
-            try:
-                sub.email = validated_email(address) if isinstance(address, str) else ""
-            except ServiceError as exc:
-                raise InvalidArgument(f"email.address: {exc.message}", field="email.address") from None
-            if not sub.email:
-                raise InvalidArgument("email.address must be an email address", field="email.address")
-        else:
-            sub.channel = Channel.WEBHOOK if kind == "webhook" else Channel.SLACK
-            _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
-            if kind == "webhook":
-                secret = signing.new_secret()
-                sub.secret_encrypted = crypto.encrypt(secret)
+        if "group" in data:
+            _apply_group(sub, data, identity)
+        _apply_scope(sub, data, identity)
+        secret = _apply_channel(sub, data, identity)
     else:
-        for fixed in ("experiment", "filter", "allMyExperiments", "email"):
-            if fixed in data:
-                raise InvalidArgument(f"{fixed} cannot be changed; create a new subscription", field=fixed)
-        for kind in ("webhook", "slack"):
-            if kind in data:
-                if sub.channel != (Channel.WEBHOOK if kind == "webhook" else Channel.SLACK):
-                    raise InvalidArgument(f"this subscription has no {kind} channel", field=kind)
-                conf = data[kind]
-                if not isinstance(conf, dict) or set(conf) - {"url"}:
-                    raise InvalidArgument(f"{kind} must be an object with a url", field=kind)
-                _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
+        _apply_changed_url(sub, data)
+    _apply_limits(sub, data)
+    return secret
+
+
+def _apply_events(sub: Subscription, events: Any, identity: Identity) -> None:
+    if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+        raise InvalidArgument(f"events must be a non-empty list of {', '.join(SUBSCRIBABLE)}", field="events")
+    unknown = [e for e in events if e not in SUBSCRIBABLE]
+    if unknown:
+        raise InvalidArgument(f"events: unknown event {unknown[0]!r}; allowed: {', '.join(SUBSCRIBABLE)}",
+                              field="events")
+    if set(events) & STAFF_EVENTS and not identity.is_staff:
+        raise PermissionDenied(f"only staff may subscribe to {' / '.join(sorted(set(events) & STAFF_EVENTS))}",
+                               field="events")
+    sub.events = sorted(set(events))
+
+
+def _apply_group(sub: Subscription, data: Mapping[str, Any], identity: Identity) -> None:
+    group = data["group"]
+    if not identity.is_staff:
+        raise PermissionDenied("only staff may subscribe a group", field="group")
+    if not isinstance(group, str) or not Group.objects.filter(name=group).exists():
+        raise InvalidArgument(f"group: no such group {group!r}", field="group")
+    if data.get("allMyExperiments") is True:
+        raise InvalidArgument("a group subscription names an experiment or a filter", field="allMyExperiments")
+    sub.group = group
+
+
+def _apply_scope(sub: Subscription, data: Mapping[str, Any], identity: Identity) -> None:
+    given = [k for k in ("experiment", "filter", "allMyExperiments") if k in data]
+    if len(given) > 1:
+        raise InvalidArgument("give one of experiment, filter or allMyExperiments", field=given[1])
+    if "experiment" in data:
+        sub.scope, sub.experiment = Scope.EXPERIMENT, _parse_experiment(data["experiment"], identity)
+    elif "filter" in data:
+        sub.scope, sub.filter = Scope.FILTER, _parse_filter(data["filter"])
+    elif data.get("allMyExperiments") is True:
+        sub.scope = Scope.MINE
+    elif set(sub.events) <= STAFF_EVENTS:
+        sub.scope = Scope.NONE
+    else:
+        raise InvalidArgument("say which experiments: experiment, filter or allMyExperiments: true",
+                              field="experiment")
+
+
+def _apply_channel(sub: Subscription, data: Mapping[str, Any], identity: Identity) -> str | None:
+    """The channel of a new subscription; its webhook secret in clear (None for Slack and email)."""
+    kinds = [k for k in ("webhook", "slack", "email") if k in data]
+    if len(kinds) != 1:
+        raise InvalidArgument("give exactly one channel: webhook, slack or email", field="webhook")
+    kind = kinds[0]
+    conf = data[kind]
+    if not isinstance(conf, dict):
+        raise InvalidArgument(f"{kind} must be an object", field=kind)
+    extra = set(conf) - ({"address"} if kind == "email" else {"url"})
+    if extra:
+        raise InvalidArgument(f"{kind}: unknown field {sorted(extra)[0]!r}", field=f"{kind}.{sorted(extra)[0]}")
+    if kind == "email":
+        _apply_email(sub, conf, identity)
+        return None
+    sub.channel = Channel.WEBHOOK if kind == "webhook" else Channel.SLACK
+    _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
+    if kind != "webhook":
+        return None
+    secret = signing.new_secret()
+    sub.secret_encrypted = crypto.encrypt(secret)
+    return secret
+
+
+def _apply_email(sub: Subscription, conf: Mapping[str, Any], identity: Identity) -> None:
+    sub.channel = Channel.EMAIL
+    address = conf.get("address", identity.email)
+    if "address" in conf and sub.group:
+        raise InvalidArgument("a group's emails go to its members; give no address", field="email.address")
+    if address != identity.email and not identity.is_staff:
+        raise PermissionDenied("only staff may send notifications to another address than their own",
+                               field="email.address")
+    try:
+        sub.email = validated_email(address) if isinstance(address, str) else ""
+    except ServiceError as exc:
+        raise InvalidArgument(f"email.address: {exc.message}", field="email.address") from None
+    if not sub.email:
+        raise InvalidArgument("email.address must be an email address", field="email.address")
+
+
+def _apply_changed_url(sub: Subscription, data: Mapping[str, Any]) -> None:
+    """An update: only the URL of the channel may change; what names the subscription may not."""
+    for fixed in ("experiment", "filter", "allMyExperiments", "email"):
+        if fixed in data:
+            raise InvalidArgument(f"{fixed} cannot be changed; create a new subscription", field=fixed)
+    for kind in ("webhook", "slack"):
+        if kind in data:
+            if sub.channel != (Channel.WEBHOOK if kind == "webhook" else Channel.SLACK):
+                raise InvalidArgument(f"this subscription has no {kind} channel", field=kind)
+            conf = data[kind]
+            if not isinstance(conf, dict) or set(conf) - {"url"}:
+                raise InvalidArgument(f"{kind} must be an object with a url", field=kind)
+            _set_url(sub, ssrf.check_url(str(conf.get("url") or ""), field=f"{kind}.url"))
+
+
+def _apply_limits(sub: Subscription, data: Mapping[str, Any]) -> None:
     sub.queued_minutes = _int(data, "queuedMinutes", "queuedMinutes", 1, 7 * 24 * 60, sub.queued_minutes)
     sub.rate_limit_per_hour = _int(data, "rateLimitPerHour", "rateLimitPerHour", 1, 10_000, sub.rate_limit_per_hour)
     if "quietHours" in data:
@@ -275,7 +306,6 @@ def _apply(sub: Subscription, data: Mapping[str, Any], identity: Identity, *, cr
         if not isinstance(data["enabled"], bool):
             raise InvalidArgument("enabled must be true or false", field="enabled")
         sub.enabled = data["enabled"]
-    return secret
 
 
 ALLOWED_FIELDS = {"group", "experiment", "filter", "allMyExperiments", "events", "webhook", "slack", "email",
@@ -298,7 +328,8 @@ def create(identity: Identity, data: Any, *, now: datetime | None = None) -> Cre
         raise InvalidArgument(f"at most {MAX_SUBSCRIPTIONS_PER_OWNER} subscriptions per subscriber")
     sub = Subscription(owner=identity.email, create_time=now, update_time=now)
     secret = _apply(sub, data, identity, creating=True)
-    sub.save()
+    with transaction.atomic():
+        sub.save()
     return Created(sub, secret)
 
 
@@ -314,7 +345,8 @@ def update(identity: Identity, sid: int, data: Any, *, now: datetime | None = No
 
 
 def delete(identity: Identity, sid: int) -> None:
-    _owned(identity, sid).delete()
+    with transaction.atomic():
+        _owned(identity, sid).delete()
 
 
 def rotate_secret(identity: Identity, sid: int, *, now: datetime | None = None) -> Created:
