@@ -21,16 +21,7 @@ from experiments import acl
 from experiments.acl import Role
 from experiments.models import Experiment
 from notifications import channels, outbox
-from notifications.models import (
-    Channel,
-    Delivery,
-    DeliveryEvent,
-    DeliveryStatus,
-    Event,
-    EventType,
-    Scope,
-    Subscription,
-)
+from notifications.models import Channel, Delivery, DeliveryEvent, DeliveryStatus, Event, EventType, Scope, Subscription
 from xmc import listing
 from xmc.api.handlers import EXPERIMENT_FIELDS
 from xmc.auth.identity import IDENTITY_CACHE, Identity, identity_for_email
