@@ -14,7 +14,6 @@ https://github.com/kubernetes/apimachinery/blob/master/pkg/api/errors/errors.go
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from core import errors as service_errors
@@ -106,14 +105,3 @@ def retry_after_seconds(exc: BaseException) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except (TypeError, ValueError):
         return None
-
-
-def backoff_seconds(attempt: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with "equal jitter": uniform in [c/2, c], c = min(cap, base * 2**attempt).
-
-    ``attempt`` counts from 0. The jitter (AWS Architecture Blog, "Exponential
-    Backoff And Jitter") spreads retries of many tasks that failed together;
-    the lower half keeps a minimum wait so a retry never comes back at once.
-    """
-    ceiling = min(cap, base * (2 ** max(0, attempt)))
-    return (rng or random).uniform(ceiling / 2, ceiling)

@@ -18,7 +18,7 @@ from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import runner
 from k8s_bridge.logs import archive
-from workunits import outbox, services
+from workunits import services
 from xmc.celery import Queue, app
 
 def _task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
@@ -54,16 +54,6 @@ def restart(self: Any, payload: str) -> None:
 @_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
 def update(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.UPDATE)
-
-
-@_task(name="xmc.actuator.sweep_outbox", queue=Queue.ACTUATOR.value, ignore_result=True)
-def sweep_outbox() -> int:
-    """Re-send operations that are not done and never reached the broker, or whose lease ran out
-    (``workunits.outbox.due_operations``): at most 1,000 a tick, oldest first."""
-    ids = list(outbox.due_operations(timezone.now()).values_list("id", flat=True)[:1000])
-    if ids:
-        outbox.deliver(ids)
-    return len(ids)
 
 
 @_task(name="xmc.logs.purge_archive", queue=Queue.ACTUATOR.value, ignore_result=True)

@@ -60,8 +60,8 @@ class DeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(Event)
 class EventAdmin(admin.ModelAdmin):
-    list_display = ("key", "type", "xid", "wid", "eid", "create_time", "fanned_out")
-    list_filter = ("type", "fanned_out")
+    list_display = ("key", "type", "xid", "wid", "eid", "create_time", "done")
+    list_filter = ("type", "done")
     readonly_fields = [f.name for f in Event._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from delivery import sweep
+
 
 class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
@@ -14,9 +16,13 @@ class NotificationsConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: app modules may import models only once the registry is ready.
-        from notifications import rest, sources
+        from notifications import rest, services, sources
         from workunits import hooks
         from xmc.api import extensions
+
+        # The one delivery sweep re-sends this app's two outboxes (events to fan out, deliveries).
+        sweep.register("notification events", services.sweep_events)
+        sweep.register("notification deliveries", services.sweep_deliveries)
 
         # The REST endpoints are mounted beside the API's bindings through its extension point.
         extensions.register(rest.urlpatterns, rest.openapi_paths)

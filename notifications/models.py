@@ -12,6 +12,8 @@ import uuid
 
 from django.db import models
 
+from delivery.models import Leased
+
 
 class EventType(models.TextChoices):
     WORK_UNIT_FAILED = "WORK_UNIT_FAILED"
@@ -88,8 +90,12 @@ class Subscription(models.Model):
         return f"subscriptions/{self.id} ({self.owner}, {self.channel})"
 
 
-class Event(models.Model):
-    """A fact worth telling, written once per ``key`` (idempotent: ON CONFLICT DO NOTHING)."""
+class Event(Leased):
+    """A fact worth telling, written once per ``key`` (idempotent: ON CONFLICT DO NOTHING).
+
+    The outbox row of its fan-out (``delivery.models.Leased``): ``done`` once
+    it was given to its subscriptions; sent again by ``delivery.sweep`` while not.
+    """
 
     key = models.CharField(max_length=200, unique=True)
     type = models.CharField(max_length=32, choices=EventType.choices)
@@ -98,10 +104,9 @@ class Event(models.Model):
     eid = models.BigIntegerField(null=True, blank=True)
     data = models.JSONField(default=dict)
     create_time = models.DateTimeField()
-    fanned_out = models.BooleanField(default=False)
 
     class Meta:
-        indexes = [models.Index(fields=["fanned_out", "create_time"], name="notif_event_pending")]
+        indexes = [models.Index(fields=["done", "create_time"], name="notif_event_pending")]
 
     def __str__(self) -> str:
         return self.key
@@ -119,8 +124,12 @@ def _message_id() -> str:
     return f"msg_{uuid.uuid4().hex}"
 
 
-class Delivery(models.Model):
-    """One message to one subscription: the outbox row. ``message_id`` is the ``webhook-id`` of every try."""
+class Delivery(Leased):
+    """One message to one subscription: the outbox row. ``message_id`` is the ``webhook-id`` of every try.
+
+    Its lease columns are ``delivery.models.Leased``'s: ``done`` once DELIVERED,
+    DEAD or SUPPRESSED; ``claimed_until`` while a worker sends it (DELIVERING).
+    """
 
     message_id = models.CharField(max_length=64, unique=True, default=_message_id)
     subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="deliveries")
@@ -131,7 +140,6 @@ class Delivery(models.Model):
     #: Coalescing: events of the same experiment join this message until then.
     not_before = models.DateTimeField()
     next_attempt_time = models.DateTimeField()
-    lease_until = models.DateTimeField(null=True, blank=True)
     #: The body, frozen at the first try so every retry sends the same bytes.
     body = models.TextField(blank=True, default="")
     timestamp = models.BigIntegerField(null=True, blank=True, help_text="webhook-timestamp of the first try.")

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from experiments.choices import ActiveState
 from experiments.models import Experiment
-from notifications import services
+from notifications import fanout, outbox
 from notifications.models import Event, EventType, Scope, Subscription
 from workunits import delivery
 from workunits.choices import TERMINAL, WorkUnitState
@@ -88,7 +88,7 @@ def scan_finished(window_s: float = 600.0) -> list[int]:
         return []
     since = timezone.now() - timedelta(seconds=window_s)
     recent = Experiment.objects.filter(active_state=ActiveState.INACTIVE, complete_time__gte=since)
-    return services.record_events(finished_events(recent.order_by("id")[:1000]))
+    return fanout.record_events(finished_events(recent.order_by("id")[:1000]))
 
 
 def on_transitions_committed(transitions: Sequence[Any]) -> None:
@@ -100,18 +100,18 @@ def on_transitions_committed(transitions: Sequence[Any]) -> None:
     listened = _listened([*types, EventType.EXPERIMENT_FINISHED])
     if not listened:
         return
-    ids = services.record_events(e for e in events_for(interesting, finished=EventType.EXPERIMENT_FINISHED in listened)
+    ids = fanout.record_events(e for e in events_for(interesting, finished=EventType.EXPERIMENT_FINISHED in listened)
                                  if e.type in listened)
-    services.enqueue_fan_out(ids)
+    outbox.enqueue_fan_out(ids)
 
 
 def on_scheduling_changed(change_id: int, paused: bool, by: str, reason: str) -> None:
     kind = EventType.SCHEDULING_PAUSED if paused else EventType.SCHEDULING_RESUMED
     if not _anyone_listens([kind]):
         return
-    ids = services.record_events([Event(key=f"scheduling/{change_id}", type=kind, create_time=timezone.now(),
+    ids = fanout.record_events([Event(key=f"scheduling/{change_id}", type=kind, create_time=timezone.now(),
                                         data={"by": by, "reason": reason})])
-    services.enqueue_fan_out(ids)
+    outbox.enqueue_fan_out(ids)
 
 
 def on_advisories(advisories: Sequence[Any]) -> None:
@@ -146,7 +146,7 @@ def scan_delivery_degraded() -> list[int]:
         rows.append(Event(key=f"operator/delivery-degraded/{queue}/{since.isoformat()}",
                           type=EventType.OPERATOR_DELIVERY_DEGRADED, create_time=now,
                           data={"queue": queue, "oldestPendingSeconds": round(age), "since": since.isoformat()}))
-    return services.record_events(rows)
+    return fanout.record_events(rows)
 
 
 def scan_queued_too_long() -> list[int]:
@@ -167,4 +167,4 @@ def scan_queued_too_long() -> list[int]:
                               xid=xid, wid=wid, eid=eid, create_time=timezone.now(),
                               data={"subscription": sub.id, "state": WorkUnitState.SCHEDULING,
                                     "queuedMinutes": sub.queued_minutes}))
-    return services.record_events(rows)
+    return fanout.record_events(rows)

@@ -2,9 +2,11 @@
 
 * ``xmc.notifications.fan_out(event_ids)``: give events to their subscriptions;
 * ``xmc.notifications.deliver(delivery_id | [delivery_id, ...])``: claim, send and record messages;
-* ``xmc.notifications.sweep()`` (beat): fan out stranded events, send due
-  deliveries and those whose lease ran out, scan for work units queued too long
-  and for experiments that finished without a transition saying so.
+* ``xmc.notifications.sweep()`` (beat): scan for work units queued too long,
+  for experiments that finished without a transition saying so, and for
+  degraded delivery. Stranded events and deliveries whose message was lost or
+  whose lease ran out are sent again by the one delivery sweep
+  (``delivery.tasks.sweep``, which ``notifications.apps`` registers them with).
 
 All idempotent: the database decides (unique rows, row-locked claims), so a
 redelivered or duplicated message changes nothing.
@@ -16,16 +18,15 @@ from typing import Any
 
 from celery import shared_task
 from django.db import DatabaseError
-from django.utils import timezone
 
-from notifications import services, sources
+from notifications import outbox, services, sources
 from core.queues import Queue
 
 log = logging.getLogger(__name__)
 
-FAN_OUT_TASK = services.FAN_OUT_TASK
-DELIVER_TASK = services.DELIVER_TASK
-SWEEP_TASK = services.SWEEP_TASK
+FAN_OUT_TASK = outbox.FAN_OUT_TASK
+DELIVER_TASK = outbox.DELIVER_TASK
+SWEEP_TASK = outbox.SWEEP_TASK
 
 OPTIONS: dict[str, Any] = {
     "bind": True, "acks_late": True, "ignore_result": True, "queue": Queue.NOTIFICATIONS.value,
@@ -47,15 +48,12 @@ def deliver(self: Any, delivery_id: int | list[int]) -> str:
     for did, outcome in sorted(outcomes.items()):
         log.info("notifications.deliver", extra={"delivery": did, "action": outcome.action})
         if outcome.action in ("not_due", "leased") and outcome.retry_in is not None:
-            services.enqueue([did], countdown=outcome.retry_in + 0.5)  # the sweep is the safety net
+            outbox.enqueue([did], countdown=outcome.retry_in + 0.5)  # the sweep is the safety net
     return ",".join(sorted({o.action for o in outcomes.values()}))
 
 
 @shared_task(name=SWEEP_TASK, **OPTIONS)
 def sweep(self: Any) -> None:
-    now = timezone.now()
-    services.enqueue_fan_out(services.stranded_events(now))
-    services.enqueue_fan_out(sources.scan_queued_too_long())
-    services.enqueue_fan_out(sources.scan_finished())
-    services.enqueue_fan_out(sources.scan_delivery_degraded())
-    services.enqueue(services.due_deliveries(now))
+    outbox.enqueue_fan_out(sources.scan_queued_too_long())
+    outbox.enqueue_fan_out(sources.scan_finished())
+    outbox.enqueue_fan_out(sources.scan_delivery_degraded())

@@ -24,6 +24,7 @@ from workunits.choices import (
 )
 from core import limits
 from core.choices import MessageSource, Priority, Severity
+from delivery.models import Leased
 
 
 class WorkUnit(models.Model):
@@ -148,7 +149,7 @@ class WorkUnitExecution(models.Model):
         return f"experiments/{self.work_unit.experiment_id}/workUnits/{self.work_unit.wid}/executions/{self.eid}"
 
 
-class Operation(models.Model):
+class Operation(Leased):
     """A long-running operation, and the outbox of what must be sent to workers.
 
     A work-unit operation (``work_unit`` set) names
@@ -166,7 +167,6 @@ class Operation(models.Model):
     target = models.CharField(max_length=256, help_text="Resource name the operation acts on.")
     create_time = models.DateTimeField()
     end_time = models.DateTimeField(null=True, blank=True)
-    done = models.BooleanField(default=False)
     #: google.rpc.Status as {"code": int, "message": str} when it failed.
     error = models.JSONField(null=True, blank=True)
     #: The response message as proto3 JSON with its "@type" when it succeeded.
@@ -182,14 +182,8 @@ class Operation(models.Model):
     task_type = models.CharField(max_length=16, choices=TaskType.choices, blank=True, default="")
     eid = models.BigIntegerField(null=True, blank=True, help_text="Execution the task is for.")
     target_eid = models.BigIntegerField(null=True, blank=True, help_text="Restart: the execution it supersedes.")
-    #: When the broker last took the task (the first send, or a re-send of the sweep).
-    dispatched_time = models.DateTimeField(null=True, blank=True)
-    dispatch_attempts = models.IntegerField(default=0)
-    # Lease (workunits.delivery): the worker running the task holds it until
-    # ``claimed_until`` and extends it while it works; ``claimed_by`` is its
-    # Celery task id (kept across the task's own retries).
-    claimed_until = models.DateTimeField(null=True, blank=True)
-    claimed_by = models.CharField(max_length=64, blank=True, default="")
+    # The lease columns (dispatched_time, dispatch_attempts, claimed_until, claimed_by, done)
+    # are delivery.models.Leased's.
 
     class Meta:
         ordering = ["-id"]
@@ -347,10 +341,10 @@ class PausedTask(models.Model):
         return f"{self.task_type} experiments/{self.xid}/workUnits/{self.wid} eid={self.eid}"
 
 
-class OutboxMessage(models.Model):
+class OutboxMessage(Leased):
     """A message for a worker queue that is not an Operation (lifecycle events, resumption runs, ...).
 
-    The outbox row of ``workunits.delivery``: written in (or right after) the
+    The outbox row of ``workunits.delivery`` (lease columns: ``delivery.models.Leased``): written in (or right after) the
     transaction whose outcome it carries, sent to ``queue`` as Celery task
     ``task_name`` with ``args`` and the keyword ``delivery_id`` (this row's
     id), re-sent by the sweep while it is not done and its lease has run
@@ -362,11 +356,6 @@ class OutboxMessage(models.Model):
     #: The task's positional arguments (JSON: text and numbers only).
     args = models.JSONField(default=list)
     create_time = models.DateTimeField()
-    dispatched_time = models.DateTimeField(null=True, blank=True)
-    dispatch_attempts = models.IntegerField(default=0)
-    claimed_until = models.DateTimeField(null=True, blank=True)
-    claimed_by = models.CharField(max_length=64, blank=True, default="")
-    done = models.BooleanField(default=False)
     end_time = models.DateTimeField(null=True, blank=True)
     #: How many times a worker ran it (the last run's error when it was dead-lettered).
     attempts = models.IntegerField(default=0)

@@ -4,30 +4,32 @@ Services call ``send_on_commit(operations)`` inside their transaction; the
 rows are handed to ``deliver_committed`` only after the transaction
 commits, so nothing uncommitted is ever sent. The Operation row is the outbox: an operation that
 is not done and has no ``dispatched_time`` has not reached the broker, and
-the periodic sweep (``k8s_bridge.tasks.sweep_outbox``, run by beat) re-sends
+the periodic sweep (``delivery.tasks.sweep``, run by beat) re-sends
 every row from ``due_operations``: one that never left (a request committed
 while the broker was down), and one whose lease ran out with no live claim
 (the message was lost with a Redis restart, or the worker holding it died).
-The lease and claim rules are ``workunits.delivery``'s, shared with every
-other queue.
+The lease and claim rules, the publish and the sweep are the ``delivery``
+app's (``delivery.leases``, ``delivery.broker``, ``delivery.sweep``), shared
+with every other queue.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from kombu import Producer
+from django.utils import timezone
 
 from core import convert, task_wire
 from core.protos import task_pb2
 from core.queues import Queue
 from core.task_wire import ACTUATOR_TASK_NAMES, NOTIFY_WHEN_PATH, encode_task
-from workunits import delivery, hooks
+from delivery import broker, leases
+from workunits import hooks
 from workunits.choices import TaskType
 from workunits.models import Operation, SchedulingSwitch
 from workunits.services import operations as operation_rows
@@ -69,7 +71,7 @@ def deliver_committed(operations: Sequence[Operation], *, notify_when: str | Non
 
 def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None, resend: bool) -> None:
     sent: list[int] = []
-    with current_app.producer_or_acquire() as producer:  # one producer (and broker connection) for them all
+    with broker.producer() as producer:  # one producer (and broker connection) for them all
         for op in operations:
             if op.done or not op.task_type:
                 continue
@@ -86,7 +88,7 @@ def _deliver_rows(operations: Sequence[Operation], *, notify_when: str | None, r
                 continue
             sent.append(op.id)
     if sent and resend:
-        delivery.mark_sent(Operation, sent)
+        leases.mark_sent(Operation, sent)
     elif sent:  # one mark for them all
         operation_rows.mark_operations_dispatched(sent)
 
@@ -119,26 +121,15 @@ def build_task(op: Operation, *, notify_when: str | None = None) -> task_pb2.Tas
     return task
 
 
-def publish(task: task_pb2.Task, *, producer: Producer | None = None) -> None:
+def publish(task: task_pb2.Task, *, producer: Any = None) -> None:
     """Sign ``task`` (fresh expiry) and hand it to the broker (through ``producer`` when given).
 
     Raises when the broker does not take it; callers that must not lose it
     rely on the Operation row (outbox) or the PausedTask row staying behind.
     """
     task_wire.sign(task)
-    current_app.send_task(
-        ACTUATOR_TASK_NAMES[task.type], args=[encode_task(task)], queue=Queue.ACTUATOR.value,
-        retry=True, retry_policy=PUBLISH_RETRY_POLICY, producer=producer,
-        # No result is ever read, and the workers declare the queue they consume.
-        ignore_result=True, declare=[],
-        # What logs and monitors show for the argument instead of its base64 text.
-        argsrepr=f"({task.operation_name!r},)",
-    )
-
-
-#: kombu's publish retry: a few quick tries, then the caller records the failure
-#: (a request must not hang on a dead broker; the sweep tries again later).
-PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.4, "interval_max": 1.0}
+    broker.publish(ACTUATOR_TASK_NAMES[task.type], [encode_task(task)], queue=Queue.ACTUATOR.value,
+                   producer=producer, argsrepr=f"({task.operation_name!r},)")
 
 
 def send_on_commit(operations: Sequence[Operation], *, notify_when: str | None = None) -> None:
@@ -159,14 +150,14 @@ def deliver_safely(operations: Sequence[Operation], *, notify_when: str | None) 
 
 
 def due_operations(now: datetime) -> QuerySet[Operation]:
-    """Operations a sweep must (re-)send (``workunits.delivery.due``): never sent, or sent
+    """Operations a sweep must (re-)send (``delivery.leases.due``): never sent, or sent
     longer than a lease ago with no live claim.
 
     While scheduling is paused, a re-send of a Create, Restart or Update is
     left out (the worker would only hold it again: it is a PausedTask that
     resumption sends); Deletes never wait.
     """
-    rows = Operation.objects.filter(done=False).exclude(task_type="").filter(delivery.due(now))
+    rows = Operation.objects.filter(done=False).exclude(task_type="").filter(leases.due(now))
     if SchedulingSwitch.objects.filter(id=1, paused=True).exists():
         rows = rows.filter(Q(dispatched_time__isnull=True) | Q(task_type=TaskType.DELETE))
     return rows.order_by("create_time")
@@ -177,3 +168,11 @@ def undispatched_operations(created_before: datetime) -> QuerySet[Operation]:
     return Operation.objects.filter(
         done=False, dispatched_time__isnull=True, create_time__lt=created_before
     ).exclude(task_type="").order_by("create_time")
+
+
+def sweep_operations(*, limit: int = 1000) -> int:
+    """Re-send the due operations (registered with ``delivery.sweep``): at most ``limit``, oldest first."""
+    ids = list(due_operations(timezone.now()).values_list("id", flat=True)[:limit])
+    if ids:
+        deliver(ids)
+    return len(ids)

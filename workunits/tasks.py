@@ -17,6 +17,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from core.queues import Queue
+from delivery.backoff import jittered
 from workunits import delivery, resumption
 
 
@@ -31,13 +32,7 @@ def resumption_run(self: Any, run_id: str, batch_size: int, delivery_id: int | N
             "interrupted": summary.interrupted})
 
     delivery.consume(self, delivery_id, run, retry_for=(DatabaseError,), max_retries=20,
-                     backoff=lambda n: min(60.0, 2.0 ** n))
-
-
-@shared_task(name="xmc.delivery.sweep", queue=Queue.ACTUATOR.value, ignore_result=True)
-def sweep_messages() -> int:
-    """Re-send outbox messages never sent, or whose lease ran out (``workunits.delivery``)."""
-    return delivery.sweep_messages()
+                     backoff=lambda n: jittered(n, base=1.0, cap=60.0))
 
 
 @shared_task(name="xmc.delivery.purge", queue=Queue.ACTUATOR.value, ignore_result=True)

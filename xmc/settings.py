@@ -215,6 +215,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "xmc",
+    "delivery",
     "experiments",
     "workunits",
     "artifacts",
@@ -388,13 +389,10 @@ CELERY_BEAT_SCHEDULE = {
     # Notifications: fan out stranded events, send due deliveries, take over expired leases, queued-too-long.
     "notifications-sweep": {"task": "xmc.notifications.sweep", "schedule": XMC_NOTIFY_SWEEP_INTERVAL_S,
                             "options": {"queue": "notifications", "expires": 60}},
-    # Operations committed while the broker was down are sent again (workunits.outbox).
-    # ... and so are operations whose lease ran out (a lost message, a dead worker).
-    "outbox-sweep": {"task": "xmc.actuator.sweep_outbox", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,
-                     "options": {"queue": "actuator", "expires": 300}},
-    # The same for every other queue's outbox rows (workunits.delivery).
-    "message-sweep": {"task": "xmc.delivery.sweep", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,
-                      "options": {"queue": "actuator", "expires": 300}},
+    # The one delivery sweep (delivery.sweep): every row committed while the broker was down,
+    # or whose lease ran out (a lost message, a dead worker), is sent again, whatever its queue.
+    "delivery-sweep": {"task": "xmc.delivery.sweep", "schedule": XMC_OUTBOX_SWEEP_INTERVAL_S,
+                       "options": {"queue": "actuator", "expires": 300}},
     "message-purge": {"task": "xmc.delivery.purge", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
     # Archived pod logs are deleted XMC_LOG_ARCHIVE_RETENTION_DAYS after archiving (0: never).

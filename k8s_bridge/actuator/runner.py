@@ -9,12 +9,12 @@ The Celery tasks in ``k8s_bridge.tasks`` are one line each around
 2. Create/Restart/Update: ``pause.hold_if_paused`` (the task is stored, done);
 3. the Operation row: already done -> return quietly (a redelivery);
    a Create/Restart whose cancellation was requested ends CANCELLED;
-   then the row is claimed (``workunits.delivery.claim``): a copy whose
-   operation another live run holds is dropped, one whose claim ran out
-   takes it over; the claim is kept alive while the handler works
-   (``delivery.heartbeat``) and pushed past a retry's countdown;
+   then the handler runs under ``delivery.consume.consume``: the row is
+   claimed (a copy whose operation another live run holds is dropped, one
+   whose claim ran out takes it over), the claim is kept alive while the
+   handler works and pushed past a retry's countdown;
 4. the handler; ``RetryLater`` and retryable errors come back through a
-   Celery retry with exponential backoff and jitter; a permanent error, or a
+   Celery retry with ``delivery.backoff.jittered``; a permanent error, or a
    retryable one past ``XMC_ACTUATOR_MAX_RETRIES``, completes the operation
    with the error, writes a DeadLetter row and moves the execution (FAILED
    for a Create/Restart still being handed over) in one transaction; each
@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +35,10 @@ from core import task_wire
 from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
-from k8s_bridge.errors import backoff_seconds, classify, retry_after_seconds
-from workunits import delivery, outbox, services
+from delivery.backoff import jittered
+from delivery.consume import Retry, consume
+from k8s_bridge.errors import classify, retry_after_seconds
+from workunits import services
 from workunits.models import Operation
 
 log = logging.getLogger(__name__)
@@ -100,43 +101,30 @@ def run(celery_task: Any, payload: str, expected: int) -> None:
             return  # a redelivery of finished work
         if op.requested_cancellation and task.type in _CANCELLABLE and services.cancel_pending_operation(op.id):
             return
-    token = delivery.token_of(celery_task)
-    if operation_id is not None and not delivery.claim(Operation, operation_id, token):
-        log.info("actuator.duplicate_dropped", extra={"task": name, "operation": task.operation_name})
-        return
-    try:
-        with delivery.heartbeat(Operation, operation_id, token) if operation_id is not None else nullcontext():
-            HANDLERS[task.type](task, operation_id)
-    except RetryLater as wait:
-        retries = celery_task.request.retries or 0
-        if retries < settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES:
-            countdown = backoff_seconds(retries, base=0.5, cap=10.0)
-            _hold_through(operation_id, token, countdown)
-            log.info("actuator.wait", extra={"task": name, "reason": str(wait), "countdown": countdown})
-            raise celery_task.retry(countdown=countdown, max_retries=settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES)
-        _give_up(task, name, payload, operation_id, services.Refusal("DEADLINE_EXCEEDED", str(wait), attempts))
-    except Exception as exc:
+
+    def retry_in(exc: Exception, retries: int) -> Retry | None:
+        if isinstance(exc, RetryLater):
+            countdown = jittered(retries, base=0.5, cap=10.0)
+            log.info("actuator.wait", extra={"task": name, "reason": str(exc), "countdown": countdown})
+            return Retry(countdown, settings.XMC_ACTUATOR_RESTART_WAIT_RETRIES)
         c = classify(exc)
-        retries = celery_task.request.retries or 0
-        if not c.permanent and retries < settings.XMC_ACTUATOR_MAX_RETRIES:
-            countdown = backoff_seconds(retries, base=settings.XMC_ACTUATOR_BACKOFF_BASE_S,
-                                        cap=settings.XMC_ACTUATOR_BACKOFF_MAX_S)
-            countdown = max(countdown, retry_after_seconds(exc) or 0.0)  # the API server asked us to wait
-            _hold_through(operation_id, token, countdown)
-            log.warning("actuator.retry", extra={"task": name, "code": c.code, "error": c.message,
-                                                 "countdown": countdown})
-            _tell_retry(operation_id, services.Refusal(c.code, c.message, attempts), countdown)
-            raise celery_task.retry(exc=exc, countdown=countdown, max_retries=settings.XMC_ACTUATOR_MAX_RETRIES)
-        _give_up(task, name, payload, operation_id, services.Refusal(c.code, c.message, attempts, c.permanent))
-    if operation_id is not None:  # finished (done, skipped or dead-lettered): not retried
-        delivery.release(Operation, operation_id, token)
+        if c.permanent or retries >= settings.XMC_ACTUATOR_MAX_RETRIES:
+            return None
+        countdown = jittered(retries, base=settings.XMC_ACTUATOR_BACKOFF_BASE_S, cap=settings.XMC_ACTUATOR_BACKOFF_MAX_S)
+        countdown = max(countdown, retry_after_seconds(exc) or 0.0)  # the API server asked us to wait
+        _tell_retry(operation_id, services.Refusal(c.code, c.message, attempts), countdown)
+        return Retry(countdown, settings.XMC_ACTUATOR_MAX_RETRIES)
 
+    def give_up(exc: Exception, tries: int) -> None:
+        if isinstance(exc, RetryLater):
+            refusal = services.Refusal("DEADLINE_EXCEEDED", str(exc), tries)
+        else:
+            c = classify(exc)
+            refusal = services.Refusal(c.code, c.message, tries, c.permanent)
+        _give_up(task, name, payload, operation_id, refusal)
 
-def _hold_through(operation_id: int | None, token: str, countdown: float) -> None:
-    """Our retry runs after ``countdown``: keep the claim until a lease past it (a re-send meanwhile
-    is dropped; if this worker dies, the claim runs out and the sweep's copy takes over)."""
-    if operation_id is not None:
-        delivery.extend(Operation, operation_id, token, seconds=countdown + settings.XMC_OPERATION_LEASE_S)
+    consume(celery_task, Operation if operation_id is not None else None, operation_id,
+            lambda: HANDLERS[task.type](task, operation_id), retry_in=retry_in, give_up=give_up)
 
 
 def _tell_retry(operation_id: int | None, refusal: services.Refusal, countdown: float) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "docs" / "testing.md", *sorted((ROOT / "docs" / "architecture").glob("*.md"))]
-PACKAGES = ("core", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "studies", "k8s_bridge", "notifications", "usage", "ui", "simulators")
+DOCS = [ROOT / "README.md", ROOT / "docs" / "testing.md", ROOT / "docs" / "STYLE.md", *sorted((ROOT / "docs" / "architecture").glob("*.md"))]
+PACKAGES = ("core", "delivery", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "studies", "k8s_bridge", "notifications", "usage", "ui", "simulators")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SYMBOL = re.compile(r"`((?:%s)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`" % "|".join(PACKAGES))
 

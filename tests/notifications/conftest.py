@@ -23,6 +23,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from notifications import outbox as notify_outbox
 from notifications import services
 
 
@@ -203,7 +204,9 @@ class Outbox:
 def outbox(monkeypatch: pytest.MonkeyPatch) -> Outbox:
     box = Outbox()
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: box.deliveries.extend(ids))
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: box.deliveries.extend(ids))
     monkeypatch.setattr(services, "enqueue_fan_out", lambda ids: box.fan_outs.extend(ids))
+    monkeypatch.setattr(notify_outbox, "enqueue_fan_out", lambda ids: box.fan_outs.extend(ids))
     # The test's transaction never commits: record at once what would be enqueued after commit.
-    monkeypatch.setattr(services, "_after_commit", lambda callback: callback())
+    monkeypatch.setattr(notify_outbox, "after_commit", lambda callback: callback())
     return box

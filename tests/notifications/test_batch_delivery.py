@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from experiments.models import Experiment
+from notifications import outbox as notify_outbox
 from notifications import services
 from notifications.models import Delivery, DeliveryAttempt, DeliveryStatus, Event, EventType
 from tests import factories
@@ -39,7 +40,8 @@ def subscribe(receiver: Receiver, **data: Any) -> int:
 @pytest.fixture
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
-    monkeypatch.setattr(services, "_after_commit", lambda callback: callback())
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
+    monkeypatch.setattr(notify_outbox, "after_commit", lambda callback: callback())
 
 
 @pytest.mark.django_db

@@ -337,3 +337,26 @@ def test_staff_may_subscribe_a_group_whose_members_get_the_email(smtp, outbox) -
     assert len(smtp.messages) == 1
     assert smtp.messages[0]["To"] == "ann@example.com"  # ben in Bcc: the envelope has both
     assert smtp.recipients == [["ann@example.com", "ben@example.com"]]
+
+
+def test_a_member_subscribed_on_their_own_and_through_their_group_gets_one_email_per_failure(smtp, outbox) -> None:
+    from django.contrib.auth.models import Group, User
+
+    from xmc.auth.identity import identity_for_email
+
+    team = Group.objects.create(name="ml-team")
+    for name in ("ann", "ben"):
+        User.objects.create_user(name, email=f"{name}@example.com").groups.add(team)
+    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    exp = launched()
+    Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"group": "ml-team"}]})
+    # Ann subscribes first on her own, then staff subscribe her whole group.
+    services.create(identity_for_email("ann@example.com"), {"experiment": f"experiments/{exp.id}",
+                                                            "events": ["WORK_UNIT_FAILED"], "email": {}})
+    services.create(Identity("olivia@example.com", is_staff=True),
+                    {"group": "ml-team", "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED"],
+                     "email": {}})
+    fail(factories.work_unit(exp))
+    outbox.pump()
+    assert Delivery.objects.count() == 1
+    assert smtp.recipients == [["ann@example.com", "ben@example.com"]]  # Ann once, through her group

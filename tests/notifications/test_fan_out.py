@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from notifications import outbox as notify_outbox
 from notifications import services
 from notifications.models import Delivery, DeliveryEvent, Event, EventType
 from tests import factories
@@ -33,6 +34,7 @@ def failed(exp: Any, wid: int) -> Event:
 def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, monkeypatch) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60.0
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
     mine, bobs = factories.experiment(title="mine", creator=ALICE), factories.experiment(title="bobs", creator=BOB)
     one = subscribe(ALICE, experiment=f"experiments/{mine.id}")
     all_mine = subscribe(ALICE, allMyExperiments=True, webhook={"url": "http://127.0.0.1:9/all"}, email=None)
@@ -48,7 +50,7 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
     assert sorted(created) == sorted(per_sub[one] | per_sub[all_mine] | per_sub[by_filter])
     carried = {sid: DeliveryEvent.objects.filter(subscription_id=sid).count() for sid in per_sub}
     assert carried == {one: 3, all_mine: 3, by_filter: 2, finished_only: 0}  # one message per experiment
-    assert Event.objects.filter(fanned_out=False).count() == 0
+    assert Event.objects.filter(done=False).count() == 0
     assert services.fan_out_many([e.id for e in events]) == []  # again: nothing new
     assert DeliveryEvent.objects.count() == 8
 
@@ -56,12 +58,13 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
 @pytest.mark.django_db(transaction=True)
 def test_workers_fanning_out_the_same_events_at_once_record_each_pair_once(monkeypatch) -> None:
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
     exps = [factories.experiment(creator=ALICE) for _ in range(3)]
     subs = [subscribe(ALICE, experiment=f"experiments/{x.id}") for x in exps] + [subscribe(ALICE, allMyExperiments=True, webhook={"url": "http://127.0.0.1:9/all"}, email=None)]
     ids = [failed(exps[i % 3], i + 1).id for i in range(60)]
     errors = race(services.fan_out_many, (ids, ids[::-1], ids[::2], ids[1::2]))
     assert errors == []
-    assert Event.objects.filter(fanned_out=False).count() == 0
+    assert Event.objects.filter(done=False).count() == 0
     assert DeliveryEvent.objects.count() == 60 * 2  # its experiment's subscription and the "mine" one
     assert (DeliveryEvent.objects.values("event_id", "subscription_id").distinct().count()
             == DeliveryEvent.objects.count())

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from delivery import sweep as sweeps
 from notifications import services, tasks
 from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
@@ -26,9 +27,9 @@ def test_events_whose_fan_out_never_reached_the_broker_are_sent_by_the_sweep(rec
     fail(factories.work_unit(exp))
     outbox.fan_outs.clear()  # the broker was down: the fan-out task is lost
     outbox.pump()
-    assert receiver.requests == [] and Event.objects.get().fanned_out is False
+    assert receiver.requests == [] and Event.objects.get().done is False
     Event.objects.update(create_time=timezone.now() - timedelta(minutes=1))
-    tasks.sweep()
+    sweeps.sweep()  # the one delivery sweep
     outbox.pump()
     assert len(receiver.requests) == 1 and receiver.requests[0].verified
 
@@ -42,7 +43,7 @@ def test_deliveries_the_broker_lost_are_sent_by_the_sweep(receiver, outbox) -> N
     outbox.deliveries.clear()  # the deliver task is lost
     Delivery.objects.update(next_attempt_time=timezone.now() - timedelta(minutes=1),
                             not_before=timezone.now() - timedelta(minutes=1))
-    tasks.sweep()
+    sweeps.sweep()  # the one delivery sweep
     outbox.pump()
     assert Delivery.objects.get().status == DeliveryStatus.DELIVERED and len(receiver.requests) == 1
 

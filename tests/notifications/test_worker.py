@@ -45,13 +45,11 @@ def start_worker(celery_workers: CeleryWorkers) -> Callable[[], subprocess.Popen
 
 
 def _sweep() -> None:
-    """What beat does every XMC_NOTIFY_SWEEP_INTERVAL_S: hand due and lease-expired deliveries to the queue."""
-    from notifications.tasks import SWEEP_TASK
-    from celery import current_app as app
+    """What beat does every XMC_OUTBOX_SWEEP_INTERVAL_S: the one delivery sweep hands due and
+    lease-expired deliveries to the queue."""
+    from delivery import sweep
 
-    from core.queues import Queue
-
-    app.send_task(SWEEP_TASK, queue=Queue.NOTIFICATIONS.value)
+    sweep.sweep()
 
 
 def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no_second_event(

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from core import pb, task_wire
 from core.protos import task_pb2
+from delivery import tasks as delivery_tasks
 from k8s_bridge import tasks
 from tests import factories
 from tests.k8s_bridge.actuator.conftest import REAL_DELIVER
@@ -142,7 +143,7 @@ def test_it_sweeps_what_never_left_and_what_outlived_its_lease_without_a_live_cl
     Operation.objects.filter(id=expired_claim).update(claimed_until=now - timedelta(seconds=1), claimed_by="w2")
     services.complete_operation(done)
     delivered.clear()
-    assert tasks.sweep_outbox() == 3
+    assert delivery_tasks.sweep()["operations"] == 3
     assert sorted(delivered[0]) == sorted([old, lost, expired_claim])
 
 
@@ -172,10 +173,10 @@ def test_while_paused_it_resends_only_deletes(delivered: list[list[int]]) -> Non
     Operation.objects.exclude(id__in=[create, stop]).update(done=True)
     scheduling.pause(reason="maintenance", by="ops@example.com")
     delivered.clear()
-    assert tasks.sweep_outbox() == 1 and delivered == [[stop]]  # the held Create waits for resumption
+    assert delivery_tasks.sweep()["operations"] == 1 and delivered == [[stop]]  # the held Create waits for resumption
     scheduling.resume(by="ops@example.com", dispatch=False)
     delivered.clear()
-    assert tasks.sweep_outbox() == 2
+    assert delivery_tasks.sweep()["operations"] == 2
 
 
 def test_it_purges_done_operations_after_the_retention(settings: Any) -> None:
@@ -194,7 +195,7 @@ def test_it_purges_done_operations_after_the_retention(settings: Any) -> None:
 def test_it_schedules_both_sweeps_on_beat() -> None:
     app.loader.import_default_modules()
     queues = {entry["task"]: entry["options"]["queue"] for entry in app.conf.beat_schedule.values()}
-    assert queues == {"xmc.actuator.sweep_outbox": "actuator", "xmc.actuator.purge_operations": "actuator",
+    assert queues == {"xmc.actuator.purge_operations": "actuator",
                       "xmc.resumption.cleanup": "resumption", "xmc.delivery.sweep": "actuator",
                       "xmc.delivery.purge": "actuator", "xmc.notifications.sweep": "notifications",
                       "xmc.logs.purge_archive": "actuator", "xmc.metrics.maintain_partitions": "actuator",

@@ -18,7 +18,8 @@ from k8s_bridge.actuator.preconditions import (
 from core import errors as service_errors
 from core.task_wire import InvalidTask
 from k8s_bridge.client import ApiException
-from k8s_bridge.errors import ActuatorError, backoff_seconds, classify
+from delivery.backoff import jittered as backoff_seconds
+from k8s_bridge.errors import ActuatorError, classify
 
 
 def js(eid: int | None, last_edit: int = 100, *, xid: int = 1, wid: int = 2, deleting: bool = False) -> dict[str, Any]:

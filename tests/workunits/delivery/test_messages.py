@@ -20,6 +20,7 @@ from django.utils import timezone
 from lifecycle import events
 from lifecycle import tasks as lifecycle_tasks
 from tests.lifecycle import brokers
+from delivery import leases
 from workunits import delivery, scheduling
 from workunits.models import DeadLetter, OutboxMessage
 from xmc.celery import app
@@ -102,7 +103,7 @@ def test_a_message_redis_lost_is_sent_again_after_its_lease(settings: Any) -> No
 def test_a_copy_is_dropped_while_another_run_holds_the_claim_and_taken_over_after() -> None:
     row = message()
     ran: list[str] = []
-    assert delivery.claim(OutboxMessage, row.id, "other-worker")
+    assert leases.claim(OutboxMessage, row.id, "other-worker")
     delivery.consume(FakeTask(id="copy"), row.id, lambda: ran.append("copy"), retry_for=(), max_retries=3)
     assert ran == [] and not OutboxMessage.objects.get(id=row.id).done
     OutboxMessage.objects.filter(id=row.id).update(claimed_until=timezone.now() - timedelta(seconds=1))  # it died
@@ -124,7 +125,7 @@ def test_a_retry_keeps_the_claim_past_its_countdown_and_the_last_try_is_dead_let
         delivery.consume(task, row.id, fails, retry_for=(DatabaseError,), max_retries=2, backoff=lambda n: 30.0)
     row.refresh_from_db()
     assert row.claimed_by == "t" and row.claimed_until > timezone.now() + timedelta(seconds=30)
-    assert not delivery.claim(OutboxMessage, row.id, "someone-else")
+    assert not leases.claim(OutboxMessage, row.id, "someone-else")
     task.retries = 2  # the last try
     delivery.consume(task, row.id, fails, retry_for=(DatabaseError,), max_retries=2)
     row.refresh_from_db()

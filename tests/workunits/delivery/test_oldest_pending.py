@@ -7,6 +7,7 @@ import pytest
 from django.utils import timezone
 
 from tests import factories
+from delivery import leases
 from workunits import delivery, scheduling, services
 from workunits.models import Operation, OutboxMessage
 
@@ -32,7 +33,7 @@ def test_it_leaves_out_work_a_worker_holds_or_finished() -> None:
     exp = factories.experiment()
     create = services.create_work_unit(exp.id, factories.work_unit_message()).id
     created_ago(create, 300)
-    assert delivery.claim(Operation, create, "worker-1", seconds=60)  # retrying: a worker is on it
+    assert leases.claim(Operation, create, "worker-1", seconds=60)  # retrying: a worker is on it
     assert delivery.oldest_pending()["actuator"] == 0.0
     Operation.objects.filter(id=create).update(claimed_until=timezone.now() - timedelta(seconds=1))
     assert delivery.oldest_pending()["actuator"] > 299  # its worker died: the claim ran out
