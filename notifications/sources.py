@@ -121,12 +121,12 @@ def on_advisories(advisories: Sequence[Any]) -> None:
     if not idle or not _anyone_listens([EventType.WORK_UNIT_IDLE]):
         return
     now = timezone.now()
-    ids = services.record_events(
+    ids = fanout.record_events(
         Event(key=f"wu-idle/{a.xid}/{a.wid}/{a.eid}/{a.since}", type=EventType.WORK_UNIT_IDLE, xid=a.xid, wid=a.wid,
               eid=a.eid, create_time=now,
               data={"state": WorkUnitState.RUNNING, "message": a.text, "since": a.since, **a.data})
         for a in idle)
-    services.enqueue_fan_out(ids)
+    outbox.enqueue_fan_out(ids)
 
 
 def scan_delivery_degraded() -> list[int]:

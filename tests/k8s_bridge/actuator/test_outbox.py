@@ -199,6 +199,7 @@ def test_it_schedules_both_sweeps_on_beat() -> None:
                       "xmc.resumption.cleanup": "resumption", "xmc.delivery.sweep": "actuator",
                       "xmc.delivery.purge": "actuator", "xmc.notifications.sweep": "notifications",
                       "xmc.logs.purge_archive": "actuator", "xmc.metrics.maintain_partitions": "actuator",
-                      "xmc.studies.tick": "lifecycle"}
+                      "xmc.studies.tick": "lifecycle", "xmc.metrics.collect_system": "actuator",
+                      "xmc.usage.settle": "actuator"}
     registered = set(app.tasks)
     assert set(queues) <= registered  # every scheduled name is a task a worker knows
