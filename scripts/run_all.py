@@ -302,25 +302,39 @@ def supervise(procs: list[Process], env: dict[str, str], *, tick_s: float = 0.5)
         time.sleep(tick_s)
 
 
+#: Processes the others talk to (the cluster and the MachineLearningRun stand-ins): stopped last.
+BACKENDS = ("simulator", "mlrun")
+
+
 def stop_all(procs: list[Process]) -> None:
-    for proc in procs:
-        if proc.popen is not None and proc.popen.poll() is None:
+    """SIGTERM every process, the ones that talk to the simulator first, the simulator after them.
+
+    The reconciler gives up its leader lease on the way out; the lease lives in
+    the simulator (restored from its state file by the next run). Stopped at
+    the same moment, the reconciler found the simulator gone, the lease stayed
+    held, and the next run's reconciler waited it out (15 s): a short job
+    launched right after the restart was first seen COMPLETED, its STARTING and
+    RUNNING never written.
+    """
+    for wave in ([p for p in procs if p.name not in BACKENDS], [p for p in procs if p.name in BACKENDS]):
+        deadline = time.monotonic() + 20
+        for proc in wave:
+            if proc.popen is not None and proc.popen.poll() is None:
+                try:
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in wave:
+            if proc.popen is None:
+                continue
             try:
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 pass
-    deadline = time.monotonic() + 20
-    for proc in procs:
-        if proc.popen is None:
-            continue
-        try:
-            proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        try:  # the group may outlive its leader (e.g. a worker's pool)
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            try:  # the group may outlive its leader (e.g. a worker's pool)
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def stop_embedded_services(postgres_dir: str, redis_dir: str) -> None:

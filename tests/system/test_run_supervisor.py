@@ -94,3 +94,32 @@ def test_a_crash_loop_stops_it_naming_the_process_and_its_log(run_all: ModuleTyp
     with pytest.raises(run_all.CrashLoop) as loop:
         run_all.supervise([broken], {}, tick_s=0.02)
     assert str(loop.value) == (f"beat keeps dying (3 times in 60 s, last exit code 1); its log: {tmp_path}/beat.log")
+
+
+def test_stopping_it_stops_the_reconciler_while_the_simulator_still_answers(run_all: ModuleType, tmp_path: Path) -> None:
+    """The reconciler's last act is to give up its lease, which lives in the simulator: the simulator goes last."""
+    verdict = tmp_path / "verdict"
+    simulator = run_all.Process("simulator", [sys.executable, "-c", "import time; time.sleep(120)"])
+    run_all.start(simulator, {})
+    assert simulator.popen is not None
+    # On SIGTERM it looks at the simulator's process: still running (not a zombie), or gone.
+    reconciler = run_all.Process("reconciler", [sys.executable, "-c", (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    time.sleep(0.5)  # the reconciler flushes its batcher and stops its watches first\n"
+        "    try:\n"
+        f"        state = open('/proc/{simulator.popen.pid}/status').read().split('State:')[1].split()[0]\n"
+        "    except FileNotFoundError:  # gone and reaped\n"
+        "        state = 'X'\n"
+        f"    open({str(verdict)!r}, 'w').write('alive' if state in ('S', 'R') else 'gone')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        f"open({str(verdict)!r} + '.ready', 'w').write('1')\n"
+        "time.sleep(120)\n")])
+    run_all.start(reconciler, {})
+    deadline = time.monotonic() + 20
+    while not Path(f"{verdict}.ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run_all.stop_all([simulator, reconciler])
+    assert verdict.read_text() == "alive"
+    assert simulator.popen.poll() is not None and reconciler.popen.poll() is not None
