@@ -523,7 +523,8 @@ def act(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
 # --- /experiments/<xid>/workUnits/<wid> ------------------------------------------------------------
 
 def _timeline(history: list[dict[str, Any]], end: datetime, title: str) -> str:
-    return timeline.svg(timeline.segments([(h["time"], h["to_state"]) for h in history], end), title=title, inline_style=False)
+    bands = timeline.segments([(h["time"], h["to_state"]) for h in history], end)
+    return timeline.svg(bands, title=title, inline_style=False) + timeline.legend(bands)
 
 
 def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]:

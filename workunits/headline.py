@@ -30,6 +30,7 @@ _SIGNAL = re.compile(r"was killed by signal (\w+)")
 _RESTARTS = re.compile(r"after (\d+) restart\(s\)")
 _BACKOFF = re.compile(r"after (\d+) failed pod\(s\)(?: \(backoffLimit (\d+)\))?")
 _START = re.compile(r"could not start: (\w+)")
+_LOOP = re.compile(r"^Crash-looping: .*?; (\d+) failure\(s\) so far(?: \(backoffLimit (\d+)\))?(?:; (.*))?$")
 _LIMIT = 120
 
 
@@ -80,6 +81,22 @@ def failure(text: str) -> str:
     return clean(text.split(". ", 1)[0])
 
 
+def crash_loop(text: str) -> str:
+    """``crash-looping: exited with code 3, 4 restarts (retry limit 5); next try about 01:30:12 UTC``
+    from the reconciler's WARNING (``k8s_bridge.reconciler.explain.crash_loop_message``); "" for another text."""
+    loop = _LOOP.match(text)
+    if not loop:
+        return ""
+    oom = "OOMKilled" in text
+    code, signal = _EXIT.search(text), _SIGNAL.search(text)
+    what = ("out of memory (OOMKilled)" if oom else f"exited with code {code[1]}" if code
+            else f"killed by signal {signal[1]}" if signal else "failed")
+    restarts = int(loop[1])
+    head = f"crash-looping: {what}, {restarts} restart{'s' if restarts != 1 else ''}"
+    head += f" (retry limit {loop[2]})" if loop[2] else ""
+    return head + (f"; {loop[3]}" if loop[3] else "")
+
+
 def _preempted(*texts: str) -> bool:
     return any("preempt" in t.lower() for t in texts)
 
@@ -111,6 +128,8 @@ def headline(state: str, system_message: Message, scheduling_information: Messag
     if state == "STARTING":
         if _severity(system_message) in ("ERROR", "FATAL") and system:
             return failure(system)
+        if _severity(system_message) == "WARNING" and crash_loop(system):
+            return crash_loop(system)
         return "admitted; its pods are starting"
     return ""
 
