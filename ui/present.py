@@ -6,7 +6,8 @@ and the tests call them on plain data.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -132,6 +133,24 @@ def estimate_words(estimate: tuple[float, float] | None, admissions: int) -> str
     low, high = _span(estimate[0]), _span(estimate[1])
     when = f"within {high}" if estimate[0] < 1 or low == high else f"in {low} to {high}"
     return f"Estimated start {when} (from the queue's last {admissions} admissions)"
+
+
+_ATTACHED = re.compile(r"\. Last lines of .* are attached$")
+
+
+def failure_said(failure: str) -> Callable[[str], bool]:
+    """Whether a message repeats the failure the page's "Why it failed" card already shows.
+
+    The reconciler writes a failure's ERROR twice: first without, then with
+    the last log lines ("... Last lines of X are attached"); both are the
+    card's text. The messages list leaves them out: a thing is said once.
+    """
+    core = _ATTACHED.sub("", failure.strip())
+
+    def said(text: str) -> bool:
+        return bool(core) and _ATTACHED.sub("", text.strip()) == core
+
+    return said
 
 
 def why_not_running(state: str, current: Mapping[str, Any], queue_name: str, estimate: str = "") -> str:

@@ -180,12 +180,13 @@ def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dic
     queue = present.queue_name(unit["executable"])
     started = current.get("create_time")
     ended = current.get("complete_time") or (now if state not in present.TERMINAL else current.get("update_time"))
-    last = present.text_of(current.get("user_message")) or present.text_of(current.get("system_message"))
+    why = present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now))
+    # The system message is what the headline ("why") shortens: said once, on the unit's page.
+    last = present.text_of(current.get("user_message")) or ("" if why else present.text_of(current.get("system_message")))
     return {
         "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
         "job": arguments.job_name(unit["executable"]), "tags": list(unit["tags"] or []), "notes": unit["notes"] or "",
-        "why": present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now)),
-        "last": last, "started": started, "duration": present.duration(started, ended),
+        "why": why, "last": last, "started": started, "duration": present.duration(started, ended),
         "seconds": present.seconds(started, ended),
         "cells": [args.get(name, "") for name in varying],
         "metrics": {name: stats.last for name, stats in (unit.get("metrics") or {}).items()}, "stoppable": state not in present.TERMINAL
@@ -551,10 +552,14 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
             "details": present.pretty_json(ex.detailed_status), "metadata": present.pretty_json(ex.metadata),
         })
     current = views[0] if views else None
+    shown_above = present.failure_said(current["system"] if current and current["failed"] else "")
     messages = [{**m, "text": present.text_of(m["content"]),
                  "link": present.safe_url(m["content"].get("userFacingUrl")),
                  "trace": str((m["content"].get("auxiliaryInfo") or {}).get("stackTrace") or "")}
-                for m in reads.messages(xid, wid)]
+                for m in reads.messages(xid, wid) if not shown_above(present.text_of(m["content"]))]
+    listed = {m["text"] for m in messages}
+    for v in views:  # an execution's system message is in the messages list: not said again on its card
+        v["system_listed"] = v["system"] in listed
     state = current["ex"].state if current else ""
     return {
         "xid": xid, "wid": wid, "exp": exp, "unit": unit, "executions": views, "current": current,

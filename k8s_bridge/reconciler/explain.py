@@ -23,7 +23,7 @@ JobSet then stays suspended, so the execution stays SCHEDULING with this ERROR.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 Obj = Mapping[str, Any]
@@ -237,6 +237,7 @@ CRASH_LOOP = "Crash-looping"
 
 
 def _finished(term: Mapping[str, Any]) -> datetime | None:
+    """When a terminated container finished (None if the cluster did not say)."""
     try:
         return datetime.fromisoformat(str(term.get("finishedAt") or "").replace("Z", "+00:00"))
     except ValueError:
@@ -260,7 +261,7 @@ def crash_loop_message(jobset: Obj, pods: Sequence[Obj], now: datetime) -> dict[
     ("admitted; starting") for minutes (issue 38). Counted per Job, as its
     controller counts against ``backoffLimit``: failed pods, plus container
     restarts under ``restartPolicy: OnFailure``. Names the last exit, the
-    count, the limit and when the next try is due (the pod back-off).
+    count, the limit and the back-off before the next try.
     """
     per_job: dict[str, list[tuple[Obj, str, Mapping[str, Any], int]]] = {}
     for pod, container, term, restarts in _failed_containers(pods):
@@ -277,17 +278,11 @@ def crash_loop_message(jobset: Obj, pods: Sequence[Obj], now: datetime) -> dict[
         return None
     count, job, (pod, container, term, _) = best
     limit = _backoff_limit(jobset, job)
-    running = any(((cs.get("state") or {}).get("running")) for p in pods
-                  if (_md(p).get("labels") or {}).get(JOB_NAME_LABEL) == job
-                  for cs in (p.get("status") or {}).get("containerStatuses") or [])
+    # No clock in the text: it stays the same until the next failure (one message per failure).
+    delay = min(POD_BACKOFF_CAP_S, POD_BACKOFF_BASE_S * 2.0 ** max(0, count - 1))
     text = (f"{CRASH_LOOP}: {_where(pod, container)} {exit_text(term)}; {count} failure(s) so far"
-            + (f" (backoffLimit {limit})" if limit is not None else ""))
-    finished = _finished(term)
-    if running:
-        text += "; running again"
-    elif finished is not None:
-        delay = min(POD_BACKOFF_CAP_S, POD_BACKOFF_BASE_S * 2.0 ** max(0, count - 1))
-        text += f"; next try about {(finished + timedelta(seconds=delay)):%H:%M:%S} UTC"
+            + (f" (backoffLimit {limit})" if limit is not None else "")
+            + f"; next try {delay:.0f} s after the last exit")
     return {"severity": "WARNING", "source": "KUBERNETES", "userFacingText": text}
 
 

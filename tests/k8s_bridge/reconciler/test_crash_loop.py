@@ -18,7 +18,7 @@ from tests.k8s_bridge.reconciler.conftest import Cluster, execution
 from tests.waiting import eventually
 from workunits import headline
 from workunits.choices import WorkUnitState
-from workunits.models import StatusHistory
+from workunits.models import StatusHistory, StatusMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = WorkUnitState
@@ -39,10 +39,13 @@ def test_a_failing_pod_between_its_tries_says_crash_looping_and_never_looks_queu
     ex = execution(wu)
     assert ex.system_message["severity"] == "WARNING"
     assert re.match(r"Crash-looping: replica main-0 \(pod xmc-\d+-\d+-main-0-[\w-]+\) container main exited with code 3 "
-                    r"\(Error\); 2 failure\(s\) so far \(backoffLimit 3\); (next try about \d\d:\d\d:\d\d UTC|running again)$",
+                    r"\(Error\); 2 failure\(s\) so far \(backoffLimit 3\); next try 20 s after the last exit$",
                     text), text
     head = headline.headline(ex.state, ex.system_message, ex.scheduling_information, "cpu-queue")
-    assert head.startswith("crash-looping: exited with code 3, 2 restarts (retry limit 3)"), head
+    assert head == "crash-looping: exited with code 3, 2 restarts (retry limit 3); next try 20 s after the last exit", head
+    # One message per failure: the text does not change while the pod runs again.
+    texts = [m.content["userFacingText"] for m in StatusMessage.objects.filter(work_unit=wu, severity="WARNING").order_by("id")]
+    assert len(texts) == len(set(texts)) == 2, texts
     states = list(StatusHistory.objects.filter(execution=ex).order_by("time", "id").values_list("to_state", flat=True))
     admitted = states.index(S.STARTING) if S.STARTING in states else states.index(S.RUNNING)
     assert S.SCHEDULING not in states[admitted:], states  # a pod retry is not a re-queue
