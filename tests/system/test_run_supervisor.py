@@ -6,6 +6,7 @@ loop) on real child processes: small Python programs that die on cue.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import threading
 import time
@@ -48,7 +49,7 @@ def test_it_restarts_a_process_that_died_and_keeps_the_others(run_all: ModuleTyp
                                        f"import pathlib,sys,time\np=pathlib.Path({str(marker)!r})\n"
                                        "if not p.exists():\n    p.touch(); sys.exit(3)\ntime.sleep(60)"])
     steady = run_all.Process("web", [sys.executable, "-c", "import time; time.sleep(60)"])
-    flaky.restarts = run_all.Restarts(limit=3, window_s=60, base_s=0.2, max_delay_s=1)
+    flaky.restarts = run_all.Restarts(limit=3, window_s=60, base_s=2, max_delay_s=2)
     procs = [flaky, steady]
     for proc in procs:
         run_all.start(proc, {})
@@ -73,12 +74,19 @@ def test_it_restarts_a_process_that_died_and_keeps_the_others(run_all: ModuleTyp
     thread = threading.Thread(target=loop)
     thread.start()
     try:
+        # While it waits for its restart the run folder says it is down (the pages' banner reads it).
+        down = tmp_path / run_all.DOWN_FILE
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "worker" not in (down.read_text() if down.exists() else ""):
+            time.sleep(0.05)
+        assert list(json.loads(down.read_text())) == ["worker"]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and "worker restarted" not in capsys.readouterr().out + \
                 (tmp_path / "worker.log").read_text(errors="replace"):
             time.sleep(0.1)
         log = (tmp_path / "worker.log").read_text()
-        assert "worker exited with code 3; restarting it in 0 s" in log
+        assert "worker exited with code 3; restarting it in 2 s" in log
+        assert json.loads(down.read_text()) == {}
         assert "worker restarted" in log
         assert flaky.popen.poll() is None and steady.popen.pid == steady_pid and steady.popen.poll() is None
     finally:
