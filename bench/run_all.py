@@ -13,7 +13,7 @@ from types import FrameType
 
 HERE = Path(__file__).resolve().parent
 BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery",
-           "metrics", "sweeps", "ui", "logs_follow"]
+           "metrics", "sweeps", "ui", "logs_follow", "eta"]
 
 
 def main(argv: list[str]) -> int:

@@ -74,65 +74,8 @@ def text_of(message: Mapping[str, Any] | None) -> str:
     return str((message or {}).get("userFacingText") or "")
 
 
-#: Admissions the estimate of a start needs at least, and how far back it looks.
-ESTIMATE_MIN_ADMISSIONS = 8
-ESTIMATE_WINDOW_S = 6 * 3600
-#: A queue that has admitted nothing for this many of its usual gaps has stalled: no estimate.
-ESTIMATE_STALLED_GAPS = 5.0
-#: z for the central 80 % of a normal: the range printed.
-_Z80 = 1.2816
-
-
-def queue_position(current: Mapping[str, Any]) -> int | None:
-    queue = (((current.get("scheduling_information") or {}).get("auxiliaryInfo") or {}).get("queueInfo") or {})
-    position = queue.get("positionInQueue")
-    return int(position) if isinstance(position, (int, float)) and position >= 1 else None
-
-
-def estimate_start(position: int, admissions: Sequence[datetime], now: datetime) -> tuple[float, float] | None:
-    """A range (seconds from ``now``) for when the workload at ``position`` is admitted, or None.
-
-    From the queue's recent admissions (``admissions``: their times, any
-    order): the gaps between consecutive ones are taken as independent draws
-    of one distribution (mean ``m``, standard deviation ``s``), so the wait for
-    ``position`` more admissions is their sum, ``position * m`` give or take
-    ``z80 * s * sqrt(position)`` (the central 80 %), counted from the last
-    admission. None -- no estimate rather than a guess -- with fewer than
-    `ESTIMATE_MIN_ADMISSIONS` in the last `ESTIMATE_WINDOW_S`, or when
-    nothing has been admitted for `ESTIMATE_STALLED_GAPS` usual gaps (the
-    queue has stalled: full, paused, or a blocked head).
-    """
-    recent = sorted(t for t in admissions if (now - t).total_seconds() <= ESTIMATE_WINDOW_S)
-    if position < 1 or len(recent) < ESTIMATE_MIN_ADMISSIONS:
-        return None
-    gaps = [(b - a).total_seconds() for a, b in zip(recent, recent[1:])]
-    mean = sum(gaps) / len(gaps)
-    if mean <= 0:
-        return None
-    spread = (sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1)) ** 0.5 if len(gaps) > 1 else 0.0
-    since_last = max(0.0, (now - recent[-1]).total_seconds())
-    if since_last > ESTIMATE_STALLED_GAPS * mean:
-        return None
-    centre = position * mean - since_last
-    half = _Z80 * spread * position ** 0.5
-    return max(0.0, centre - half), max(0.0, centre + half, mean / 2)
-
-
-def _span(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def estimate_words(estimate: tuple[float, float] | None, admissions: int) -> str:
-    """``Estimated start in 2 min to 6 min (from the queue's last 24 admissions)``; "" for None."""
-    if estimate is None:
-        return ""
-    low, high = _span(estimate[0]), _span(estimate[1])
-    when = f"within {high}" if estimate[0] < 1 or low == high else f"in {low} to {high}"
-    return f"Estimated start {when} (from the queue's last {admissions} admissions)"
+from workunits.eta import (  # noqa: E402,F401 - the pages' names for the estimate (workunits.eta owns it)
+    ESTIMATE_MIN_ADMISSIONS, ESTIMATE_WINDOW_S, estimate_start, estimate_words, queue_position)
 
 
 _ATTACHED = re.compile(r"\. Last lines of .* are attached$")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from django.db.models import (Case, CharField, Count, Max, Min, DurationField, ExpressionWrapper, F, FilteredRelation, OuterRef, Q,
@@ -372,30 +372,6 @@ def messages(xid: int, wid: int, limit: int = 200) -> list[dict[str, Any]]:
     rows = StatusMessage.objects.filter(experiment_id=xid, work_unit__wid=wid).order_by("-id").values(
         "id", "execution_id", "content", "severity", "source", "kind", "create_time")[:limit]
     return cast(list[dict[str, Any]], list(rows))
-
-
-#: Admissions one queue's estimate reads at most (the newest).
-ADMISSIONS_READ = 50
-#: Where an admitted unit goes from SCHEDULING (RUNNING when the cluster reported both at once).
-ADMITTED = (WorkUnitState.STARTING, WorkUnitState.RUNNING)
-
-
-def recent_admissions(queues: Sequence[str], window_s: float) -> dict[str, list[datetime]]:
-    """Per queue name: when its work units were admitted (left SCHEDULING) in the last ``window_s``.
-
-    The newest `ADMISSIONS_READ` per queue, from the status history (the
-    partial index ``history_admission_time_idx``). The queue is the LocalQueue
-    the work unit names (``schedulingConstraints.queueName``).
-    """
-    since = timezone.now() - timedelta(seconds=window_s)
-    out: dict[str, list[datetime]] = {}
-    for queue in sorted({q for q in queues if q}):
-        rows = (StatusHistory.objects
-                .filter(from_state=WorkUnitState.SCHEDULING, to_state__in=ADMITTED, time__gte=since,
-                        execution__work_unit__executable__schedulingConstraints__queueName=queue)
-                .order_by("-time").values_list("time", flat=True)[:ADMISSIONS_READ])
-        out[queue] = list(rows)
-    return out
 
 
 def now() -> datetime:

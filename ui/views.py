@@ -48,7 +48,7 @@ from ui import chart_cards, live, present, reads
 from ui import render as render_rows
 from workunits import arguments
 from workunits import services as wu_services
-from workunits import timeline
+from workunits import eta, timeline
 from xmc.api import registry
 from xmc.auth.identity import Identity, Unauthenticated, identity_for_email
 from xmc.auth.throttle import ThrottledAuthenticationForm
@@ -161,16 +161,10 @@ def _admissions(units: list[dict[str, Any]]) -> dict[str, list[datetime]]:
     """The recent admissions of the queues that queued units (with a position) wait in; no query without."""
     queues = [present.queue_name(u["executable"]) for u in units
               if (u["current"] or {}).get("state") == "SCHEDULING" and present.queue_position(u["current"] or {})]
-    return reads.recent_admissions(queues, present.ESTIMATE_WINDOW_S) if queues else {}
+    return eta.recent_admissions(queues, eta.ESTIMATE_WINDOW_S) if queues and eta.shown() else {}
 
 
-def _estimate(state: str, current: dict[str, Any], queue: str, admissions: dict[str, list[datetime]],
-              now: datetime) -> str:
-    position = present.queue_position(current)
-    if state != "SCHEDULING" or position is None or queue not in admissions:
-        return ""
-    got = admissions[queue]
-    return present.estimate_words(present.estimate_start(position, got, now), len(got))
+_estimate = eta.estimate_for
 
 
 def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dict[str, str],

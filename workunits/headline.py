@@ -18,6 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from django.utils import timezone
+
+from workunits import eta
 from workunits.choices import ExecutionState
 from workunits.models import WorkUnitExecution
 
@@ -137,15 +140,25 @@ def headline(state: str, system_message: Message, scheduling_information: Messag
 def for_experiment(xid: int) -> list[dict[str, Any]]:
     """Every work unit's current state and headline (the REST read ``xmc.api.headlines``, ``xmc why``/``status``).
 
-    One query; the caller has checked the reader's access.
+    One query (and one per queue that units wait in with a position, for the estimated
+    start that `workunits.eta.estimate_for` adds when it is shown); the caller has checked
+    the reader's access.
     """
     rows = (WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, execution_state=ExecutionState.ACTIVE)
             .order_by("work_unit__wid")
             .values_list("work_unit__wid", "eid", "state", "system_message", "scheduling_information",
                          "work_unit__executable"))
+    def queue_of(executable: Any) -> str:
+        return str(((executable or {}).get("schedulingConstraints") or {}).get("queueName") or "")
+
+    waiting = [queue_of(r[5]) for r in rows if r[2] == "SCHEDULING" and eta.queue_position({"scheduling_information": r[4]})]
+    admissions = eta.recent_admissions(waiting, eta.ESTIMATE_WINDOW_S) if waiting and eta.shown() else {}
+    now = timezone.now()
     out = []
     for wid, eid, state, system, scheduling, executable in rows:
-        queue = str(((executable or {}).get("schedulingConstraints") or {}).get("queueName") or "")
+        queue = queue_of(executable)
+        head = headline(state, system, scheduling, queue)
+        estimate = eta.estimate_for(state, {"scheduling_information": scheduling}, queue, admissions, now)
         out.append({"name": f"experiments/{xid}/workUnits/{wid}", "executionId": eid, "state": state,
-                    "headline": headline(state, system, scheduling, queue)})
+                    "headline": f"{head}. {estimate}" if head and estimate else head})
     return out

@@ -215,7 +215,11 @@ def test_it_redraws_one_row_with_its_sweep_columns_for_an_event(alice: Client) -
     assert alice.get(f"/experiments/{exp.id}?fragment=row&wid=9").status_code == 404
 
 
-def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_with_history(alice: Client) -> None:
+def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_with_history(
+        alice: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workunits import eta
+
+    monkeypatch.setattr(eta, "ESTIMATE_MEASURED_ERROR", 0.2)  # a method that cleared the 25 % bar in bench/eta.py
     exp = factories.experiment(creator=ALICE, title="queued")
     for _ in range(11):
         factories.work_unit(exp)
@@ -238,6 +242,14 @@ def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_w
     WorkUnit.objects.filter(id=unit.id).update(executable=unit.executable)
     body = alice.get(f"/experiments/{exp.id}").content.decode()
     assert "Waiting for quota in idle-queue: position 3 of 5" in body and "Estimated start" not in body
+
+    # A method whose measured median error is past 25 % of the real wait is not shown at all.
+    WorkUnit.objects.filter(id=unit.id).update(executable={**unit.executable, "schedulingConstraints": {
+        **unit.executable["schedulingConstraints"], "queueName": "cpu-queue"}})
+    assert "Estimated start" in alice.get(f"/experiments/{exp.id}").content.decode()
+    monkeypatch.setattr(eta, "ESTIMATE_MEASURED_ERROR", 0.4)
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert "position 3 of 5" in body and "Estimated start" not in body
 
 
 def test_a_log_line_prints_escaped_with_its_matches_timestamp_and_replica_when_asked() -> None:
