@@ -5,8 +5,8 @@
 units into the 4-CPU ``demo-queue`` -- jobs of 8, 20 and 40 s, LOW, NORMAL and
 HIGH priority (a HIGH one preempts a LOW one) -- and every 2 s asks, for each
 unit waiting with a queue position, what the pages would show
-(``ui.present.estimate_start`` over ``ui.reads.recent_admissions``: the code
-path of the experiment and work unit pages). When a unit is admitted
+(``workunits.eta.estimate_start`` over ``workunits.eta.recent_admissions``: the
+code path of the pages and ``xmc why``). When a unit is admitted
 (its status history leaves SCHEDULING), every estimate made for it is
 compared with the real start:
 
@@ -17,7 +17,7 @@ compared with the real start:
 
 Baseline, measured in the same run: a constant guess, the mean wait of all
 units (an oracle no page could know), so the ratio says whether the method
-beats knowing the average. ``ui.present.ESTIMATE_MEASURED_ERROR`` records the
+beats knowing the average. ``workunits.eta.ESTIMATE_MEASURED_ERROR`` records the
 figure; the pages show an estimate only while it is within
 ``ESTIMATE_MAX_ERROR`` (25 %) of the real wait.
 """
@@ -59,20 +59,22 @@ def unit(run_s: int, priority: str) -> dict[str, Any]:
 
 def estimates_now(xid: int) -> list[tuple[int, float, float]]:
     """(wid, seconds from now the pages' estimate centres on, now) for every waiting unit shown one."""
-    from ui import present, reads
+    from django.utils import timezone
+
+    from workunits import eta
     from workunits.models import WorkUnitExecution
 
-    now = reads.now()
+    now = timezone.now()
     rows = list(WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, execution_state="ACTIVE",
                                                  state="SCHEDULING")
                 .values_list("work_unit__wid", "scheduling_information"))
-    admissions = reads.recent_admissions(["demo-queue"], present.ESTIMATE_WINDOW_S).get("demo-queue", [])
+    admissions = eta.recent_admissions(["demo-queue"], eta.ESTIMATE_WINDOW_S).get("demo-queue", [])
     out = []
     for wid, info in rows:
-        position = present.queue_position({"scheduling_information": info})
+        position = eta.queue_position({"scheduling_information": info})
         if position is None:
             continue
-        estimate = present.estimate_start(position, admissions, now)
+        estimate = eta.estimate_start(position, admissions, now)
         if estimate is not None:
             out.append((wid, (estimate[0] + estimate[1]) / 2, now.timestamp()))
     return out
@@ -150,7 +152,7 @@ def main() -> None:
           f" LOW/NORMAL/HIGH), {datetime.now():%Y-%m-%d}")
     print("| method | median absolute error (share of the real remaining wait) | estimates | units shown one | vs baseline |")
     print("| --- | --- | --- | --- | --- |")
-    print(f"| queue admissions (ui.present.estimate_start) | {median:.0%} | {len(errors)} |"
+    print(f"| queue admissions (workunits.eta.estimate_start) | {median:.0%} | {len(errors)} |"
           f" {len(shown)} of {len(waited)} waiting ({(len(shown) / len(waited) if waited else 0):.0%}) |"
           f" {median / base if base else float('nan'):.2f}x |")
     print(f"| baseline: the mean wait ({mean_wait:.0f} s), known in advance | {base:.0%} | {len(baseline)} | | 1.00x |")

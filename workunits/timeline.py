@@ -29,7 +29,7 @@ DARK = frozenset({S.COMPLETED, S.FAILED, S.STOPPED})
 #: Width of the end cap that shows a terminal state (it has no duration).
 CAP = 96
 #: Approximate width of one character at the labels' font size.
-CHAR = 6.3
+CHAR = 7.0
 
 
 #: What a band means when it comes back after the execution had run: a pod the Job tries again
