@@ -81,12 +81,13 @@ def estimates_now(xid: int) -> list[tuple[int, float, float]]:
 
 
 def admitted_at(xid: int) -> dict[int, tuple[float, float]]:
-    """wid -> (when its execution was created, when it first left SCHEDULING for STARTING/RUNNING)."""
+    """wid -> (when its execution was created, when it first reached STARTING or RUNNING).
+
+    From SCHEDULING, or straight from INITIALIZING when the reconciler first saw it admitted."""
     from workunits.models import StatusHistory
 
     out: dict[int, tuple[float, float]] = {}
-    rows = (StatusHistory.objects.filter(execution__work_unit__experiment_id=xid, from_state="SCHEDULING",
-                                         to_state__in=("STARTING", "RUNNING"))
+    rows = (StatusHistory.objects.filter(execution__work_unit__experiment_id=xid, to_state__in=("STARTING", "RUNNING"))
             .order_by("time").values_list("execution__work_unit__wid", "time", "execution__create_time"))
     for wid, when, created in rows:
         out.setdefault(int(wid), (created.timestamp(), when.timestamp()))
