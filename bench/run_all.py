@@ -13,7 +13,7 @@ from types import FrameType
 
 HERE = Path(__file__).resolve().parent
 BENCHES = ["update_executions", "api", "simcluster", "sim_controllers", "actuator", "reconciler", "resume", "notify_delivery",
-           "metrics", "sweeps", "studies", "ui", "logs_follow", "usage_rollup", "queues", "system_metrics"]
+           "metrics", "sweeps", "studies", "ui", "logs_follow", "usage_rollup", "queues", "system_metrics", "eta"]
 
 
 def main(argv: list[str]) -> int:

@@ -102,6 +102,7 @@ def subscription_secrets(subscription: Subscription, now_ts: float | None = None
 class Webhook:
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
         timestamp = int(time.time())
+        body = payloads.linked(body)
         headers = {"content-type": "application/json", "user-agent": "xmc-notifications/1",
                    **signing.headers(subscription_secrets(subscription), message_id, timestamp, body)}
         return _post(subscription.url, body.encode(), headers)
@@ -109,7 +110,7 @@ class Webhook:
 
 class Slack:
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
-        message = payloads.slack(json.loads(body))
+        message = payloads.slack(json.loads(payloads.linked(body)))
         return _post(slack_url(subscription), json.dumps(message).encode(), {"content-type": "application/json"})
 
 
@@ -142,7 +143,7 @@ def header_text(value: str, limit: int = SUBJECT_MAX) -> str:
 
 class Email:
     def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
-        payload = json.loads(body)
+        payload = json.loads(payloads.linked(body))
         recipients = group_members(subscription.group) if subscription.group else [subscription.email or subscription.owner]
         if not recipients:
             return SendResult(True, 250, "the group has no active member with an email")

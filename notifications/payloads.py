@@ -34,15 +34,28 @@ def _time(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def page_url(xid: int, wid: int | None = None) -> str:
-    """The researcher's page (never the REST resource): ``$XMANAGER_UI_URL/experiments/<xid>``
-    and ``.../workUnits/<wid>``, built when the message is (its first try)."""
-    base = f"{settings.XMC_UI_URL.rstrip('/')}/experiments/{xid}"
+def page_path(xid: int, wid: int | None = None) -> str:
+    """The researcher's page (never the REST resource), as a path: ``/experiments/<xid>`` and
+    ``.../workUnits/<wid>``. Stored in the message so; :func:`linked` makes it a URL."""
+    base = f"/experiments/{xid}"
     return base if wid is None else f"{base}/workUnits/{wid}"
 
 
 def experiment_json(xid: int, title: str = "") -> dict[str, Any]:
-    return {"name": f"experiments/{xid}", "title": title, "url": page_url(xid)}
+    return {"name": f"experiments/{xid}", "title": title, "path": page_path(xid)}
+
+
+def linked(body: str) -> str:
+    """The stored body as it is sent: every ``path`` becomes a ``url`` on the origin configured
+    now (``XMANAGER_UI_URL``). A message is stored when first built and re-sent as stored; with
+    the link kept as a path it stays right when the system moves host or port between tries
+    (issue 39). Bodies stored with a ``url`` (before this) are sent as they are."""
+    payload = json.loads(body)
+    data = payload.get("data") or {}
+    for item in [data.get("experiment"), *(data.get("workUnits") or [])]:
+        if isinstance(item, dict) and isinstance(item.get("path"), str):
+            item["url"] = settings.XMC_UI_URL.rstrip("/") + item.pop("path")
+    return dumps(payload)
 
 
 #: What ``notifications.details.failure_details`` says of one failed execution, by (wid, eid).
@@ -66,7 +79,7 @@ def build(type_: str, events: Sequence[Event], now: datetime, details: Details |
         data["workUnits"] = [
             {"name": f"experiments/{e.xid}/workUnits/{e.wid}", "executionId": e.eid,
              "state": e.data.get("state", ""), "previousState": e.data.get("previousState", ""),
-             **({"url": page_url(e.xid, e.wid)} if e.xid is not None and e.wid is not None else {}),
+             **({"path": page_path(e.xid, e.wid)} if e.xid is not None and e.wid is not None else {}),
              **({"queuedMinutes": e.data["queuedMinutes"]} if "queuedMinutes" in e.data else {}),
              **{k: e.data[k] for k in ("gpus", "idleSeconds", "message") if k in e.data},
              **{k: v for k, v in (details or {}).get((e.wid or 0, e.eid or 0), {}).items() if v}}

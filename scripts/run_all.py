@@ -71,6 +71,7 @@ class Restarts:
     def from_env(cls) -> Restarts:
         return cls(limit=int(os.environ.get("XMC_RUN_RESTART_LIMIT", "5")),
                    window_s=float(os.environ.get("XMC_RUN_RESTART_WINDOW_S", "120")),
+                   base_s=float(os.environ.get("XMC_RUN_RESTART_BASE_S", "1")),
                    max_delay_s=float(os.environ.get("XMC_RUN_RESTART_MAX_DELAY_S", "30")))
 
     def died(self, now: float) -> float | None:
@@ -295,8 +296,30 @@ def _note(proc: Process, line: str) -> None:
         log.write(f"\n=== run_all {time.strftime('%Y-%m-%d %H:%M:%S')}: {line}\n")
 
 
+#: The processes that are down right now (died, waiting for their restart), for the pages' banner
+#: (``ui.context``, which reads it from the run folder): ``{name: {"since": epoch s, "log": path}}``.
+DOWN_FILE = "down.json"
+
+
+def mark_down(name: str, down: bool) -> None:
+    """Add or remove ``name`` in the run folder's `DOWN_FILE` (written whole, then renamed)."""
+    path = RUN / DOWN_FILE
+    try:
+        now_down = json.loads(path.read_text())
+    except (OSError, ValueError):
+        now_down = {}
+    if down:
+        now_down[name] = {"since": time.time(), "log": str(RUN / f"{name}.log")}
+    else:
+        now_down.pop(name, None)
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(now_down))
+    part.replace(path)
+
+
 def supervise(procs: list[Process], env: dict[str, str], *, tick_s: float = 0.5) -> None:
     """Keep every process up: restart one that died after its back-off; raise CrashLoop for a crash loop."""
+    (RUN / DOWN_FILE).unlink(missing_ok=True)  # a fresh run: nothing is down
     while True:
         now = time.monotonic()
         for proc in procs:
@@ -309,6 +332,7 @@ def supervise(procs: list[Process], env: dict[str, str], *, tick_s: float = 0.5)
                         f"{proc.name} keeps dying ({len(proc.restarts.deaths)} times in "
                         f"{proc.restarts.window_s:.0f} s, last exit code {code}); its log: {RUN}/{proc.name}.log")
                 proc.restart_at = now + delay
+                mark_down(proc.name, True)
                 _note(proc, f"{proc.name} exited with code {code}; restarting it in {delay:.0f} s "
                             f"(log {RUN}/{proc.name}.log)")
             elif proc.restart_at is not None and now >= proc.restart_at:
@@ -318,29 +342,44 @@ def supervise(procs: list[Process], env: dict[str, str], *, tick_s: float = 0.5)
                 except (ProcessLookupError, PermissionError):
                     pass
                 start(proc, env)
+                mark_down(proc.name, False)
                 _note(proc, f"{proc.name} restarted (pid {proc.popen.pid})")
         time.sleep(tick_s)
 
 
+#: Processes the others talk to (the cluster and the MachineLearningRun stand-ins): stopped last.
+BACKENDS = ("simulator", "mlrun")
+
+
 def stop_all(procs: list[Process]) -> None:
-    for proc in procs:
-        if proc.popen is not None and proc.popen.poll() is None:
+    """SIGTERM every process, the ones that talk to the simulator first, the simulator after them.
+
+    The reconciler gives up its leader lease on the way out; the lease lives in
+    the simulator (restored from its state file by the next run). Stopped at
+    the same moment, the reconciler found the simulator gone, the lease stayed
+    held, and the next run's reconciler waited it out (15 s): a short job
+    launched right after the restart was first seen COMPLETED, its STARTING and
+    RUNNING never written.
+    """
+    for wave in ([p for p in procs if p.name not in BACKENDS], [p for p in procs if p.name in BACKENDS]):
+        deadline = time.monotonic() + 20
+        for proc in wave:
+            if proc.popen is not None and proc.popen.poll() is None:
+                try:
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in wave:
+            if proc.popen is None:
+                continue
             try:
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 pass
-    deadline = time.monotonic() + 20
-    for proc in procs:
-        if proc.popen is None:
-            continue
-        try:
-            proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        try:  # the group may outlive its leader (e.g. a worker's pool)
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+            try:  # the group may outlive its leader (e.g. a worker's pool)
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def stop_embedded_services(postgres_dir: str, redis_dir: str) -> None:
@@ -439,6 +478,7 @@ def main() -> int:
     finally:
         ignore(TERMINATION)  # no second signal may interrupt the clean-up
         stop_all(procs)
+        (RUN / DOWN_FILE).unlink(missing_ok=True)
         stop_embedded_services(args.stop_postgres, args.stop_redis)
 
 

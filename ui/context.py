@@ -1,4 +1,5 @@
-"""Template context every page gets: whether work waits for a worker (the quiet banner of base.html).
+"""Template context every page gets: whether work waits for a worker, or a process of ``./dev run``
+is down (the quiet banner of base.html).
 
 Registered in ``TEMPLATES`` (``xmc.settings``). Reads
 ``workunits.delivery.oldest_pending`` at most once per :data:`CACHE_S` per
@@ -6,9 +7,11 @@ process, so a busy page costs no extra query; a failed read shows no banner.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -47,9 +50,39 @@ def waiting_text(age_s: float) -> str:
         f"work is waiting for a worker: oldest {int(age_s)} s"
 
 
+#: What waits while a process is down, in the banner's words.
+WAITS = {
+    "worker": "launches, stops and notifications wait for it",
+    "reconciler": "states shown here are not updated until it is back",
+    "beat": "periodic sweeps and clean-ups wait for it",
+    "grpc": "launches and the xmanager client cannot reach the API",
+    "simulator": "the cluster does not answer",
+}
+
+
+def down_text(now: float | None = None) -> str:
+    """``the worker is not running (for 12 s; ./dev run is starting it again): launches ... wait for it``,
+    from the run folder's ``down.json`` that ``scripts/run_all.py`` keeps while it restarts a process
+    ("" when nothing is down, or when no ``./dev run`` supervises this web: a deployment's processes
+    are restarted by Kubernetes, and the delivery gauge and ``/readyz`` say what waits)."""
+    try:
+        down = json.loads((Path(settings.XMC_RUN_DIR) / "down.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    now = time.time() if now is None else now
+    parts = []
+    for name, info in sorted(down.items()):
+        since = max(0, int(now - float((info or {}).get("since") or now)))
+        what = WAITS.get(name, "")
+        parts.append(f"the {name} is not running (for {since} s; ./dev run is starting it again)"
+                     + (f": {what}" if what else ""))
+    return "; ".join(parts)
+
+
 def delivery(request: HttpRequest) -> dict[str, Any]:
-    """``degraded``: the banner's text past ``XMC_DEGRADED_AFTER_S``, else ""."""
+    """``degraded``: the banner's text (a process down, work waiting past ``XMC_DEGRADED_AFTER_S``), else ""."""
     if not request.path.startswith(("/experiments", "/dashboards", "/subscriptions")):
         return {"degraded": ""}
     age = _oldest()
-    return {"degraded": waiting_text(age) if age > settings.XMC_DEGRADED_AFTER_S else ""}
+    texts = [down_text(), waiting_text(age) if age > settings.XMC_DEGRADED_AFTER_S else ""]
+    return {"degraded": "; ".join(t for t in texts if t)}

@@ -6,16 +6,13 @@ and the tests call them on plain data.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from workunits import arguments, headline
-from workunits.estimates import ESTIMATE_MIN_ADMISSIONS as ESTIMATE_MIN_ADMISSIONS
-from workunits.estimates import ESTIMATE_STALLED_GAPS as ESTIMATE_STALLED_GAPS
-from workunits.estimates import ESTIMATE_WINDOW_S as ESTIMATE_WINDOW_S
-from workunits.estimates import estimate_start as estimate_start
 
 #: The roll-up bar's order and each state's colour class (ui/static/ui/ui.css).
 STATE_ORDER = ("RUNNING", "STARTING", "SCHEDULING", "INITIALIZING", "RESTARTING", "SCHEDULING_PAUSED",
@@ -77,27 +74,26 @@ def text_of(message: Mapping[str, Any] | None) -> str:
     return str((message or {}).get("userFacingText") or "")
 
 
-def queue_position(current: Mapping[str, Any]) -> int | None:
-    queue = (((current.get("scheduling_information") or {}).get("auxiliaryInfo") or {}).get("queueInfo") or {})
-    position = queue.get("positionInQueue")
-    return int(position) if isinstance(position, (int, float)) and position >= 1 else None
+from workunits.eta import (  # noqa: E402,F401 - the pages' names for the estimate (workunits.eta owns it)
+    ESTIMATE_MIN_ADMISSIONS, ESTIMATE_WINDOW_S, estimate_start, estimate_words, queue_position)
 
 
-def _span(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
+_ATTACHED = re.compile(r"\. Last lines of .* are attached$")
 
 
-def estimate_words(estimate: tuple[float, float] | None, admissions: int) -> str:
-    """``Estimated start in 2 min to 6 min (from the queue's last 24 admissions)``; "" for None."""
-    if estimate is None:
-        return ""
-    low, high = _span(estimate[0]), _span(estimate[1])
-    when = f"within {high}" if estimate[0] < 1 or low == high else f"in {low} to {high}"
-    return f"Estimated start {when} (from the queue's last {admissions} admissions)"
+def failure_said(failure: str) -> Callable[[str], bool]:
+    """Whether a message repeats the failure the page's "Why it failed" card already shows.
+
+    The reconciler writes a failure's ERROR twice: first without, then with
+    the last log lines ("... Last lines of X are attached"); both are the
+    card's text. The messages list leaves them out: a thing is said once.
+    """
+    core = _ATTACHED.sub("", failure.strip())
+
+    def said(text: str) -> bool:
+        return bool(core) and _ATTACHED.sub("", text.strip()) == core
+
+    return said
 
 
 def why_not_running(state: str, current: Mapping[str, Any], queue_name: str, estimate: str = "") -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from django.db.models import (CharField, Count, Max, Min, DurationField, ExpressionWrapper, F, OuterRef, Q,
@@ -41,9 +41,9 @@ from workunits.models import StatusHistory, StatusMessage, WorkUnit, WorkUnitExe
 from xmc import listing
 from xmc.api import handlers, reads, registry, sweep_columns
 from xmc.auth.identity import Identity
-from workunits.estimates import ADMISSIONS_READ as ADMISSIONS_READ
-from workunits.estimates import ADMITTED as ADMITTED
-from workunits.estimates import recent_admissions as recent_admissions
+from workunits.eta import ADMISSIONS_READ as ADMISSIONS_READ
+from workunits.eta import ADMITTED as ADMITTED
+from workunits.eta import recent_admissions as recent_admissions
 
 #: Work units one bulk action (stop / restart) confirms at once.
 MAX_ACTION_UNITS = 1_000

@@ -48,7 +48,7 @@ from ui import chart_cards, live, present, reads, study_reads
 from ui import render as render_rows
 from workunits import arguments
 from workunits import services as wu_services
-from workunits import timeline
+from workunits import eta, timeline
 from xmc.api import registry
 from xmc.auth.identity import Identity, Unauthenticated, identity_for_email
 from xmc.auth.throttle import ThrottledAuthenticationForm
@@ -161,16 +161,10 @@ def _admissions(units: list[dict[str, Any]]) -> dict[str, list[datetime]]:
     """The recent admissions of the queues that queued units (with a position) wait in; no query without."""
     queues = [present.queue_name(u["executable"]) for u in units
               if (u["current"] or {}).get("state") == "SCHEDULING" and present.queue_position(u["current"] or {})]
-    return reads.recent_admissions(queues, present.ESTIMATE_WINDOW_S) if queues else {}
+    return eta.recent_admissions(queues, eta.ESTIMATE_WINDOW_S) if queues and eta.shown() else {}
 
 
-def _estimate(state: str, current: dict[str, Any], queue: str, admissions: dict[str, list[datetime]],
-              now: datetime) -> str:
-    position = present.queue_position(current)
-    if state != "SCHEDULING" or position is None or queue not in admissions:
-        return ""
-    got = admissions[queue]
-    return present.estimate_words(present.estimate_start(position, got, now), len(got))
+_estimate = eta.estimate_for
 
 
 def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dict[str, str],
@@ -180,12 +174,13 @@ def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dic
     queue = present.queue_name(unit["executable"])
     started = current.get("create_time")
     ended = current.get("complete_time") or (now if state not in present.TERMINAL else current.get("update_time"))
-    last = present.text_of(current.get("user_message")) or present.text_of(current.get("system_message"))
+    why = present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now))
+    # The system message is what the headline ("why") shortens: said once, on the unit's page.
+    last = present.text_of(current.get("user_message")) or ("" if why else present.text_of(current.get("system_message")))
     return {
         "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
         "job": arguments.job_name(unit["executable"]), "tags": list(unit["tags"] or []), "notes": unit["notes"] or "",
-        "why": present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now)),
-        "last": last, "started": started, "duration": present.duration(started, ended),
+        "why": why, "last": last, "started": started, "duration": present.duration(started, ended),
         "seconds": present.seconds(started, ended),
         "cells": [args.get(name, "") for name in varying],
         "metrics": {name: stats.last for name, stats in (unit.get("metrics") or {}).items()}, "stoppable": state not in present.TERMINAL
@@ -524,7 +519,8 @@ def act(request: HttpRequest, identity: Identity, xid: str) -> HttpResponse:
 # --- /experiments/<xid>/workUnits/<wid> ------------------------------------------------------------
 
 def _timeline(history: list[dict[str, Any]], end: datetime, title: str) -> str:
-    return timeline.svg(timeline.segments([(h["time"], h["to_state"]) for h in history], end), title=title, inline_style=False)
+    bands = timeline.segments([(h["time"], h["to_state"]) for h in history], end)
+    return timeline.svg(bands, title=title, inline_style=False) + timeline.legend(bands)
 
 
 def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]:
@@ -551,10 +547,14 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
             "details": present.pretty_json(ex.detailed_status), "metadata": present.pretty_json(ex.metadata),
         })
     current = views[0] if views else None
+    shown_above = present.failure_said(current["system"] if current and current["failed"] else "")
     messages = [{**m, "text": present.text_of(m["content"]),
                  "link": present.safe_url(m["content"].get("userFacingUrl")),
                  "trace": str((m["content"].get("auxiliaryInfo") or {}).get("stackTrace") or "")}
-                for m in reads.messages(xid, wid)]
+                for m in reads.messages(xid, wid) if not shown_above(present.text_of(m["content"]))]
+    listed = {m["text"] for m in messages}
+    for v in views:  # an execution's system message is in the messages list: not said again on its card
+        v["system_listed"] = v["system"] in listed
     state = current["ex"].state if current else ""
     return {
         "xid": xid, "wid": wid, "exp": exp, "unit": unit, "executions": views, "current": current,

@@ -18,6 +18,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from django.utils import timezone
+
+from workunits import eta
 from workunits.choices import ExecutionState
 from workunits.models import WorkUnitExecution
 
@@ -30,6 +33,7 @@ _SIGNAL = re.compile(r"was killed by signal (\w+)")
 _RESTARTS = re.compile(r"after (\d+) restart\(s\)")
 _BACKOFF = re.compile(r"after (\d+) failed pod\(s\)(?: \(backoffLimit (\d+)\))?")
 _START = re.compile(r"could not start: (\w+)")
+_LOOP = re.compile(r"^Crash-looping: .*?; (\d+) failure\(s\) so far(?: \(backoffLimit (\d+)\))?(?:; (.*))?$")
 _LIMIT = 120
 
 
@@ -80,6 +84,22 @@ def failure(text: str) -> str:
     return clean(text.split(". ", 1)[0])
 
 
+def crash_loop(text: str) -> str:
+    """``crash-looping: exited with code 3, 4 restarts (retry limit 5); next try about 01:30:12 UTC``
+    from the reconciler's WARNING (``k8s_bridge.reconciler.explain.crash_loop_message``); "" for another text."""
+    loop = _LOOP.match(text)
+    if not loop:
+        return ""
+    oom = "OOMKilled" in text
+    code, signal = _EXIT.search(text), _SIGNAL.search(text)
+    what = ("out of memory (OOMKilled)" if oom else f"exited with code {code[1]}" if code
+            else f"killed by signal {signal[1]}" if signal else "failed")
+    restarts = int(loop[1])
+    head = f"crash-looping: {what}, {restarts} restart{'s' if restarts != 1 else ''}"
+    head += f" (retry limit {loop[2]})" if loop[2] else ""
+    return head + (f"; {loop[3]}" if loop[3] else "")
+
+
 def _preempted(*texts: str) -> bool:
     return any("preempt" in t.lower() for t in texts)
 
@@ -111,6 +131,8 @@ def headline(state: str, system_message: Message, scheduling_information: Messag
     if state == "STARTING":
         if _severity(system_message) in ("ERROR", "FATAL") and system:
             return failure(system)
+        if _severity(system_message) == "WARNING" and crash_loop(system):
+            return crash_loop(system)
         return "admitted; its pods are starting"
     return ""
 
@@ -118,15 +140,25 @@ def headline(state: str, system_message: Message, scheduling_information: Messag
 def for_experiment(xid: int) -> list[dict[str, Any]]:
     """Every work unit's current state and headline (the REST read ``xmc.api.headlines``, ``xmc why``/``status``).
 
-    One query; the caller has checked the reader's access.
+    One query (and one per queue that units wait in with a position, for the estimated
+    start that `workunits.eta.estimate_for` adds when it is shown); the caller has checked
+    the reader's access.
     """
     rows = (WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, execution_state=ExecutionState.ACTIVE)
             .order_by("work_unit__wid")
             .values_list("work_unit__wid", "eid", "state", "system_message", "scheduling_information",
                          "work_unit__executable"))
+    def queue_of(executable: Any) -> str:
+        return str(((executable or {}).get("schedulingConstraints") or {}).get("queueName") or "")
+
+    waiting = [queue_of(r[5]) for r in rows if r[2] == "SCHEDULING" and eta.queue_position({"scheduling_information": r[4]})]
+    admissions = eta.recent_admissions(waiting, eta.ESTIMATE_WINDOW_S) if waiting and eta.shown() else {}
+    now = timezone.now()
     out = []
     for wid, eid, state, system, scheduling, executable in rows:
-        queue = str(((executable or {}).get("schedulingConstraints") or {}).get("queueName") or "")
+        queue = queue_of(executable)
+        head = headline(state, system, scheduling, queue)
+        estimate = eta.estimate_for(state, {"scheduling_information": scheduling}, queue, admissions, now)
         out.append({"name": f"experiments/{xid}/workUnits/{wid}", "executionId": eid, "state": state,
-                    "headline": headline(state, system, scheduling, queue)})
+                    "headline": f"{head}. {estimate}" if head and estimate else head})
     return out

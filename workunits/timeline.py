@@ -29,7 +29,13 @@ DARK = frozenset({S.COMPLETED, S.FAILED, S.STOPPED})
 #: Width of the end cap that shows a terminal state (it has no duration).
 CAP = 96
 #: Approximate width of one character at the labels' font size.
-CHAR = 6.3
+CHAR = 7.0
+
+
+#: What a band means when it comes back after the execution had run: a pod the Job tries again
+#: (STARTING after RUNNING, the quota held) or a re-queue (SCHEDULING after it was admitted).
+RETRY, REQUEUE = "pod retry", "re-queued"
+_RAN = frozenset({S.STARTING, S.RUNNING, S.PARTIALLY_FAILED})
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,12 @@ class Segment:
     state: str
     start: datetime
     end: datetime
+    #: `RETRY`, `REQUEUE` or "" (the first time in this state)
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.state} ({self.note})" if self.note else self.state
 
     @property
     def duration(self) -> timedelta:
@@ -55,9 +67,14 @@ def segments(history: Sequence[tuple[datetime, str]], end: datetime) -> list[Seg
     for i, (start, state) in enumerate(rows):
         stop = rows[i + 1][0] if i + 1 < len(rows) else max(end, start)
         if out and out[-1].state == state:
-            out[-1] = Segment(state, out[-1].start, stop)
-        else:
-            out.append(Segment(state, start, stop))
+            out[-1] = Segment(state, out[-1].start, stop, out[-1].note)
+            continue
+        note = ""
+        if out and out[-1].state == S.RUNNING and state == S.STARTING:
+            note = RETRY
+        elif state in (S.SCHEDULING, S.DESCHEDULING) and any(b.state in _RAN for b in out):
+            note = REQUEUE
+        out.append(Segment(state, start, stop, note))
     return out
 
 
@@ -91,18 +108,19 @@ def svg(bands: Sequence[Segment], *, title: str, inline_style: bool = True) -> s
     inner = WIDTH - 2 * PAD - (CAP if capped else 0)
     for i, band in enumerate(bands):
         if capped and i == len(bands) - 1:
-            x, w, label = float(PAD + inner), float(CAP), band.state
+            x, w, label = float(PAD + inner), float(CAP), band.label
         else:
             x = PAD + inner * (band.start - start).total_seconds() / total
             w = max(inner * band.duration.total_seconds() / total, 2.0)
-            label = f"{band.state} {_duration(band.duration)}"
+            label = f"{band.label} {_duration(band.duration)}"
+        note = f' data-note="{escape(band.note)}"' if band.note else ""
         parts.append(
-            f'<g class="band" data-state="{escape(band.state)}">'
-            f"<title>{escape(band.state)} {_duration(band.duration)} from {band.start:%Y-%m-%d %H:%M:%S} UTC</title>"
+            f'<g class="band" data-state="{escape(band.state)}"{note}>'
+            f"<title>{escape(band.label)} {_duration(band.duration)} from {band.start:%Y-%m-%d %H:%M:%S} UTC</title>"
             f'<rect x="{x:.1f}" y="{PAD}" width="{w:.1f}" height="{LANE}" '
             f'fill="{COLOURS.get(band.state, "#bdbdbd")}" stroke="#fff" />'
         )
-        for text in (label, band.state):
+        for text in (label, band.label, band.state):
             if w > CHAR * len(text) + 8:
                 parts.append(f'<text x="{x + 4:.1f}" y="{PAD + LANE / 2 + 4:.1f}" font-size="11" '
                              f'fill="{"#fff" if band.state in DARK else "#000"}">{escape(text)}</text>')
@@ -113,3 +131,17 @@ def svg(bands: Sequence[Segment], *, title: str, inline_style: bool = True) -> s
     parts.append(f'<text x="{WIDTH - PAD}" y="{axis_y}" font-size="10" text-anchor="end">'
                  f"{end:%Y-%m-%d %H:%M:%S} UTC</text></svg>")
     return "".join(parts)
+
+
+def legend(bands: Sequence[Segment]) -> str:
+    """The bands as a list of words under the picture: colour, state (and `RETRY`/`REQUEUE`), duration,
+    start time. Readable at any width: on a phone the picture is scaled to a third and its labels
+    would be 4 px, so the pages hide them there (``ui/static/ui/ui.css``) and this list says it."""
+    items = []
+    for band in bands:
+        swatch = (f'<svg class="swatch" width="10" height="10" aria-hidden="true"><rect width="10" height="10" '
+                  f'fill="{COLOURS.get(band.state, "#bdbdbd")}" /></svg>')
+        took = "" if band.state in TERMINAL and band is bands[-1] else f" {_duration(band.duration)}"
+        items.append(f'<li data-state="{escape(band.state)}">{swatch} {escape(band.label)}{took}'
+                     f' <span class="muted">{band.start:%H:%M:%S}</span></li>')
+    return f'<ol class="timeline-legend">{"".join(items)}</ol>' if items else ""

@@ -13,7 +13,7 @@
   and Kueue names that owner in the workload's ``ownerReferences``. The work
   unit gives the current execution, the experiment and its owner; a workload
   of an experiment the caller may not read keeps its queue facts and loses
-  the rest. Each gets the estimated start of `workunits.estimates`.
+  the rest. Each gets the estimated start of `workunits.eta` (while it is shown).
 
 Only `k8s_bridge.client` touches the SDK.
 """
@@ -34,7 +34,7 @@ from core.identity import Identity
 from experiments import acl
 from k8s_bridge import client
 from k8s_bridge.logs.service import Unavailable
-from workunits import estimates
+from workunits import eta
 from workunits.models import WorkUnit
 
 CLUSTER_QUEUES = "clusterqueues"
@@ -242,7 +242,8 @@ def pending(identity: Identity, query: PendingQuery, *, now: datetime | None = N
     keys = [_owner_key(item) for item in items]
     units = _work_units(identity, (k for k in keys if k is not None))
     queues = {str(i.get("localQueueName") or "") for i in items}
-    admissions = estimates.recent_admissions(sorted(queues), estimates.ESTIMATE_WINDOW_S) if queues else {}
+    # Only while the method clears its bar (workunits.eta.shown): else every start is "unknown".
+    admissions = eta.recent_admissions(sorted(queues), eta.ESTIMATE_WINDOW_S) if queues and eta.shown() else {}
     now = now or timezone.now()
     out = []
     for n, item in enumerate(items):
@@ -254,7 +255,7 @@ def pending(identity: Identity, query: PendingQuery, *, now: datetime | None = N
         pend = Pending(
             str(md.get("name") or ""), str(md.get("namespace") or ""), lq, int(item.get("priority") or 0),
             str(md.get("creationTimestamp") or ""), int(item.get("positionInClusterQueue") or 0), position,
-            estimate=estimates.estimate_start(position + 1, admissions.get(lq, []), now))
+            estimate=eta.estimate_start(position + 1, admissions.get(lq, []), now))
         if unit is not None:
             pend = Pending(**{**pend.__dict__, "xid": unit["experiment_id"], "wid": unit["wid"],
                               "eid": unit["current_eid"], "owner": unit["experiment__creator"],

@@ -23,6 +23,7 @@ JobSet then stays suspended, so the execution stays SCHEDULING with this ERROR.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 Obj = Mapping[str, Any]
@@ -226,6 +227,63 @@ def _tail(failed: list[tuple[Obj, str, Mapping[str, Any], int]], tails: Tails) -
         if lines and (code not in (0, None) or reason == "OOMKilled"):
             return f"pod {pod_name} container {container}", "\n".join(lines)
     return None
+
+
+#: The Job controller's pod back-off: 10 s doubling, capped at six minutes
+#: (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-backoff-failure-policy).
+POD_BACKOFF_BASE_S, POD_BACKOFF_CAP_S = 10.0, 360.0
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CRASH_LOOP = "Crash-looping"
+
+
+def _finished(term: Mapping[str, Any]) -> datetime | None:
+    """When a terminated container finished (None if the cluster did not say)."""
+    try:
+        return datetime.fromisoformat(str(term.get("finishedAt") or "").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _backoff_limit(jobset: Obj, job_name: str) -> int | None:
+    """``backoffLimit`` of the replicated job that ``job_name`` (``<jobset>-<rjob>-<index>``) belongs to."""
+    base = _name(jobset)
+    for rjob in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if job_name.startswith(f"{base}-{rjob.get('name')}-"):
+            limit = ((rjob.get("template") or {}).get("spec") or {}).get("backoffLimit")
+            return int(limit) if isinstance(limit, int) else 6
+    return None
+
+
+def crash_loop_message(jobset: Obj, pods: Sequence[Obj], now: datetime) -> dict[str, Any] | None:
+    """A WARNING while the Job controller retries a failing pod of a running JobSet, else None.
+
+    Between two tries nothing of the JobSet is active, so it read as a queue
+    ("admitted; starting") for minutes (issue 38). Counted per Job, as its
+    controller counts against ``backoffLimit``: failed pods, plus container
+    restarts under ``restartPolicy: OnFailure``. Names the last exit, the
+    count, the limit and the back-off before the next try.
+    """
+    per_job: dict[str, list[tuple[Obj, str, Mapping[str, Any], int]]] = {}
+    for pod, container, term, restarts in _failed_containers(pods):
+        job = str((_md(pod).get("labels") or {}).get(JOB_NAME_LABEL) or "")
+        per_job.setdefault(job, []).append((pod, container, term, restarts))
+    best: tuple[int, str, tuple[Obj, str, Mapping[str, Any], int]] | None = None
+    for job, failed in per_job.items():
+        pods_failed = sum(1 for p, *_ in failed if (p.get("status") or {}).get("phase") == "Failed")
+        count = pods_failed + sum(n for p, _, _, n in failed if (p.get("status") or {}).get("phase") != "Failed")
+        last = max(failed, key=lambda f: (_finished(f[2]) or datetime.min.replace(tzinfo=now.tzinfo), _name(f[0])))
+        if count and (best is None or count > best[0]):
+            best = (count, job, last)
+    if best is None:
+        return None
+    count, job, (pod, container, term, _) = best
+    limit = _backoff_limit(jobset, job)
+    # No clock in the text: it stays the same until the next failure (one message per failure).
+    delay = min(POD_BACKOFF_CAP_S, POD_BACKOFF_BASE_S * 2.0 ** max(0, count - 1))
+    text = (f"{CRASH_LOOP}: {_where(pod, container)} {exit_text(term)}; {count} failure(s) so far"
+            + (f" (backoffLimit {limit})" if limit is not None else "")
+            + f"; next try {delay:.0f} s after the last exit")
+    return {"severity": "WARNING", "source": "KUBERNETES", "userFacingText": text}
 
 
 def deactivation_message(workload: Obj | None) -> dict[str, Any] | None:

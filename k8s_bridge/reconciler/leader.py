@@ -19,10 +19,19 @@ what we need:
   holder drops leadership at once.
 * ``release()`` (clean shutdown) empties ``holderIdentity`` so a standby takes
   over on its next try instead of waiting out the lease.
+* A holder that was a process on this very host (the default identity is
+  ``host-pid-random``, ``k8s_bridge.management.commands.reconcile``) and no
+  longer runs is not waited out either (`holder_gone`): a reconciler killed
+  or crashed under ``./dev run`` is restarted on the same host, and the
+  lease it left (kept by the simulator across restarts) would otherwise hold
+  the new one back for ``lease_duration_s`` -- long enough for a short job
+  to start, run and finish unseen (issue 39).
 """
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +46,20 @@ log = logging.getLogger(__name__)
 
 def _micro_time(now: datetime | None = None) -> str:
     return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def holder_gone(holder: str) -> bool:
+    """Whether ``holder`` names a process of this host (``host-pid-random``) that is not running."""
+    parts = holder.rsplit("-", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not (parts[1].isascii() and parts[1].isdigit()):
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False
+    return False
 
 
 class LeaderElector:
@@ -125,7 +148,7 @@ class LeaderElector:
             record = (holder, renew)
             if record != self._observed:
                 self._observed, self._observed_at = record, started
-            if holder and started - self._observed_at < self.lease_duration_s:
+            if holder and started - self._observed_at < self.lease_duration_s and not holder_gone(holder):
                 if self.is_leader():
                     self._lose(f"lease held by {holder}")
                 return False

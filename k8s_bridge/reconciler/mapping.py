@@ -138,6 +138,11 @@ def to_work_unit_state(jobset: Obj) -> str:
         return S.PARTIALLY_FAILED
     if totals.succeeded > 0:  # rule 7 (Go 8b): e.g. evicted after some jobs finished
         return S.RUNNING
+    suspended = find_condition(jobset, "Suspended")
+    if suspended is not None and suspended.get("status") == "False" and not (jobset.get("spec") or {}).get("suspend"):
+        # rule 8a: admitted, nothing active yet -- its pods are being created, or a Job waits out the
+        # back-off before it tries a failed pod again. The quota is held: not a queue (issue 39).
+        return S.STARTING
     return S.SCHEDULING  # rule 8 (Go 9)
 
 
@@ -420,6 +425,8 @@ def observe(
         force = message is not None
     elif state in (S.STARTING, S.RUNNING, S.SCHEDULING):
         message = startup_diagnostic(jobset, pods, now=now, grace=grace)
+        if state == S.STARTING and message is None:
+            message = explain.crash_loop_message(jobset, pods, now)
         if state == S.SCHEDULING and message is None:
             message = explain.deactivation_message(workload)
     return Observation(

@@ -200,3 +200,27 @@ def test_it_keeps_email_and_slack_bodies_readable_on_a_phone(receiver, smtp, out
                    if b["type"] == "section" and "work unit" in b.get("text", {}).get("text", ""))
     assert section.startswith(f"*<{UI}/experiments/{exp.id}/workUnits/{wu.wid}|train (work unit {wu.wid})>*")
     assert "exited with code 1 in train" in section
+
+
+def test_a_message_retried_after_the_system_moved_links_to_where_it_is_now(receiver, smtp, outbox, settings) -> None:
+    """The body is stored at the first try; its links are paths, made URLs on the origin of each send (issue 39)."""
+    exp = launched(title="moved")
+    bad = unit(exp, lr="0.1")
+    receiver.secret = services.create(Identity(ALICE), {
+        "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED"],
+        "webhook": {"url": receiver.url}}).secret
+    receiver.statuses = [500]
+    fail(bad)
+    outbox.pump()
+    d = Delivery.objects.get()
+    assert d.status == DeliveryStatus.PENDING and d.attempts == 1
+    stored = payloads.json.loads(d.body)["data"]
+    assert stored["experiment"] == {"name": f"experiments/{exp.id}", "title": "moved", "path": f"/experiments/{exp.id}"}
+    assert "url" not in stored["workUnits"][0]
+    settings.XMC_UI_URL = "http://127.0.0.1:8001"  # restarted where 8000 was taken
+    services.deliver(d.id, now=d.next_attempt_time + timedelta(seconds=1))
+    first, second = receiver.requests
+    assert first.json["data"]["experiment"]["url"] == f"{UI}/experiments/{exp.id}"
+    assert second.json["data"]["experiment"]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}"
+    assert second.json["data"]["workUnits"][0]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}/workUnits/{bad.wid}"
+    assert "path" not in second.json["data"]["experiment"] and second.verified  # signed as sent

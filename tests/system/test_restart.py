@@ -60,6 +60,24 @@ def _panel(ui: str, path: str) -> str:
         return str(panel.read().decode())
 
 
+def _the_first_job_after_the_restart_shows_every_state(api: str, token: str) -> None:
+    """A 4 s, 2-replica job launched as the exports are printed, polled every 0.5 s as a person would:
+    STARTING or RUNNING must show before COMPLETED (the old reconciler's lease, left held when the
+    simulator stopped first, made the new one wait 15 s: the job ran and ended unseen)."""
+    xid = rest.experiment(api, token, "first after the restart", [rest.work_unit("pull=1s;run=4s;exit=0", replicas=2)])
+    seen: list[str] = []
+
+    def ended() -> bool:
+        unit = rest.call(api, token, "GET", f"/v1/experiments/{xid}/workUnits/1")
+        state = str((unit.get("currentWorkUnitExecution") or {}).get("status", {}).get("state"))
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        return state in ("COMPLETED", "FAILED", "STOPPED")
+
+    waiting.eventually(ended, 120, "the first job ended", interval=0.5)
+    assert seen[-1] == "COMPLETED" and "RUNNING" in seen, seen
+
+
 @pytest.mark.timeout(900)
 def test_it_restarts_on_the_same_addresses_and_serves_a_finished_units_log_from_the_archive(machine_tmp: Path) -> None:
     env = _fresh_machine_env(machine_tmp / "run")
@@ -95,6 +113,7 @@ def test_it_restarts_on_the_same_addresses_and_serves_a_finished_units_log_from_
     try:
         assert {k: second.get(k) for k in EXPORTS} == {k: first.get(k) for k in EXPORTS}
         api, token, ui = second["XMC_API_URL"], second["XMC_AUTH_TOKEN"], second["XMANAGER_UI_URL"]
+        _the_first_job_after_the_restart_shows_every_state(api, token)
         request = urllib.request.Request(f"{api}{logs}", headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=30) as answer:
             assert answer.headers["X-XMC-Log-Source"] == "archive", dict(answer.headers)

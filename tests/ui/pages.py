@@ -57,6 +57,11 @@ def sweep(creator: str, title: str = "lr sweep", lrs: tuple[str, ...] = ("0.1", 
 _last = [timezone.now()]
 
 
+def last_time() -> Any:
+    """The time of the last `move` (they are a second apart and may run ahead of the clock)."""
+    return _last[0]
+
+
 def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> None:
     """Commit state changes as the reconciler does, then hand the transitions to the committed hooks."""
     for state in states:

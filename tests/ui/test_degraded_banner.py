@@ -1,6 +1,9 @@
 """The pages say, quietly, when work waits for a worker past XMC_DEGRADED_AFTER_S (issue 38, item 2)."""
 from __future__ import annotations
 
+import json
+import re
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -45,3 +48,16 @@ def test_it_waits_for_the_threshold(settings: Any) -> None:
     create = services.create_work_unit(exp.id, factories.work_unit_message()).id
     Operation.objects.filter(id=create).update(create_time=timezone.now() - timedelta(minutes=4))
     assert 'class="degraded"' not in signed_in("rosa").get("/experiments").content.decode()
+
+
+def test_it_says_which_process_is_down_while_dev_run_restarts_it(settings: Any, tmp_path: Any) -> None:
+    """scripts/run_all.py keeps down.json in the run folder while a process waits for its restart."""
+    settings.XMC_RUN_DIR = str(tmp_path)
+    rosa = signed_in("rosa")
+    assert 'class="degraded"' not in rosa.get("/experiments").content.decode()
+    (tmp_path / "down.json").write_text(json.dumps({"reconciler": {"since": time.time() - 12, "log": "x"}}))
+    page = rosa.get("/experiments").content.decode()
+    assert re.search(r'<p class="degraded" role="status">the reconciler is not running \(for 1[2-9] s; ./dev run is '
+                     r"starting it again\): states shown here are not updated until it is back</p>", page), page[-800:]
+    (tmp_path / "down.json").write_text("{}")
+    assert 'class="degraded"' not in rosa.get("/experiments").content.decode()

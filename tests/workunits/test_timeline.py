@@ -40,3 +40,25 @@ def test_it_escapes_every_text_it_draws() -> None:
 
 def test_it_says_so_when_there_is_no_history() -> None:
     assert "no status history" in timeline.svg([], title="empty")
+
+
+def test_a_pod_retry_and_a_requeue_are_told_apart() -> None:
+    """RUNNING -> STARTING is the Job trying a failed pod again (quota held); SCHEDULING after a run is a re-queue."""
+    at = [T0 + timedelta(seconds=10 * i) for i in range(8)]
+    rows = [(at[0], "SCHEDULING"), (at[1], "STARTING"), (at[2], "RUNNING"), (at[3], "STARTING"), (at[4], "RUNNING"),
+            (at[5], "SCHEDULING"), (at[6], "STARTING"), (at[7], "RUNNING")]
+    bands = timeline.segments(rows, end=at[7] + timedelta(seconds=10))
+    assert [b.label for b in bands] == [
+        "SCHEDULING", "STARTING", "RUNNING", "STARTING (pod retry)", "RUNNING", "SCHEDULING (re-queued)",
+        "STARTING", "RUNNING"]
+    svg = timeline.svg(bands, title="t")
+    assert svg.count('data-note="pod retry"') == 1 and svg.count('data-note="re-queued"') == 1
+    ElementTree.fromstring(svg)
+
+
+def test_the_legend_says_every_band_in_words_for_a_phone() -> None:
+    rows = [(T0, "SCHEDULING"), (T0 + timedelta(seconds=10), "RUNNING"), (T0 + timedelta(seconds=70), "FAILED")]
+    legend = timeline.legend(timeline.segments(rows, T0 + timedelta(seconds=70)))
+    items = ElementTree.fromstring(legend).findall("li")
+    assert ["".join(li.itertext()).split() for li in items] == [
+        ["SCHEDULING", "10s", "12:00:00"], ["RUNNING", "1m00s", "12:00:10"], ["FAILED", "12:01:10"]]

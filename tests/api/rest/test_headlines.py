@@ -32,3 +32,31 @@ def test_it_refuses_someone_elses_experiment_as_the_api_does(world: World, bob_a
     response = bob_api.get(f"/v1/experiments/{world.xid}/headlines")
     assert response.status_code == 403
     assert "error" in response.json()
+
+
+def test_a_queued_unit_carries_its_estimated_start_when_the_method_is_shown(
+        world: World, alice_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``xmc why`` and ``xmc status`` print this headline: the estimate reaches the command line too."""
+    from experiments.models import Experiment
+    from tests import factories
+    from tests.ui import pages
+    from workunits import eta
+    from workunits.models import WorkUnitExecution
+
+    exp = Experiment.objects.get(id=world.xid)
+    for _ in range(10):
+        factories.work_unit(exp)
+    for wid in range(3, 12):  # nine admissions, a second or two apart
+        pages.move(world.xid, wid, 1, "SCHEDULING", "STARTING", publish=False)
+    pages.move(world.xid, 12, 1, "SCHEDULING", publish=False)
+    WorkUnitExecution.objects.filter(work_unit__experiment_id=world.xid, work_unit__wid=12).update(
+        scheduling_information={"auxiliaryInfo": {"queueInfo": {"positionInQueue": 2, "totalWorkloadsInQueue": 4}}})
+
+    def headline() -> str:
+        rows = alice_api.get(f"/v1/experiments/{world.xid}/headlines").json()["headlines"]
+        return str(next(r["headline"] for r in rows if r["name"].endswith("/workUnits/12")))
+
+    monkeypatch.setattr(eta, "ESTIMATE_MEASURED_ERROR", 0.2)
+    assert headline().startswith("waiting for quota in cpu-queue: position 2 of 4. Estimated start "), headline()
+    monkeypatch.setattr(eta, "ESTIMATE_MEASURED_ERROR", 0.6)  # past the 25 % bar: none
+    assert headline() == "waiting for quota in cpu-queue: position 2 of 4"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -152,3 +153,22 @@ def test_a_restarted_reconciler_converges_within_one_resync(cluster: Cluster, ma
     assert again.resyncs == 1
     eventually(lambda: cluster.jobset(stopped) is None, what="finalizer removed")
     assert state_of(long) == S.RUNNING
+
+
+def test_a_lease_left_by_a_dead_process_of_this_host_is_taken_at_once(cluster: Cluster) -> None:
+    """A reconciler killed under ./dev run is started again on the same host: it must not wait the old lease out."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = f"{socket.gethostname()}-{os.getpid()}-abc123"
+    client.coordination().create_namespaced_lease("default", {
+        "metadata": {"name": LEASE}, "spec": {"holderIdentity": alive, "leaseDurationSeconds": 30,
+                                             "renewTime": "2026-01-01T00:00:00.000000Z"}})
+    elector = LeaderElector("default", LEASE, "me", lease_duration_s=30)
+    assert not elector.try_acquire_or_renew()  # a holder still running here is waited out
+    client.coordination().patch_namespaced_lease(
+        LEASE, "default", {"spec": {"holderIdentity": f"{socket.gethostname()}-{gone.pid}-abc123"}})
+    assert elector.try_acquire_or_renew()  # its process is gone: taken on the first try
+    assert holder() == "me"
+    other = LeaderElector("default", LEASE, "other", lease_duration_s=30)
+    assert not other.try_acquire_or_renew()  # "me" has no host-pid form: waited out as before
+    elector.release()

@@ -22,7 +22,9 @@ from core import pb
 from tests import factories
 from tests.ui import pages
 from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
+from workunits import services as wu_services
 from workunits.models import WorkUnitExecution
+from workunits.state import ExecutionUpdate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
@@ -185,7 +187,19 @@ def test_it_fits_a_phone_and_a_desktop_and_takes_the_screenshots(browser: Any, s
     other, _ = pages.sweep(ALICE, title="vit ablation: patch size", lrs=("0.1", "0.2"))
     pages.move(exp.id, 1, 1, "SCHEDULING", "STARTING", "RUNNING", "COMPLETED")
     pages.move(exp.id, 2, 1, "SCHEDULING", "STARTING", "RUNNING")
-    pages.move(exp.id, 3, 1, "SCHEDULING", "STARTING", "RUNNING", "FAILED")
+    # A pod the Job retried once, then the unit failed: the reconciler's ERROR, first without, then with its last lines.
+    pages.move(exp.id, 3, 1, "SCHEDULING", "STARTING", "RUNNING", "STARTING", "RUNNING", "FAILED")
+    details = (f"JobSet failed (FailedJobs): jobset failed due to one or more job failures (first failed job: "
+               f"xmc-{exp.id}-3-main-0). replicated job main-0 (job xmc-{exp.id}-3-main-0): BackoffLimitExceeded, backoff "
+               f"limit reached after 2 failed pod(s) (backoffLimit 1). replica main-0 (pod xmc-{exp.id}-3-main-0-0-x7k2p) "
+               "container main exited with code 1 (Error)")
+    for text, trace in ((details, ""), (f"{details}. Last lines of replica main-0 container main are attached",
+                                        "epoch 3/10\nRuntimeError: CUDA error: out of memory")):
+        wu_services.update_work_unit_executions([ExecutionUpdate(
+            xid=exp.id, wid=3, eid=1, mask=("status.system_message",), force_status_message_update=True,
+            system_message={"severity": "ERROR", "source": "KUBERNETES", "userFacingText": text,
+                            **({"auxiliaryInfo": {"stackTrace": trace}} if trace else {})})],
+            now=pages.last_time())  # after the moves above (they are stamped a second apart, ahead of the clock)
     pages.move(exp.id, 4, 1, "SCHEDULING")
     pages.move(other.id, 1, 1, "SCHEDULING", "STARTING", "RUNNING")
     page = _signed_in(browser, site, "alice", width=width, height=900 if width > 400 else 844)
@@ -200,5 +214,16 @@ def test_it_fits_a_phone_and_a_desktop_and_takes_the_screenshots(browser: Any, s
             const r = e.getBoundingClientRect(); return r.right > window.innerWidth + 1;
         }).slice(0, 5).map(e => e.tagName + '.' + e.className + '#' + e.id + ' ' + Math.round(e.getBoundingClientRect().right))""")
         assert overflow <= 1, f"{path} is {overflow}px wider than a {width}px screen: {wide}"
+        text = page.inner_text("body")
+        # Said once, short first: the headline once; the cluster's words once, folded, on the unit's page only.
+        assert text.count("Exited with code 1, twice (retry limit 1)") == (name != "experiments"), (path, text)
+        assert text.count("BackoffLimitExceeded") == 0  # folded (<details>) or not on this page at all
+        if name == "work_unit":
+            page.click("#failure-details summary")
+            assert page.inner_text("body").count("BackoffLimitExceeded") == 1
+            assert page.inner_text("body").count("RuntimeError: CUDA error: out of memory") == 1
+            assert page.locator('.timeline-legend li:has-text("STARTING (pod retry)")').count() == 1
+            if width <= 400:  # the picture's own labels would be 4 px: hidden, the legend says it
+                assert not page.locator(".xmc-timeline text").first.is_visible()
         page.screenshot(path=str(SHOTS / f"{name}-{suffix}.png"), full_page=True)
     assert page.csp_errors == []

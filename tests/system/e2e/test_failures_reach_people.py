@@ -43,8 +43,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Four tries, 1-4 s apart: the dead letter comes some 10 s after the launch.
 #: A short lease: a task the killed worker held is re-sent within seconds.
+#: A dead process is started again 8 s after it died: long enough to see the pages' "not running" banner.
 SYSTEM_ENV = {"XMC_ACTUATOR_MAX_RETRIES": "3", "XMC_ACTUATOR_BACKOFF_BASE_S": "2",
-              "XMC_ACTUATOR_BACKOFF_MAX_S": "4", "XMC_OPERATION_LEASE_S": "15", "XMC_DEGRADED_AFTER_S": "15"}
+              "XMC_ACTUATOR_BACKOFF_MAX_S": "4", "XMC_OPERATION_LEASE_S": "15", "XMC_DEGRADED_AFTER_S": "15",
+              "XMC_RUN_RESTART_BASE_S": "8"}
 DEGRADED_AFTER_S = 15
 ADMIN = "admin@example.com"
 
@@ -151,8 +153,14 @@ def test_a_killed_worker_is_restarted_and_a_launch_in_flight_completes(system: S
     os.killpg(worker.pid, signal.SIGKILL)
     _call(system, "POST", f"{system.api}/v1/experiments/{xid}/workUnits",
           json_format.MessageToDict(factories.work_unit_message()))
-    # The pages stay up while the worker is down.
-    assert requests.get(f"{system.exports['XMANAGER_UI_URL']}/healthz", timeout=10).status_code == 200
+    # The pages stay up while the worker is down, and say so.
+    ui = system.exports["XMANAGER_UI_URL"]
+    assert requests.get(f"{ui}/healthz", timeout=10).status_code == 200
+    pages = _signed_in_as_admin(system)
+    banner = eventually(lambda: re.search(r'<p class="degraded" role="status">([^<]*)</p>',
+                                          pages.get(f"{ui}/experiments/{xid}", timeout=10).text),
+                        timeout=8, what="the worker-down banner")
+    assert banner[1].startswith("the worker is not running (for ") and "launches, stops and notifications" in banner[1]
 
     def restarted() -> bool:
         log = system.log("worker")
@@ -160,6 +168,8 @@ def test_a_killed_worker_is_restarted_and_a_launch_in_flight_completes(system: S
 
     eventually(restarted, timeout=30, what="run_all restarting the worker")
     assert _worker_leader(system).pid != worker.pid
+    eventually(lambda: "is not running" not in pages.get(f"{ui}/experiments/{xid}", timeout=10).text,
+               timeout=10, what="the banner gone once the worker is back")
 
     def carried_out() -> str | None:
         ex = WorkUnitExecution.objects.filter(work_unit__experiment_id=xid, eid=1).first()
@@ -168,14 +178,18 @@ def test_a_killed_worker_is_restarted_and_a_launch_in_flight_completes(system: S
     eventually(carried_out, timeout=120, what="the create carried out by the restarted worker")
 
 
-def test_a_frozen_worker_turns_readyz_degraded_and_shows_the_banner_until_it_resumes(system: System) -> None:
+def _signed_in_as_admin(system: System) -> requests.Session:
     from django.contrib.auth.models import User
 
-    worker = _worker_leader(system)
-    ui = system.exports["XMANAGER_UI_URL"]
     if not User.objects.filter(username="admin").exists():  # an earlier test's flush took run_all's admin
         User.objects.create_superuser("admin", ADMIN, os.environ.get("XMC_ADMIN_PASSWORD", "admin"))
-    pages = _signed_in(ui)
+    return _signed_in(system.exports["XMANAGER_UI_URL"])
+
+
+def test_a_frozen_worker_turns_readyz_degraded_and_shows_the_banner_until_it_resumes(system: System) -> None:
+    worker = _worker_leader(system)
+    ui = system.exports["XMANAGER_UI_URL"]
+    pages = _signed_in_as_admin(system)
     experiment = _call(system, "POST", f"{system.api}/v1/experiments", {"title": "worker frozen"})
     xid = int(experiment["name"].rsplit("/", 1)[1])
     os.killpg(worker.pid, signal.SIGSTOP)

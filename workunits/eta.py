@@ -1,19 +1,34 @@
-"""The estimated start of a queued work unit, from its queue's recent admissions (docs/architecture/ui.md).
+"""The estimated start of a queued work unit, and whether to show it (issue 38, item 5).
 
-Read by the pages (``ui.present`` / ``ui.reads`` re-export these names) and by
-the queues view of ``k8s_bridge.queues``: `recent_admissions` reads when a
-queue's work units left SCHEDULING (the status history), `estimate_start`
-turns those times and a position into a range.
+One owner for the pages (``ui.views``), the headlines read (``workunits.headline.for_experiment``:
+``xmc why`` and ``xmc status``) and the benchmark that measures it (``bench/eta.py``).
+The estimate comes from the queue's recent admissions (`recent_admissions`,
+`estimate_start`); it is shown only while the method's median absolute error,
+measured by ``bench/eta.py`` against the simulator (`ESTIMATE_MEASURED_ERROR`),
+is within `ESTIMATE_MAX_ERROR` of the real wait (`shown`).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 
-from core.choices import WorkUnitState
+from workunits.choices import WorkUnitState
 from workunits.models import StatusHistory
+
+#: The bar an estimate must clear to be shown: median absolute error / real wait.
+ESTIMATE_MAX_ERROR = 0.25
+#: What ``bench/eta.py`` measured for `estimate_start` (README, "Estimated start": 29 %, 2026-12-04);
+#: update it with each run. Over the bar: no estimate is shown.
+ESTIMATE_MEASURED_ERROR = 0.29
+
+
+def shown() -> bool:
+    """Whether the pages and ``xmc why`` show an estimate at all (the method cleared the bar)."""
+    return ESTIMATE_MEASURED_ERROR <= ESTIMATE_MAX_ERROR
+
 
 #: Admissions the estimate of a start needs at least, and how far back it looks.
 ESTIMATE_MIN_ADMISSIONS = 8
@@ -53,6 +68,29 @@ def estimate_start(position: int, admissions: Sequence[datetime], now: datetime)
     return max(0.0, centre - half), max(0.0, centre + half, mean / 2)
 
 
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate_words(estimate: tuple[float, float] | None, admissions: int) -> str:
+    """``Estimated start in 2 min to 6 min (from the queue's last 24 admissions)``; "" for None."""
+    if estimate is None:
+        return ""
+    low, high = _span(estimate[0]), _span(estimate[1])
+    when = f"within {high}" if estimate[0] < 1 or low == high else f"in {low} to {high}"
+    return f"Estimated start {when} (from the queue's last {admissions} admissions)"
+
+
+def queue_position(current: Mapping[str, Any]) -> int | None:
+    queue = (((current.get("scheduling_information") or {}).get("auxiliaryInfo") or {}).get("queueInfo") or {})
+    position = queue.get("positionInQueue")
+    return int(position) if isinstance(position, (int, float)) and position >= 1 else None
+
+
 #: Admissions one queue's estimate reads at most (the newest).
 ADMISSIONS_READ = 50
 #: Where an admitted unit goes from SCHEDULING (RUNNING when the cluster reported both at once).
@@ -77,3 +115,14 @@ def recent_admissions(queues: Sequence[str], window_s: float) -> dict[str, list[
     return out
 
 
+
+
+def estimate_for(state: str, current: Mapping[str, Any], queue: str, admissions: Mapping[str, Sequence[datetime]],
+                 now: datetime) -> str:
+    """The words for a queued unit (``Estimated start in ...``), or "" (not queued with a position,
+    no estimate, or the method has not cleared `ESTIMATE_MAX_ERROR`: `shown`)."""
+    position = queue_position(current)
+    if not shown() or state != "SCHEDULING" or position is None or queue not in admissions:
+        return ""
+    got = admissions[queue]
+    return estimate_words(estimate_start(position, got, now), len(got))
