@@ -22,7 +22,6 @@ goes into `FOUND` with its fix.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import urllib.parse
@@ -193,27 +192,25 @@ ADMIN = [(r, n) for r, n in ROUTES if not _is_stream(r) and r.startswith("admin/
 PLAIN = [(r, n) for r, n in ROUTES if not _is_stream(r) and not r.startswith("admin/")]
 
 
-class _RolledBack(Exception):
-    """Ends a route's savepoint: the next route sees the world as it was built."""
-
-
 def _each(endpoints: list[Any], fuzz: Any, *, savepoint: bool = True) -> None:
-    """``fuzz(endpoint)`` for every endpoint, each in a savepoint rolled back after; every failure reported.
+    """``fuzz(endpoint)`` for every endpoint, each in a savepoint rolled back after (the next endpoint
+    sees the world as it was built); every failure reported.
 
-    No savepoint for the event streams: they close their thread's connections (see `ui.events._authorize`),
-    which, in the test client, is the test's own.
+    A plain savepoint, not an atomic block: services that open a durable block (``atomic(durable=True)``)
+    refuse to nest in one, but not in the test's own transaction. No savepoint for the event streams:
+    they close their thread's connections (see `ui.events._authorize`), which, in the test client, is
+    the test's own.
     """
     failures: list[str] = []
     for endpoint in endpoints:
+        point = transaction.savepoint() if savepoint else None
         try:
-            with transaction.atomic() if savepoint else contextlib.nullcontext():
-                fuzz(endpoint)
-                if savepoint:
-                    raise _RolledBack
-        except _RolledBack:
-            pass
+            fuzz(endpoint)
         except Exception as exc:  # noqa: BLE001 - collected: one run names every endpoint that fails
             failures.append(f"{endpoint}: {type(exc).__name__}: {str(exc)[:1500]}")
+        finally:
+            if point is not None:
+                transaction.savepoint_rollback(point)
     assert not failures, "\n\n".join(failures)
 
 
