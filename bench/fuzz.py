@@ -10,9 +10,9 @@ small set of examples (hypothesis derandomized), so it is fast and a failure
 replays; here it runs ``--runs`` times with ``XMC_FUZZ_RANDOM=1`` (fresh
 random draws each run) and ``XMC_FUZZ_SCALE=--scale`` (that many times the
 examples per endpoint). Each run prints its time and outcome, and the inputs
-that answered 500 or INTERNAL, one per endpoint. A request found here goes
-into the test file's ``FOUND`` list with its fix, so the suite plays it for
-ever after.
+that answered 500 or INTERNAL, one per endpoint. A request found here gets
+a test of its own (the request played as it was found) beside its fix, so
+the suite plays it for ever after.
 
 Exit status: 0 when every run passed, 1 otherwise.
 """
