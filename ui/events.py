@@ -150,6 +150,30 @@ def _rechecker(request: HttpRequest, xid: int | None, xids: list[int]) -> Rechec
 DENIED = b"event: denied\ndata: {}\n\n"
 
 
+class AccessWatch:
+    """When an open stream checks its caller's access again: before what it sends (`allowed`), and
+    whenever `due` (``XMC_STREAM_RECHECK_S`` after the last check, events or not)."""
+
+    def __init__(self, recheck: Recheck) -> None:
+        self.recheck = recheck
+        self.loop = asyncio.get_running_loop()
+        self.every = max(0.05, float(settings.XMC_STREAM_RECHECK_S))
+        self.next = self.loop.time() + self.every
+
+    def due(self) -> bool:
+        return self.loop.time() >= self.next
+
+    def wait_s(self, longest: float) -> float:
+        """How long the stream may wait for its next event before a check is due."""
+        return min(longest, max(0.0, self.next - self.loop.time()))
+
+    async def allowed(self) -> set[int]:
+        """The experiments the caller may still read (empty: access is gone); the next check is due later."""
+        found = set(await self.recheck())
+        self.next = self.loop.time() + self.every
+        return found
+
+
 def _text(status: int, body: str) -> HttpResponse:
     return HttpResponse(body + "\n", status=status, content_type="text/plain; charset=utf-8")
 
@@ -183,33 +207,27 @@ async def _stream(scope: live.Scope, since: str, list_page: bool, recheck: Reche
         yield _frame("hello", "{}", None)
         loop = asyncio.get_running_loop()
         closes = loop.time() + MAX_STREAM_S
-        every = max(0.05, float(settings.XMC_STREAM_RECHECK_S))
-        next_check = loop.time() + every
+        watch = AccessWatch(recheck)
         while loop.time() < closes:
-            if loop.time() >= next_check:  # at least every XMC_STREAM_RECHECK_S, events or not
-                allowed = set(await recheck())
-                next_check = loop.time() + every
-                if not allowed:
-                    yield DENIED
-                    return
+            if watch.due() and not await watch.allowed():  # at least every XMC_STREAM_RECHECK_S
+                yield DENIED
+                return
             if subscriber.stale:
                 while not subscriber.queue.empty():
                     subscriber.queue.get_nowait()
                 subscriber.stale = False
                 yield _frame("reload", "{}", None)
                 continue
-            wait = min(HEARTBEAT_S, max(0.0, next_check - loop.time()))
             try:
-                event = await asyncio.wait_for(subscriber.queue.get(), timeout=wait)
+                event = await asyncio.wait_for(subscriber.queue.get(), timeout=watch.wait_s(HEARTBEAT_S))
             except asyncio.TimeoutError:
-                if loop.time() < next_check:
+                if not watch.due():
                     yield b": keep-alive\n\n"
                 continue
             batch = [event]
             while not subscriber.queue.empty():  # coalesce what arrived together
                 batch.append(subscriber.queue.get_nowait())
-            allowed = set(await recheck())  # before every event sent: access may be gone since the last
-            next_check = loop.time() + every
+            allowed = await watch.allowed()  # before every event sent: access may be gone since the last
             if not allowed:
                 yield DENIED
                 return

@@ -20,6 +20,10 @@ Events:
   timestamp span when ``ts=1``, ``<mark>`` around matches of ``q``); its
   ``id`` is the line's timestamp, so a reconnecting browser (``Last-Event-ID``)
   or a page that rendered up to ``after`` gets only what came later;
+* ``denied``, the last event: the caller lost read access (the share taken
+  back, the account deactivated, the token revoked). Access is checked again
+  before every batch of lines sent and at least every ``XMC_STREAM_RECHECK_S``
+  (`ui.events.AccessWatch`, as the pages' event streams);
 * ``end``: the container stopped or the pod went (the page stops following;
   a Follow toggled on again reads the archive or the next instance). Before
   it, the log is read once more (`_catch_up`, not followed, from the newest
@@ -136,40 +140,59 @@ def _pump(lines: Iterator[logs.LogLine], loop: asyncio.AbstractEventLoop, queue:
             pass
 
 
+async def _always() -> list[int]:
+    return [0]
+
+
 async def _frames(queue: asyncio.Queue[Any], stop: threading.Event, after: str, timestamps: bool,
-                  needle: str) -> AsyncIterator[bytes]:
+                  needle: str, recheck: events.Recheck = _always) -> AsyncIterator[bytes]:
+    """The stream's frames; access is checked again (``recheck``, `ui.events._recheck`) before every
+    batch of lines sent and at least every ``XMC_STREAM_RECHECK_S``: lost access ends it with ``denied``."""
     floor = after  # the page (or the browser, reconnecting) has every line up to this time
     last = ""  # the newest time sent ...
     at_last: set[str] = set()  # ... and the lines sent at it
+    watch = events.AccessWatch(recheck)
     try:
         yield b"retry: 3000\n\n"
         while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=HEARTBEAT_S)
-            except asyncio.TimeoutError:
-                yield b": keep-alive\n\n"
-                continue
-            if item is _END:
-                yield b"event: end\ndata: {}\n\n"
+            if watch.due() and not await watch.allowed():
+                yield events.DENIED
                 return
-            stamp = item.timestamp
-            if stamp:
-                if floor and stamp <= floor:
-                    continue  # the page shows it already
-                # Lines may share a timestamp (a container's last lines are often written in the same
-                # microsecond as its exit line): only a line already sent is dropped, never its
-                # neighbour of the same time -- that was how the last line went missing.
-                if stamp < last or (stamp == last and item.text in at_last):
-                    continue
-                if stamp != last:
-                    last, at_last = stamp, set()
-                at_last.add(item.text)
-            # The line's own newline stays: each line of the HTML is a data field of its own, and
-            # the browser joins them with a newline again (the SSE spec), so the <pre> keeps its lines.
-            html = views.log_line_html(item, needle=needle, timestamps=timestamps)
-            head = f"id: {item.timestamp}\n" if item.timestamp else ""
-            data = "".join(f"data: {part}\n" for part in _LINE_ENDS.split(html))
-            yield f"{head}event: line\n{data}\n".encode()
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=watch.wait_s(HEARTBEAT_S))
+            except asyncio.TimeoutError:
+                if not watch.due():
+                    yield b": keep-alive\n\n"
+                continue
+            batch = [item]
+            while item is not _END and not queue.empty():  # what arrived together: one check for all
+                item = queue.get_nowait()
+                batch.append(item)
+            if not await watch.allowed():  # before every line sent: access may be gone since the last check
+                yield events.DENIED
+                return
+            for item in batch:
+                if item is _END:
+                    yield b"event: end\ndata: {}\n\n"
+                    return
+                stamp = item.timestamp
+                if stamp:
+                    if floor and stamp <= floor:
+                        continue  # the page shows it already
+                    # Lines may share a timestamp (a container's last lines are often written in the same
+                    # microsecond as its exit line): only a line already sent is dropped, never its
+                    # neighbour of the same time -- that was how the last line went missing.
+                    if stamp < last or (stamp == last and item.text in at_last):
+                        continue
+                    if stamp != last:
+                        last, at_last = stamp, set()
+                    at_last.add(item.text)
+                # The line's own newline stays: each line of the HTML is a data field of its own, and
+                # the browser joins them with a newline again (the SSE spec), so the <pre> keeps its lines.
+                html = views.log_line_html(item, needle=needle, timestamps=timestamps)
+                head = f"id: {item.timestamp}\n" if item.timestamp else ""
+                data = "".join(f"data: {part}\n" for part in _LINE_ENDS.split(html))
+                yield f"{head}event: line\n{data}\n".encode()
     finally:
         stop.set()  # the thread leaves at the next line, or when the cluster's idle timeout ends the read
 
@@ -200,8 +223,8 @@ async def follow(request: HttpRequest, xid: str, wid: str) -> HttpResponseBase:
     stop = threading.Event()
     threading.Thread(target=_pump, args=(stream.lines, asyncio.get_running_loop(), queue, stop, catch_up, who),
                      daemon=True, name="xmc-log-follow").start()
-    response = StreamingHttpResponse(_frames(queue, stop, after, timestamps, needle),
-                                     content_type="text/event-stream")
+    frames = _frames(queue, stop, after, timestamps, needle, events._rechecker(request, x, []))
+    response = StreamingHttpResponse(frames, content_type="text/event-stream")
     response["Cache-Control"] = "no-store"
     response["X-Accel-Buffering"] = "no"
     return response

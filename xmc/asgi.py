@@ -15,6 +15,11 @@ Two ways in, chosen by path:
   times slower than ``gunicorn --threads``; the pool keeps today's threaded
   behaviour (``./dev bench api`` compares the two).
 
+Both ways read a request's body through the same `xmc.body_guard.BodyGuard`
+first (a deadline, a small budget until the credentials are checked, the
+process's byte budgets): Django's own ASGI handler would read any body whole,
+with no deadline, before a view runs.
+
 Lifespan events are answered here (nothing to start: the event hub of
 ``ui.live`` starts with the first stream).
 """
@@ -38,10 +43,13 @@ from django.conf import settings  # noqa: E402 - configured by the line above
 
 from xmc import wsgi  # noqa: E402 - the same WSGI app (and its deploy checks) as gunicorn xmc.wsgi
 from xmc.api import extensions  # noqa: E402
+from xmc.auth.credentials import carries_credentials  # noqa: E402
+from xmc.body_guard import BodyLimits, guarded  # noqa: E402
 from xmc.wsgi_bridge import ThreadedWSGI  # noqa: E402
 
-threaded = ThreadedWSGI(wsgi.application, threads=settings.XMC_WEB_THREADS,
-                        max_body=settings.XMC_WEB_MAX_BODY_BYTES)
+#: Every body is read under one guard per process (`xmc.body_guard`): deadline, budgets, credentials first.
+threaded = ThreadedWSGI(wsgi.application, threads=settings.XMC_WEB_THREADS, limits=BodyLimits.from_settings(),
+                        authenticated=carries_credentials)
 
 
 def is_async_path(path: str) -> bool:
@@ -62,6 +70,6 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
     elif scope["type"] == "http" and is_async_path(scope.get("path", "")):
-        await django_asgi(scope, receive, send)  # type: ignore[arg-type]
+        await guarded(threaded.guard, django_asgi, scope, receive, send)  # type: ignore[arg-type]
     else:
         await threaded(scope, receive, send)

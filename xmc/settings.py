@@ -254,6 +254,15 @@ XMC_WEB_THREADS = env.int("XMC_WEB_THREADS", default=8)
 # The largest request body the web process reads in (xmc/wsgi_bridge.py holds a body in memory): a
 # guard far above DATA_UPLOAD_MAX_MEMORY_SIZE, the limit the API itself answers 413 for.
 XMC_WEB_MAX_BODY_BYTES = env.int("XMC_WEB_MAX_BODY_BYTES", default=64 * 1024 * 1024)
+# Bodies before sign-in (xmc/body_guard.py): a request without valid credentials may send at most
+# XMC_WEB_PREAUTH_MAX_BODY_BYTES within XMC_WEB_PREAUTH_BODY_TIMEOUT_S; a larger body is read only
+# once its credentials check, within XMC_WEB_BODY_TIMEOUT_S. Per process, the bodies being read hold
+# at most XMC_WEB_INFLIGHT_BODY_BYTES (XMC_WEB_PREAUTH_INFLIGHT_BYTES of them unauthenticated): 429 past it.
+XMC_WEB_PREAUTH_MAX_BODY_BYTES = env.int("XMC_WEB_PREAUTH_MAX_BODY_BYTES", default=64 * 1024)
+XMC_WEB_PREAUTH_BODY_TIMEOUT_S = env.float("XMC_WEB_PREAUTH_BODY_TIMEOUT_S", default=15.0)
+XMC_WEB_BODY_TIMEOUT_S = env.float("XMC_WEB_BODY_TIMEOUT_S", default=120.0)
+XMC_WEB_INFLIGHT_BODY_BYTES = env.int("XMC_WEB_INFLIGHT_BODY_BYTES", default=256 * 1024 * 1024)
+XMC_WEB_PREAUTH_INFLIGHT_BYTES = env.int("XMC_WEB_PREAUTH_INFLIGHT_BYTES", default=16 * 1024 * 1024)
 WSGI_APPLICATION = "xmc.wsgi.application"
 
 TEMPLATES = [

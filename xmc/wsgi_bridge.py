@@ -15,11 +15,14 @@ loop per request, each a wake-up of the other side), which made the REST API
 a tenth to a sixth slower than under ``gunicorn xmc.wsgi --threads``
 (``./dev bench api --rows rest`` compares the two in one run).
 
-A request body is held in memory; one larger than ``max_body`` bytes
-(``XMC_WEB_MAX_BODY_BYTES``) is refused with 413 before the application runs.
-That bound is only the bridge's guard: it is far above what Django itself
-accepts (``DATA_UPLOAD_MAX_MEMORY_SIZE``, which the API answers with its own
-413 error body).
+A request body is held in memory. It is read by `xmc.body_guard.BodyGuard`:
+a deadline, a small budget before the request's credentials are checked, a
+bound of ``XMC_WEB_MAX_BODY_BYTES`` after, and per-process budgets of the
+bytes held (408/413/429 before the application runs). The bytes count against
+the process until the application has answered. The outer bound is only the
+bridge's guard: it is far above what Django itself accepts
+(``DATA_UPLOAD_MAX_MEMORY_SIZE``, which the API answers with its own 413
+error body).
 """
 from __future__ import annotations
 
@@ -31,16 +34,14 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapp
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from xmc.body_guard import Authenticated, BodyGuard, BodyLimits, Disconnected, Held, Refused
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 _END = object()
-
-
-class _Disconnected(Exception):
-    """The client went away before its request body arrived."""
 
 
 async def _disconnect(receive: Receive) -> None:
@@ -51,26 +52,29 @@ async def _disconnect(receive: Receive) -> None:
 class ThreadedWSGI:
     """An ASGI application running ``app`` (WSGI) in a pool of ``threads`` threads."""
 
-    def __init__(self, app: WSGIApp, *, threads: int, max_body: int) -> None:
+    def __init__(self, app: WSGIApp, *, threads: int, limits: BodyLimits,
+                 authenticated: Authenticated | None = None) -> None:
         self.app = app
-        self.max_body = max_body
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
+        self.guard = BodyGuard(limits, authenticated, self.pool)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http", scope["type"]
+        held = Held(self.guard)
         try:
-            body = await self._body(scope, receive)
-        except _Disconnected:
-            return
-        if body is None:
-            await send({"type": "http.response.start", "status": 413,
-                        "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
-            await send({"type": "http.response.body", "body": b"Request body too large.\n"})
-            return
-        loop = asyncio.get_running_loop()
-        context = contextvars.copy_context()  # the request's context vars, as the thread's own
-        status, headers, content, chunks = await loop.run_in_executor(
-            self.pool, context.run, self._run, _environ(scope, body))
+            try:
+                body = await self.guard.read(scope, receive, held)
+            except Disconnected:
+                return
+            except Refused as refused:
+                await refused.send(send)
+                return
+            loop = asyncio.get_running_loop()
+            context = contextvars.copy_context()  # the request's context vars, as the thread's own
+            status, headers, content, chunks = await loop.run_in_executor(
+                self.pool, context.run, self._run, _environ(scope, body))
+        finally:
+            held.release()
         await send({"type": "http.response.start", "status": status, "headers": headers})
         if chunks is None:
             await send({"type": "http.response.body", "body": content})
@@ -89,25 +93,6 @@ class ThreadedWSGI:
         finally:
             gone.cancel()
             await loop.run_in_executor(self.pool, context.run, chunks.close)
-
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole request body, or None when it is larger than ``max_body``."""
-        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
-        if (declared.isascii() and declared.isdigit()) and int(declared) > self.max_body:
-            return None
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            part = message.get("body", b"")
-            size += len(part)
-            if size > self.max_body:
-                return None
-            parts.append(part)
-            if not message.get("more_body", False):
-                return b"".join(parts)
 
     def _run(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes, _Chunks | None]:
         """In a pool thread: call the application; join an ordinary response's body here."""

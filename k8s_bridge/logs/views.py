@@ -19,7 +19,10 @@ Query (every parameter optional; anything else is 400 naming it):
   by time (not with ``follow``);
 * ``container`` -- default the pod's first container;
 * ``follow`` -- keep the response open and send lines as they are written,
-  until the container stops;
+  until the container stops, or until the caller may no longer read the
+  experiment: access is checked again before a line is sent when the last
+  check is older than ``min(1 s, XMC_STREAM_RECHECK_S)`` (`still_readable`),
+  and the response ends there (a reconnect gets 404);
 * ``tailLines`` -- the last N lines (after ``sinceTime``);
 * ``sinceTime`` -- RFC 3339; lines written at or after it;
 * ``previous`` -- the container's previous instance (before its last restart);
@@ -42,7 +45,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -61,7 +64,7 @@ from k8s_bridge.logs.service import LogLine, LogQuery, LogStream
 from workunits.models import WorkUnitExecution
 from xmc.api.rest import BearerView
 from xmc.auth.drf import IdentityUser
-from xmc.auth.identity import Identity
+from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer
 from core import inputs
 from core.errors import InvalidArgument, NotFound, ResourceExhausted
 
@@ -92,6 +95,16 @@ def readable_execution(identity: Identity, xid: int, wid: int, eid: int) -> Mapp
     if row is None:
         raise missing
     return row or {}
+
+
+def still_readable(header: str, xid: int, wid: int, eid: int) -> bool:
+    """The bearer of ``header`` may still read the execution: its token verified again (a deactivated
+    account or a revoked token fails), the experiment's ACL read again."""
+    try:
+        readable_execution(authenticate_bearer(header), xid, wid, eid)
+    except (Unauthenticated, NotFound):
+        return False
+    return True
 
 
 # --- the query --------------------------------------------------------------------------------
@@ -155,9 +168,10 @@ def parse_query(params: Mapping[str, list[str]]) -> tuple[LogQuery, str, bool]:
 
 
 def render(lines: Iterator[LogLine], fmt: str, timestamps: bool, *, prefix_replica: bool,
-           deadline: float | None = None) -> Iterator[bytes]:
+           deadline: float | None = None, allowed: Callable[[], bool] | None = None) -> Iterator[bytes]:
     try:
-        yield from _render(lines, fmt, timestamps, prefix_replica=prefix_replica, deadline=deadline)
+        yield from _render(lines, fmt, timestamps, prefix_replica=prefix_replica, deadline=deadline,
+                           allowed=allowed)
     finally:
         close = getattr(lines, "close", None)
         if close is not None:
@@ -165,8 +179,15 @@ def render(lines: Iterator[LogLine], fmt: str, timestamps: bool, *, prefix_repli
 
 
 def _render(lines: Iterator[LogLine], fmt: str, timestamps: bool, *, prefix_replica: bool,
-            deadline: float | None) -> Iterator[bytes]:
+            deadline: float | None, allowed: Callable[[], bool] | None) -> Iterator[bytes]:
+    checked = time.monotonic()
     for line in lines:
+        # A followed log checks access again before it sends a line, when its last check is older than
+        # min(1 s, XMC_STREAM_RECHECK_S): lost access (or a deactivated account) ends the response.
+        if allowed is not None and time.monotonic() - checked >= min(1.0, settings.XMC_STREAM_RECHECK_S):
+            if not allowed():
+                return
+            checked = time.monotonic()
         if fmt == "ndjson":
             yield json.dumps({"replica": line.replica, "pod": line.pod, "container": line.container,
                               "timestamp": line.timestamp, "text": line.text, "source": line.source},
@@ -264,8 +285,9 @@ class ExecutionLogsView(BearerView):
                 slots.release(who)
             raise
         deadline = time.monotonic() + FOLLOW_MAX_S if query.follow else None
+        header = str(request.headers.get("Authorization", ""))
         body = render(stream.lines, fmt, timestamps, prefix_replica=stream.replica == service.ALL_REPLICAS,
-                      deadline=deadline)
+                      deadline=deadline, allowed=(lambda: still_readable(header, x, w, e)) if query.follow else None)
         if held:
             body = _Releasing(body, who)  # type: ignore[assignment]
         response = StreamingHttpResponse(body, content_type=FORMATS[fmt])

@@ -139,3 +139,17 @@ def test_maintenance_deletes_future_points_stored_before_the_bound(unit: WorkUni
     span = PointSpan.objects.get(execution_id=execution)
     assert span.last_time <= now and span.first_time == now - timedelta(minutes=9)
     assert far.date() not in partitions.existing_days()
+
+
+@pytest.mark.parametrize("point", [
+    {"metric": "loss", "step": 1, "value": 1.0, "time": "2026-01-02T03:04:05\u0000Z"},
+    {"metric": "lo\u0000ss", "step": 1, "value": 1.0},
+    {"metric": "loss", "step": 1, "value": 1.0, "label\u0000": 1},
+])
+def test_a_nul_anywhere_in_a_metrics_write_is_refused_as_nul(unit: WorkUnit, point: dict[str, Any]) -> None:
+    """The orjson fast path took ``\\u0000`` into strings that every other JSON body refuses by name."""
+    response = _post(unit, [point])
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and "NUL" in error["message"], error
+    assert MetricPoint.objects.count() == 0

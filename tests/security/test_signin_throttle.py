@@ -118,68 +118,38 @@ def test_it_keeps_people_who_signed_in_from_a_shared_address_signing_in(
     assert not ok and "Too many failed sign-ins" in page
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.django_db(transaction=True)
 def test_it_counts_the_connection_address_behind_the_real_web_server(settings: Any, tmp_path: Any) -> None:
     """The bypass as reported: gunicorn on 127.0.0.1 took the address from ``X-Forwarded-For``."""
-    import os
     import re
-    import subprocess
-    import sys
 
     import redis
     import requests
 
-    from tests.childenv import child_database_url
+    from tests.security.web_server import web_server
 
     redis.Redis.from_url(settings.REDIS_URL).delete("xmc:loginfail:v2:address:127.0.0.1")
-    port = _free_port()
-    env = {**os.environ, "DATABASE_URL": child_database_url(), "XMC_DEBUG": "true", "PYTHONUNBUFFERED": "1",
-           "XMC_LOGIN_MAX_FAILURES_PER_ADDRESS": "3", "XMC_TRUSTED_PROXIES": ""}
-    # Exactly the web process's command (scripts/run_all.py, deploy/base/web.yaml).
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "xmc.asgi:application", "--worker-class", "xmc.web_worker.UvicornWorker",
-         "--bind", f"127.0.0.1:{port}", "--workers", "1"],
-        env=env, stdout=(tmp_path / "web.log").open("w"), stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{base}/healthz", timeout=10).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "web.log").read_text()
-            time.sleep(0.2)
-        session = requests.Session()
+        with web_server(tmp_path / "web.log", XMC_LOGIN_MAX_FAILURES_PER_ADDRESS="3", XMC_TRUSTED_PROXIES="") as (
+                base, _):
+            session = requests.Session()
 
-        def attempt() -> str:
-            form = session.get(f"{base}/api/cli/signin", timeout=10).text
-            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
-            assert token, form
-            return session.post(
-                f"{base}/api/cli/signin",
-                data={"csrfmiddlewaretoken": token.group(1), "username": f"nobody-{uuid.uuid4().hex}",
-                      "password": "guess"},
-                headers={"X-Forwarded-For": fresh_address(), "Referer": f"{base}/api/cli/signin"},
-                allow_redirects=False, timeout=10,
-            ).text
+            def attempt() -> str:
+                form = session.get(f"{base}/api/cli/signin", timeout=10).text
+                token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+                assert token, form
+                return session.post(
+                    f"{base}/api/cli/signin",
+                    data={"csrfmiddlewaretoken": token.group(1), "username": f"nobody-{uuid.uuid4().hex}",
+                          "password": "guess"},
+                    headers={"X-Forwarded-For": fresh_address(), "Referer": f"{base}/api/cli/signin"},
+                    allow_redirects=False, timeout=10,
+                ).text
 
-        for _ in range(3):
-            assert "Too many failed sign-ins" not in attempt()
-        assert "Too many failed sign-ins" in attempt()
+            for _ in range(3):
+                assert "Too many failed sign-ins" not in attempt()
+            assert "Too many failed sign-ins" in attempt()
     finally:
-        server.terminate()
-        server.wait(timeout=30)
         redis.Redis.from_url(settings.REDIS_URL).delete("xmc:loginfail:v2:address:127.0.0.1")
 
 

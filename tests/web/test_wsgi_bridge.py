@@ -20,6 +20,7 @@ import pytest
 import requests
 import uvicorn
 
+from xmc.body_guard import BodyLimits
 from xmc.wsgi_bridge import ThreadedWSGI
 from tests.ports import free_port
 
@@ -29,7 +30,7 @@ def serve() -> Iterator[Callable[..., tuple[str, ThreadedWSGI]]]:
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
     def start(app: Any, max_body: int = 1 << 20) -> tuple[str, ThreadedWSGI]:
-        bridge = ThreadedWSGI(app, threads=4, max_body=max_body)
+        bridge = ThreadedWSGI(app, threads=4, limits=BodyLimits(max_body=max_body, preauth_body=max_body))
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(bridge, host="127.0.0.1", port=port, log_level="warning",
                                                lifespan="off"))

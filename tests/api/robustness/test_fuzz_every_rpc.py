@@ -128,21 +128,24 @@ def world(transactional_db: None) -> dict[str, str]:
     return build_world()
 
 
-def build_world() -> dict[str, str]:
-    """Alice's experiment, work unit, artifact, operation, chart and dashboard: their names by kind."""
+def build_world(tag: str = "fz") -> dict[str, str]:
+    """Alice's experiment, work unit, artifact, operation, chart and dashboard: their names by kind.
+
+    ``tag`` is the chart's and the dashboard's id: a second world beside the first needs another.
+    """
     exp = factories.experiment(ALICE, title="fuzz")
     wu = factories.work_unit(exp, wid=1)
     artifact = artifact_services.create_artifact(exp.id, 1, pb.artifact.Artifact(notes="n"))
     op = wu.operations.order_by("id").first()
     assert op is not None
     chart = metric_services.create_chart(wu, pb.dashboard.Chart(title="c", plots=[pb.dashboard.PlotSpec(
-        plot_id="p", type=pb.dashboard.SCATTER, data=pb.dashboard.DataSpec(metrics=["loss"]))]), "fz", creator=ALICE)
-    metric_services.create_dashboard(pb.dashboard.Dashboard(title="d"), "fz", owner=ALICE, referenced=[chart],
+        plot_id="p", type=pb.dashboard.SCATTER, data=pb.dashboard.DataSpec(metrics=["loss"]))]), tag, creator=ALICE)
+    metric_services.create_dashboard(pb.dashboard.Dashboard(title="d"), tag, owner=ALICE, referenced=[chart],
                                      inline=[])
     return {"experiment": exp.name, "work_unit": wu.name, "artifact": artifact.name, "operation": op.name,
             "missing": "experiments/987654321", "operations": f"{exp.name}/operations",
-            "chart": chart.name, "short_chart": "charts/fz", "dashboard": "dashboards/fz",
-            "dashboard_chart": "dashboards/fz/charts/fz"}
+            "chart": chart.name, "short_chart": f"charts/{tag}", "dashboard": f"dashboards/{tag}",
+            "dashboard_chart": f"dashboards/{tag}/charts/{tag}"}
 
 
 

@@ -158,6 +158,31 @@ def test_it_hides_others_experiments_and_actions_on_a_read_only_one(browser: Any
     assert page.goto(f"{site}/experiments/{shared.id}/workUnits/42").status == 404
 
 
+def test_it_stops_live_updates_and_says_why_when_the_share_is_taken_back(browser: Any, site: str,
+                                                                         settings: Any) -> None:
+    """Issue 40, item 3: the stream's last event is ``denied``; the page closes it (no reconnecting to
+    404s) and tells the reader why the page stopped moving."""
+    from experiments.models import Experiment
+
+    settings.XMC_STREAM_RECHECK_S = 0.3
+    pages.person("alice")
+    shared, _ = pages.sweep(BOB, title="bobs shared", acls=pages.shared_with(ALICE))
+    page = _signed_in(browser, site, "alice")
+    # Every EventSource the page opens, to see its state (2: CLOSED, never to reconnect).
+    page.add_init_script("""(() => { const Real = window.EventSource; window.__sources = [];
+      window.EventSource = function (url, init) { const s = new Real(url, init); window.__sources.push(s); return s; };
+      window.EventSource.prototype = Real.prototype; Object.assign(window.EventSource, Real); })();""")
+    page.goto(f"{site}/experiments/{shared.id}")
+    _live(page)
+    Experiment.objects.filter(id=shared.id).update(acls={})  # Bob takes the share back
+    banner = page.wait_for_selector("#stream-denied[role=alert]", timeout=5000)
+    assert "no longer have access" in banner.inner_text()
+    assert page.locator("[data-live]").first.inner_text() == "access ended"
+    states = page.evaluate("window.__sources.filter(s => s.url.includes('/events')).map(s => s.readyState)")
+    assert states and set(states) == {2}, states
+    assert not page.csp_errors  # type: ignore[attr-defined]
+
+
 def test_it_shows_hostile_values_as_text(browser: Any, site: str) -> None:
     pages.person("alice")
     exp = factories.experiment(creator=ALICE, title=pages.HOSTILE, notes=pages.HOSTILE,

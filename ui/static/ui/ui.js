@@ -1,6 +1,6 @@
 // The pages' own script (a static file: the Content-Security-Policy allows no inline script).
 // Row selection for bulk actions, a live indicator, full reload on the stream's "reload", the
-// table's scroll hint, and the logs panel's toggles. Everything else is htmx attributes in the templates.
+// stream's end on "denied" (access lost), the table's scroll hint, and the logs panel's toggles. Everything else is htmx attributes in the templates.
 (function () {
   "use strict";
   var selected = new Set();
@@ -63,8 +63,37 @@
     if (source && !source.__xmcReload) {
       source.__xmcReload = true;
       source.addEventListener("reload", function () { window.location.reload(); });
+      var target = event.target;
+      source.addEventListener("denied", function () { denied(source, target); });
     }
   });
+
+  // "denied", a stream's last event (ui/events.py, ui/logfollow.py): the reader lost access to the
+  // experiment (the share was taken back, the account deactivated, the token revoked). The stream is
+  // closed here (the browser would reconnect and get 404 again and again), and the page says why.
+  var DENIED_TEXT = "You no longer have access to this experiment (its owner took the share back, " +
+    "or your account was deactivated): live updates stopped. Reload to check.";
+  function denied(source, target) {
+    source.close();
+    var pre = followedLog();
+    if (pre && target === pre) {
+      pre.setAttribute("data-follow-ended", "");
+      pre.setAttribute("data-denied", "");
+      var note = document.getElementById("log-follow-state");
+      if (note) note.textContent = "No longer followed: you no longer have access to this experiment.";
+      return;
+    }
+    liveState = "access ended";
+    showLive();
+    if (document.getElementById("stream-denied")) return;
+    var banner = document.createElement("p");
+    banner.id = "stream-denied";
+    banner.className = "error";
+    banner.setAttribute("role", "alert");
+    banner.textContent = DENIED_TEXT;
+    var main = document.querySelector("main");
+    if (main) main.insertBefore(banner, main.firstChild);
+  }
   document.addEventListener("htmx:sseError", function () {
     liveState = "reconnecting";
     showLive();
