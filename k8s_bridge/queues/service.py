@@ -115,6 +115,8 @@ def _list(plural: str) -> list[dict[str, Any]]:
             client.KUEUE_GROUP, client.KUEUE_VERSION, plural, _request_timeout=10)
     except client.ApiException as exc:
         raise _api_error(exc, plural) from None
+    except Exception as exc:  # no kubeconfig, no route, a timeout: the cluster did not answer
+        raise Unavailable(f"the cluster did not answer for {plural}: {type(exc).__name__}") from None
     return list(body.get("items") or [])
 
 
@@ -210,6 +212,8 @@ def _visibility(query: PendingQuery) -> list[dict[str, Any]]:
             body = client.get_json(client.VISIBILITY_PATH, {"cq": query.cluster_queue}, params)
     except client.ApiException as exc:
         raise _api_error(exc, f"the pending workloads of {query.cluster_queue}") from None
+    except Exception as exc:  # no kubeconfig, no route, a timeout: the cluster did not answer
+        raise Unavailable(f"the cluster did not answer for the pending workloads: {type(exc).__name__}") from None
     return list(body.get("items") or [])
 
 

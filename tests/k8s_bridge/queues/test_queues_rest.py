@@ -129,3 +129,16 @@ def test_bad_input_is_refused_naming_the_field(make_cluster: Callable[..., Clust
     response = get(ALICE, url, **params)
     assert response.status_code == status, response.content
     assert response.json()["error"]["details"][0]["fieldViolations"][0]["field"] == field
+
+
+
+def test_a_cluster_that_cannot_be_reached_is_unavailable_not_an_internal_error(settings: Any, tmp_path: Any) -> None:
+    settings.KUBECONFIG = str(tmp_path / "no-such-kubeconfig")
+    client.reset()
+    try:
+        for url in ("/v1/queues", "/v1/queues/cluster-queue/pendingWorkloads"):
+            response = get(ALICE, url)
+            assert response.status_code == 503, (url, response.content)
+            assert response.json()["error"]["status"] == "UNAVAILABLE"
+    finally:
+        client.reset()

@@ -132,7 +132,10 @@ CALLS = {
     ("coordination.k8s.io", "leases", "get"),   # leader election
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),
-    ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get"),  # queue positions
+    ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get"),  # queue positions; the queues view
+    ("kueue.x-k8s.io", "clusterqueues", "list"),  # the queues view (k8s_bridge/queues)
+    ("kueue.x-k8s.io", "localqueues", "list"),
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),
 }
 
 #: The SDK methods behind CALLS; a method the code uses that is not here fails the test below.
@@ -140,7 +143,7 @@ SDK_METHODS = {
     "get_namespaced_custom_object", "create_namespaced_custom_object", "delete_namespaced_custom_object",
     "patch_namespaced_custom_object", "list_namespaced_custom_object", "list_namespaced_pod",
     "read_namespaced_lease", "create_namespaced_lease", "replace_namespaced_lease",
-    "read_namespaced_pod_log", "list_namespaced_job",
+    "read_namespaced_pod_log", "list_namespaced_job", "list_cluster_custom_object",
 }
 
 

@@ -19,7 +19,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[3]
-RUNTIME_PACKAGES = ("artifacts", "core", "experiments", "jobsets", "k8s_bridge", "lifecycle", "metrics", "workunits", "xmc")
+RUNTIME_PACKAGES = ("artifacts", "core", "delivery", "experiments", "jobsets", "k8s_bridge", "lifecycle", "metrics",
+                    "notifications", "studies", "ui", "usage", "workunits", "xmc")
 
 
 def pinned(path: Path) -> list[Requirement]:
