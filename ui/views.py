@@ -42,7 +42,7 @@ from core import pb
 from core.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from experiments.acl import Role
 from k8s_bridge.logs import service as logs
-from metrics import summaries
+from metrics import summaries, system_names
 from notifications import services as notify
 from ui import chart_cards, live, present, reads, study_reads
 from ui import render as render_rows
@@ -234,7 +234,7 @@ def _rows(units: list[dict[str, Any]], varying: list[str]) -> list[dict[str, Any
     return [_unit_row(u, now, varying, present.job_args(u["executable"]), admissions) for u in units]
 
 
-#: Metric columns the page shows when the URL names none (the experiment's first, by name).
+#: Metric columns the page shows when the URL names none (the experiment's own first, by name).
 DEFAULT_METRIC_COLUMNS = 3
 
 
@@ -265,7 +265,7 @@ def _experiment_context(identity: Identity, xid: int, get: Any) -> dict[str, Any
     role, exp = reads.role(identity, xid)
     varying, shared = reads.sweep_args(xid)
     available = summaries.experiment_metrics(xid)
-    query = unit_query(get, available[:DEFAULT_METRIC_COLUMNS])
+    query = unit_query(get, system_names.own_metrics(list(available))[:DEFAULT_METRIC_COLUMNS])
     error = ""
     page = reads.UnitPage([], 0, query)
     try:
@@ -359,7 +359,7 @@ def _export(request: HttpRequest, identity: Identity, xid: int, kind: str) -> Ht
     """The table as CSV or JSON: every work unit the filter matches, in the table's order, with its columns."""
     reads.role(identity, xid)
     varying, _ = reads.sweep_args(xid)
-    query = unit_query(request.GET, summaries.experiment_metrics(xid)[:DEFAULT_METRIC_COLUMNS])
+    query = unit_query(request.GET, system_names.own_metrics(list(summaries.experiment_metrics(xid)))[:DEFAULT_METRIC_COLUMNS])
     try:
         _check_query(xid, query)
         reads.unit_page(xid, replace(query, size=1, page=1))  # a bad filter or sort: 400, before streaming

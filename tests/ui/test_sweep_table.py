@@ -235,3 +235,21 @@ def test_it_redraws_a_row_with_its_metric_columns_and_best_mark(alice: Client) -
     assert "m=loss" in url and "b=loss%3A0.2" in url
     row = alice.get(url).content.decode()
     assert row.startswith('<tr id="wu-2"') and 'title="best" data-metric="loss" data-value="0.2">0.2</td>' in row
+
+
+def test_the_default_metric_columns_are_the_jobs_own_not_the_system_metrics(alice: Client) -> None:
+    from metrics import services as metric_services
+    from metrics.services import Point
+    from workunits.models import WorkUnitExecution
+    from django.utils import timezone
+
+    exp = factories.experiment(creator=ALICE, title="own metrics first")
+    _unit(exp.id, "0.1")
+    execution = WorkUnitExecution.objects.get(work_unit__experiment=exp)
+    now = timezone.now()
+    metric_services.write_points(execution.id, [Point("accuracy", 1, 0.9, now), Point("system/cpu_usage_cores", 1, 2.0, now),
+                                                Point("val_loss", 1, 0.3, now)])
+    body = alice.get(f"/experiments/{exp.id}").content.decode()
+    assert 'value="val_loss" checked' in body and 'value="accuracy" checked' in body
+    # Pickable, not a default column: the unit page's System group shows it.
+    assert 'value="system/cpu_usage_cores">' in body and 'value="system/cpu_usage_cores" checked' not in body

@@ -39,9 +39,15 @@ def metric_arg(text: str) -> tuple[str, str | None]:
     return name.strip(), goal or None
 
 
+#: The metrics XMC records itself from the cluster (GPU, CPU, memory): shown by ``xmc status --system``
+#: and ranked by only when asked (``--metric system/gpu_utilization``), never in the default columns.
+SYSTEM_PREFIX = "system/"
+
+
 def metric_columns(names: Sequence[str], limit: int = 3) -> list[str]:
-    """Up to ``limit`` metrics to show: the loss-like ones first, then the others, each in name order."""
-    return sorted(names, key=lambda n: (not lower_is_better(n), n))[:limit]
+    """Up to ``limit`` of the job's own metrics to show: the loss-like ones first, then the others, by name."""
+    own = [n for n in names if not n.startswith(SYSTEM_PREFIX)]
+    return sorted(own, key=lambda n: (not lower_is_better(n), n))[:limit]
 
 
 def fmt(value: Any) -> str:
@@ -69,8 +75,9 @@ def cmd_compare(ctx: Any, args: argparse.Namespace) -> int:
             raise CliError(f"experiment {xid} has no metric {metric!r}" +
                            (f" (its metrics: {', '.join(names)})" if names else " (it has no metrics yet)"))
     else:
-        if not names:
-            raise CliError(f"experiment {xid} has no metrics yet: nothing to rank by")
+        if not metric_columns(names, 1):
+            raise CliError(f"experiment {xid} has no metrics yet: nothing to rank by" +
+                           (" (only system metrics: rank by one with --metric)" if names else ""))
         metric, goal = metric_columns(names, 1)[0], None
     goal = goal or ("min" if lower_is_better(metric) else "max")
     others = [n for n in metric_columns(names, 4) if n != metric][:3]
