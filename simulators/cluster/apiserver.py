@@ -47,6 +47,7 @@ store); with a store it applies to that simulator only.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import select
@@ -162,11 +163,16 @@ def pod_log_buffer(store: Store) -> PodLogBuffer:
         return _LOG_BUFFERS.setdefault(id(store), PodLogBuffer())
 
 
-def default_pending_workloads(store: Store, queue_kind: str, namespace: str | None, name: str) -> list[Obj]:
-    """Pending Workloads of a queue computed from stored objects (no Kueue controller).
+def default_pending_workloads(store: Store, queue_kind: str, namespace: str | None, name: str,
+                              offset: int = 0, limit: int | None = None) -> list[Obj]:
+    """Pending Workloads of a queue computed from stored objects (no Kueue controller): items
+    ``offset`` to ``offset + limit`` (all when ``limit`` is None), as the visibility API pages them.
 
     Pending = no quota reserved, not finished, active.  Order: priority desc,
-    creationTimestamp, uid — Kueue's default queue order.
+    creationTimestamp, uid — Kueue's default queue order.  Every workload is filtered and
+    ordered up to the page's end (as upstream orders its queue's copy on each request, here a
+    partial sort), and only the page's items are built: the positions in a LocalQueue are
+    counted up to the page's end.
     """
     if queue_kind == "clusterqueues":
         store.get("clusterqueues", None, name)
@@ -176,38 +182,44 @@ def default_pending_workloads(store: Store, queue_kind: str, namespace: str | No
         (lq["metadata"]["namespace"], lq["metadata"]["name"]): (lq.get("spec") or {}).get("clusterQueue")
         for lq in store.list("localqueues")[0]
     }
-    pending: list[Obj] = []
+    pending: list[tuple[int, str, str, Obj]] = []
     for wl in store.peek("workloads"):  # read only: not copied
-        status = wl.get("status") or {}
-        conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-        if status.get("admission") or conds.get("QuotaReserved") == "True" or conds.get("Finished") == "True":
+        spec = wl.get("spec") or {}
+        if spec.get("active") is False:
             continue
-        if (wl.get("spec") or {}).get("active") is False:
+        status = wl.get("status")
+        if status and (status.get("admission") or any(
+                c.get("status") == "True" and c.get("type") in ("QuotaReserved", "Finished")
+                for c in status.get("conditions") or ())):
             continue
-        ns = wl["metadata"]["namespace"]
-        queue = (wl.get("spec") or {}).get("queueName")
-        cq = lq_to_cq.get((ns, queue or ""))
-        if queue_kind == "clusterqueues" and cq != name:
+        md = wl["metadata"]
+        ns, queue = md["namespace"], spec.get("queueName") or ""
+        if queue_kind == "clusterqueues":
+            if lq_to_cq.get((ns, queue)) != name:
+                continue
+        elif ns != namespace or queue != name:
             continue
-        if queue_kind == "localqueues" and (ns != namespace or queue != name):
-            continue
-        pending.append(wl)
-    pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0),
-                                w["metadata"].get("creationTimestamp", ""), w["metadata"]["uid"]))
+        pending.append((-int(spec.get("priority") or 0), md.get("creationTimestamp") or "", md["uid"], wl))
+    stop = len(pending) if limit is None else min(len(pending), offset + max(0, limit))
+    # Only the first `stop` in order: a partial sort (the uid is unique, so no two keys tie).
+    pending = heapq.nsmallest(stop, pending, key=lambda entry: entry[:3])
     per_lq: dict[tuple[str, str], int] = {}
     items = []
-    for pos, wl in enumerate(pending):
+    for pos in range(stop):
+        wl = pending[pos][3]
         md = wl["metadata"]
         lq_key = (md["namespace"], (wl.get("spec") or {}).get("queueName") or "")
         lq_pos = per_lq.get(lq_key, 0)
         per_lq[lq_key] = lq_pos + 1
+        if pos < offset:
+            continue
         items.append({
             "metadata": {
                 "name": md["name"], "namespace": md["namespace"],
                 "creationTimestamp": md.get("creationTimestamp"),
                 **({"ownerReferences": md["ownerReferences"]} if md.get("ownerReferences") else {}),
             },
-            "priority": int((wl.get("spec") or {}).get("priority") or 0),
+            "priority": -pending[pos][0],
             "localQueueName": lq_key[1],
             "positionInClusterQueue": pos,
             "positionInLocalQueue": lq_pos,
@@ -680,19 +692,19 @@ class Api:
             kind, namespace, name = "localqueues", rest[1], rest[3]
         else:
             raise _NOT_FOUND
-        provider = _provider("visibility", self.store)
-        if provider is not None:
-            items = provider(kind, namespace, name)
-        else:
-            items = default_pending_workloads(self.store, kind, namespace, name)
         offset = req.int_param("offset") or 0
         limit = req.int_param("limit")
         limit = 1000 if limit is None else limit
+        provider = _provider("visibility", self.store)
+        if provider is not None:
+            items = provider(kind, namespace, name)[offset:offset + limit]
+        else:  # only the page is built
+            items = default_pending_workloads(self.store, kind, namespace, name, max(0, offset), limit)
         return _json({
             "kind": "PendingWorkloadsSummary",
             "apiVersion": f"{VISIBILITY_GROUP}/{version}",
             "metadata": {"creationTimestamp": None},
-            "items": items[offset:offset + limit],
+            "items": items,
         })
 
     # -- metrics-server (metrics.k8s.io) ---------------------------------------------

@@ -8,19 +8,30 @@ second (``SYSTEM_ENV``: short interval and idle thresholds). The researcher sees
 the utilisation curve on the unit's page (its System group and the chart data
 behind it), the unit gets the WARNING "2 GPUs idle for 4 s" and a WORK_UNIT_IDLE
 event reaches the subscriber; ``kubectl top``'s API (metrics.k8s.io PodMetrics)
-answers for the pod through the real ``kubernetes`` client.
+answers for the pod through the real ``kubernetes`` client. Its GPU-hours (2 GPUs x
+its running time so far) and its utilisation-weighted GPU-hours used (busy, then
+idle: more than none, less than all) appear in ``GET /v1/usage`` and, in Debian's
+Chromium, on the ``/usage`` page (issue 41's "Done means").
+
+The busy phase lasts ``BUSY_S`` (20 s): long enough that a loaded machine, whose
+reconciler, scrape and collector each run a few seconds late, still samples it.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import urllib.request
+from datetime import datetime
 from typing import Any
 
 import pytest
 import requests
 from google.protobuf import json_format
 from kubernetes import client
+
+from django.utils import timezone
 
 from core import pb
 from metrics import system_names
@@ -29,6 +40,7 @@ from notifications.models import Event
 from tests import factories
 from tests.system.e2e.conftest import System, eventually
 from tests.system.e2e.test_walkthrough import _signed_in
+from usage.models import RunningInterval
 from workunits.models import WorkUnitExecution
 from xmc.auth.identity import Identity
 
@@ -36,8 +48,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 SYSTEM_ENV = {"XMC_SYSTEM_METRICS_INTERVAL_S": "1", "XMC_IDLE_GPU_AFTER_S": "4", "XMC_PROMETHEUS_SCRAPE_S": "1",
               "XMC_PROMETHEUS_RATE_WINDOW_S": "5"}
-BUSY_S = 8
+BUSY_S = 20
 ADMIN = "admin@example.com"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _call(system: System, method: str, url: str, body: Any = None) -> Any:
@@ -109,3 +122,56 @@ def test_a_gpu_job_that_goes_idle_shows_its_curve_gets_the_idle_warning_and_a_no
     (row,) = summary["workUnits"]
     assert row["metrics"][system_names.GPU_UTILIZATION]["max"] >= 0.85  # the sweep table reads them too
     assert requests.get(f"{ui}/healthz", timeout=10).status_code == 200
+
+    # Its GPU-hours: allocated (2 GPUs x its running time so far) and used (weighted by the samples' mean).
+    started = RunningInterval.objects.get(execution=execution()).start_time
+    before = timezone.now()
+    rows = _call(system, "GET", f"{system.api}/v1/usage?groupBy=experiment")["rows"]
+    after = timezone.now()
+    (row,) = [r for r in rows if r["key"] == str(xid)]
+    assert _gpu_hours(started, before) - 1e-5 <= row["gpuHours"] <= _gpu_hours(started, after) + 1e-5, (row, started)
+    assert row["executions"] == 1 and row["cpuHours"] == 0  # it asked for GPUs only
+    assert 0 < row["gpuHoursUsed"] < 0.9 * row["gpuHours"], row  # it worked, then idled
+    (mine,) = [r for r in _call(system, "GET", f"{system.api}/v1/usage?groupBy=owner")["rows"] if r["key"] == ADMIN]
+    assert mine["gpuHours"] >= row["gpuHours"]
+    _usage_page_shows(ui, xid, pages)
+
+
+def _gpu_hours(started: datetime, now: datetime) -> float:
+    return 2 * (now - started).total_seconds() / 3600
+
+
+def _usage_page_shows(ui: str, xid: int, session: requests.Session) -> None:
+    """The /usage page by experiment names it, with the share of its GPU-hours used: in Chromium when installed."""
+    def check(row: str) -> None:
+        assert "idle gpus" in row, row
+        used = re.search(r"\((\d+)%\)", row)
+        assert used and 0 < int(used.group(1)) < 90, row
+
+    if CHROMIUM is None:  # the same page as HTML
+        html = session.get(f"{ui}/usage", params={"groupBy": "experiment"}, timeout=30).text
+        rows = [r for r in re.findall(r"<tr>.*?</tr>", html, re.S) if f'href="/experiments/{xid}"' in r]
+        assert len(rows) == 1, html
+        check(rows[0])
+        return
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = chromium.new_page()
+            page.goto(f"{ui}/login")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", os.environ.get("XMC_ADMIN_PASSWORD", "admin"))
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{ui}/**")
+            page.click("header.top a[href='/usage']")
+            page.wait_for_url(f"{ui}/usage")
+            page.select_option("select[name=groupBy]", "experiment")
+            page.click("#usage-query button[type=submit]")
+            page.wait_for_url(f"{ui}/usage?*")
+            row = page.locator("#usage tbody tr", has=page.locator(f"a[href='/experiments/{xid}']"))
+            assert row.count() == 1
+            check(row.inner_text())
+        finally:
+            chromium.close()
