@@ -484,6 +484,11 @@ _WIDEN_SPANS = (
     "SET first_time = least(p.first_time, excluded.first_time), last_time = greatest(p.last_time, excluded.last_time), "
     "last_step = greatest(p.last_step, excluded.last_step)"
 )
+#: The sizes between the eager ones: later, from these rows (`roll_up_blocks`): a plain insert, no upsert a size.
+_PENDING_CTE = (
+    f"pending AS (INSERT INTO {_PENDING} (execution_id, metric, block, count, sum, min, max, last_step, last_time) "
+    "SELECT execution_id, metric, block, count, sum, min, max, last_step, last_time FROM fine), "
+)
 #: The new points (a repeated (execution, metric, step, time) is skipped by the primary key), their blocks and
 #: their summaries, in one statement: the same rows `_INSERT` writes for one execution, for many.
 _INSERT_MANY = (
@@ -501,9 +506,7 @@ _INSERT_MANY = (
     "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
     "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
     "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)), "
-    # The sizes between: later, from these rows (`roll_up_blocks`): a plain insert, no upsert a size.
-    f"pending AS (INSERT INTO {_PENDING} (execution_id, metric, block, count, sum, min, max, last_step, last_time) "
-    "SELECT execution_id, metric, block, count, sum, min, max, last_step, last_time FROM fine), "
+    f"{_PENDING_CTE}"
     f"summaries AS (INSERT INTO {_SUMMARIES} AS m (work_unit_id, eid, metric, experiment_id, last, last_step, min, "
     "max, count, first_time, last_time) SELECT x.work_unit_id, x.eid, n.metric, w.experiment_id, "
     "(array_agg(n.value ORDER BY n.step DESC))[1], max(n.step), min(n.value), max(n.value), count(*), min(n.time), "
