@@ -178,7 +178,8 @@ class Kubelet(Controller):
             return script
         try:
             argv = (((pod.get("spec") or {}).get("containers") or [{}])[0] or {}).get("args")
-            return dataclasses.replace(script, **{"gpu_mem": None, **parse_gpu(text, container_args(argv))})
+            load = parse_gpu(text, container_args(argv))
+            return dataclasses.replace(script, gpu_util=load["gpu_util"], gpu_mem=load.get("gpu_mem"))
         except ScriptError:
             return script
 
