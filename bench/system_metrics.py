@@ -198,11 +198,21 @@ def main() -> int:
                 results = system.fetch(base, INTERVAL_S)
                 fetches.append(time.perf_counter() - started)
             series = sum(len(v) for v in results.values())
+            # Before: one cycle writing every block size with the points (no pending rows), first, while its
+            # instant is within Prometheus' lookback of the samples.
+            eager, sizes = services._INSERT_MANY, services.EAGER_BLOCK_SIZES
+            services._INSERT_MANY = eager.replace(services._PENDING_CTE, "")
+            services.EAGER_BLOCK_SIZES = BLOCK_SIZES
+            try:
+                before = system.collect(datetime.fromtimestamp(base + INTERVAL_S, tz=UTC))
+            finally:
+                services._INSERT_MANY, services.EAGER_BLOCK_SIZES = eager, sizes
+            assert before.measured == args.executions, (before, args.executions)
             cycles, cpu, pg_cpu, points, advisories = [], [], [], 0, 0
             done_cycles: list[Any] = []
             for k in range(1, args.cycles + 1):
                 pg0, cpu0 = sum(backend.cpu_times()[:2]), time.process_time()
-                done = system.collect(datetime.fromtimestamp(base + k * INTERVAL_S, tz=UTC))
+                done = system.collect(datetime.fromtimestamp(base + (k + 1) * INTERVAL_S, tz=UTC))
                 cpu.append(time.process_time() - cpu0)
                 pg_cpu.append(sum(backend.cpu_times()[:2]) - pg0)
                 cycles.append(done.total_s)
@@ -210,14 +220,6 @@ def main() -> int:
                 points += done.points
                 advisories += done.advisories
                 assert done.measured == args.executions, (done, args.executions)
-            # Before: the same cycle writing every block size with the points (no pending rows).
-            eager, sizes = services._INSERT_MANY, services.EAGER_BLOCK_SIZES
-            services._INSERT_MANY = eager.replace(services._PENDING_CTE, "")
-            services.EAGER_BLOCK_SIZES = BLOCK_SIZES
-            try:
-                before = system.collect(datetime.fromtimestamp(base + (args.cycles + 1) * INTERVAL_S, tz=UTC))
-            finally:
-                services._INSERT_MANY, services.EAGER_BLOCK_SIZES = eager, sizes
             # The coarse blocks the cycles left pending, rolled up as the periodic pass does.
             pg0, started = sum(backend.cpu_times()[:2]), time.perf_counter()
             rolled = services.roll_up_blocks()
