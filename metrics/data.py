@@ -33,7 +33,8 @@ from django.db import connection
 from core import pb
 from metrics import evaluate, specs, wire
 from metrics.evaluate import Bucket
-from metrics.models import BLOCK_SIZES, MetricPoint, PointBlock, PointSpan
+from metrics.models import BLOCK_SIZES, EAGER_BLOCK_SIZES, MetricPoint, PointBlock, PointSpan
+from metrics.services import roll_up_blocks
 from workunits.models import WorkUnit, WorkUnitExecution
 
 M = pb.dashboard
@@ -385,6 +386,12 @@ def _series(scope: Scope, plot: Any, width: int, aggregate: str = "") -> ReadSer
             rows.extend(cursor.fetchall())
         blocked = []
         aggregated: dict[str, list[Bucket]] = {}
+        lazy = sorted({m for m, size in zip(blocked_names, blocked_sizes) if size not in EAGER_BLOCK_SIZES})
+        if lazy:
+            # Those sizes lag the write path (`metrics.models.LAZY_BLOCK_SIZES`): bring them up to date
+            # for this scope's series first (its pending rows only: a few cycles' worth at most).
+            roll_up_blocks(cursor, f"p.metric = ANY(%s) AND p.execution_id IN (SELECT e.id FROM {_SCOPE_FROM} "
+                           f"WHERE {scope_where})", [lazy, *scope_params])
         if blocked_names and aggregate:
             value, low, high = _SQL_AGGREGATES[aggregate]
             cursor.execute(_BLOCKS_AGGREGATE_SQL.format(value=value, low=low, high=high, **parts),

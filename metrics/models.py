@@ -146,6 +146,12 @@ class PointSpan(models.Model):
 #: more than a few steps reads one block a bucket, of the smallest size at least as wide as its pixel,
 #: instead of every point (`metrics.data.block_size`).
 BLOCK_SIZES = tuple(16 * 2**k for k in range(31))
+#: The sizes `metrics.services.write_points_many` (the system metrics' collector) keeps in its write: the
+#: finest (metric names, fine zooms) and the coarsest (a series' whole mean: `usage`). The sizes between
+#: are rolled up from `PendingBlock` rows later (`metrics.services.roll_up_blocks`): by a periodic pass,
+#: and by any chart read at those sizes first, so a read sees every point written before it.
+EAGER_BLOCK_SIZES = (BLOCK_SIZES[0], BLOCK_SIZES[-1])
+LAZY_BLOCK_SIZES = BLOCK_SIZES[1:-1]
 
 
 class PointBlock(models.Model):
@@ -167,6 +173,27 @@ class PointBlock(models.Model):
 
     class Meta:
         indexes = [BrinIndex(fields=["last_time"], name="metric_block_time_brin")]
+
+
+class PendingBlock(models.Model):
+    """Points of one finest block (`BLOCK_SIZES` [0]) already in its `PointBlock` of that size (and of the
+    coarsest) but not yet in the blocks of `LAZY_BLOCK_SIZES`: what `metrics.services.roll_up_blocks`
+    adds to them (and deletes, in the same statement). Written by `metrics.services.write_points_many`."""
+
+    id = models.BigAutoField(primary_key=True)
+    execution = models.ForeignKey("workunits.WorkUnitExecution", on_delete=models.CASCADE,
+                                  related_name="pending_blocks", db_index=False, db_constraint=False)
+    metric = models.CharField(max_length=METRIC_NAME)
+    block = models.BigIntegerField()
+    count = models.BigIntegerField()
+    sum = models.FloatField()
+    min = models.FloatField()
+    max = models.FloatField()
+    last_step = models.BigIntegerField()
+    last_time = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["execution", "metric"], name="metric_pending_block_idx")]
 
 
 class MetricSummary(models.Model):

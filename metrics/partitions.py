@@ -35,11 +35,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from metrics.models import BLOCK_SIZES, MetricPoint, PointBlock, PointSpan
+from metrics.models import BLOCK_SIZES, MetricPoint, PendingBlock, PointBlock, PointSpan
 from metrics.services import floor_div_sql
 
 PARENT = MetricPoint._meta.db_table
 BLOCKS = PointBlock._meta.db_table
+PENDING = PendingBlock._meta.db_table
 SPANS = PointSpan._meta.db_table
 DEFAULT = f"{PARENT}_default"
 _DAILY = re.compile(rf"{PARENT}_p([0-9]{{8}})")
@@ -192,7 +193,8 @@ def delete_future(limit: datetime, today: date, days_ahead: int) -> int:
             cursor.execute(f"DELETE FROM {PARENT} WHERE execution_id = ANY(%s) AND time > %s", [executions, limit])
             deleted = int(cursor.rowcount)
             for execution, metric in stale:
-                cursor.execute(f"DELETE FROM {BLOCKS} WHERE execution_id = %s AND metric = %s", [execution, metric])
+                for table in (BLOCKS, PENDING):
+                    cursor.execute(f"DELETE FROM {table} WHERE execution_id = %s AND metric = %s", [execution, metric])
                 cursor.execute(_REBUILD_BLOCKS, {"execution": execution, "metric": metric, "sizes": list(BLOCK_SIZES)})
             for execution in executions:
                 cursor.execute(_SHRINK_SPAN, {"execution": execution, "limit": limit})

@@ -36,11 +36,14 @@ from experiments.models import Experiment
 from metrics import hooks, specs
 from metrics.models import (
     BLOCK_SIZES,
+    EAGER_BLOCK_SIZES,
+    LAZY_BLOCK_SIZES,
     Chart,
     Dashboard,
     DashboardChart,
     MetricPoint,
     MetricSummary,
+    PendingBlock,
     PointBlock,
     PointSpan,
 )
@@ -334,6 +337,7 @@ _POINTS = MetricPoint._meta.db_table
 _SPANS = PointSpan._meta.db_table
 _BLOCKS = PointBlock._meta.db_table
 _SUMMARIES = MetricSummary._meta.db_table
+_PENDING = PendingBlock._meta.db_table
 #: The session's staging table. COPY fills it; the commit empties it in place (ON COMMIT DELETE ROWS:
 #: no dead rows pile up, temporary tables are never vacuumed); a write inside a caller's transaction
 #: (tests) empties it itself.
@@ -480,6 +484,11 @@ _WIDEN_SPANS = (
     "SET first_time = least(p.first_time, excluded.first_time), last_time = greatest(p.last_time, excluded.last_time), "
     "last_step = greatest(p.last_step, excluded.last_step)"
 )
+#: The sizes between the eager ones: later, from these rows (`roll_up_blocks`): a plain insert, no upsert a size.
+_PENDING_CTE = (
+    f"pending AS (INSERT INTO {_PENDING} (execution_id, metric, block, count, sum, min, max, last_step, last_time) "
+    "SELECT execution_id, metric, block, count, sum, min, max, last_step, last_time FROM fine), "
+)
 #: The new points (a repeated (execution, metric, step, time) is skipped by the primary key), their blocks and
 #: their summaries, in one statement: the same rows `_INSERT` writes for one execution, for many.
 _INSERT_MANY = (
@@ -497,6 +506,7 @@ _INSERT_MANY = (
     "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
     "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
     "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)), "
+    f"{_PENDING_CTE}"
     f"summaries AS (INSERT INTO {_SUMMARIES} AS m (work_unit_id, eid, metric, experiment_id, last, last_step, min, "
     "max, count, first_time, last_time) SELECT x.work_unit_id, x.eid, n.metric, w.experiment_id, "
     "(array_agg(n.value ORDER BY n.step DESC))[1], max(n.step), min(n.value), max(n.value), count(*), min(n.time), "
@@ -520,7 +530,9 @@ def write_points_many(batches: Sequence[tuple[int, Sequence[Point]]]) -> int:
     metric, step, time) is skipped by the points' primary key, so a replayed batch
     adds nothing, as with `write_points`. The spans are widened (and locked, in
     execution order) first; then one statement inserts the points, their blocks
-    and their summaries. ``metrics.hooks.written_hooks`` hear of each execution
+    of `EAGER_BLOCK_SIZES` (2 upserts a series, not 31), a `PendingBlock` row per
+    finest block for the sizes between (`roll_up_blocks` adds them later, or the
+    chart read that needs them first) and their summaries. ``metrics.hooks.written_hooks`` hear of each execution
     with new points after the commit.
     """
     rows = [(execution, p) for execution, points in batches for p in points]
@@ -537,7 +549,7 @@ def write_points_many(batches: Sequence[tuple[int, Sequence[Point]]]) -> int:
             for execution, point in rows:
                 write_row((execution, *point))
         cursor.execute(_WIDEN_SPANS)
-        cursor.execute(_INSERT_MANY, {"sizes": list(BLOCK_SIZES)})
+        cursor.execute(_INSERT_MANY, {"sizes": list(EAGER_BLOCK_SIZES)})
         written = {int(execution): int(n) for execution, n in cursor.fetchall()}
         if nested:
             cursor.execute(f"DELETE FROM {_STAGE_MANY}")
@@ -546,6 +558,36 @@ def write_points_many(batches: Sequence[tuple[int, Sequence[Point]]]) -> int:
     for execution, n in sorted(written.items()):
         hooks.on_points_written(execution, n)
     return sum(written.values())
+
+
+#: The pending rows of the executions ``{where}`` selects, deleted and added to their blocks of
+#: `LAZY_BLOCK_SIZES` in one statement (a concurrent roll-up of the same rows waits on their delete and
+#: then finds them gone: nothing is added twice); blocks in key order, so two roll-ups lock them alike.
+_ROLL_UP = (
+    f"WITH d AS (DELETE FROM {_PENDING} p WHERE {{where}} RETURNING p.execution_id, p.metric, p.block, p.count, "
+    "p.sum, p.min, p.max, p.last_step, p.last_time) "
+    f"INSERT INTO {_BLOCKS} AS b (execution_id, metric, size, block, count, sum, min, max, last_step, last_time) "
+    f"SELECT d.execution_id, d.metric, z.size, {floor_div_sql('d.block', f'(z.size / {BLOCK_SIZES[0]})')}, "
+    "sum(d.count), sum(d.sum), min(d.min), max(d.max), max(d.last_step), max(d.last_time) "
+    "FROM d CROSS JOIN unnest(%(sizes)s::bigint[]) AS z(size) GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 "
+    "ON CONFLICT (execution_id, metric, size, block) DO UPDATE SET count = b.count + excluded.count, "
+    "sum = b.sum + excluded.sum, min = least(b.min, excluded.min), max = greatest(b.max, excluded.max), "
+    "last_step = greatest(b.last_step, excluded.last_step), last_time = greatest(b.last_time, excluded.last_time)"
+)
+
+
+def roll_up_blocks(cursor: Any | None = None, where: str = "TRUE", params: Sequence[Any] = ()) -> int:
+    """Add the `PendingBlock` rows ``where`` selects (a condition on ``p``; default all) to their
+    `PointBlock` rows of `LAZY_BLOCK_SIZES`, deleting them, in one statement; returns how many blocks
+    it added to. The periodic pass (`metrics.tasks.roll_up_blocks`) runs it over everything; a chart read
+    at one of those sizes runs it over its executions first (`metrics.data`), so it sees every point."""
+    sql = _ROLL_UP.replace("{where}", where)
+    if cursor is None:
+        with connection.cursor() as own:
+            return roll_up_blocks(own, where, params)
+    sizes = ", ".join(str(size) for size in LAZY_BLOCK_SIZES)
+    cursor.execute(sql.replace("%(sizes)s", f"ARRAY[{sizes}]"), list(params))
+    return int(cursor.rowcount)
 
 
 def execution_key(execution: int) -> ExecutionKey | None:

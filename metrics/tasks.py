@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core.queues import Queue
-from metrics import partitions, system
+from metrics import partitions, services, system
 
 
 @shared_task(name="xmc.metrics.maintain_partitions", queue=Queue.ACTUATOR.value, ignore_result=True,
@@ -38,3 +38,11 @@ def collect_system() -> dict[str, Any]:
     done = system.collect()
     return {"executions": done.executions, "measured": done.measured, "points": done.points,
             "advisories": done.advisories, "seconds": round(done.total_s, 3)}
+
+
+@shared_task(name="xmc.metrics.roll_up_blocks", queue=Queue.ACTUATOR.value, ignore_result=True,
+             soft_time_limit=300, time_limit=360)
+def roll_up_blocks() -> dict[str, Any]:
+    """Every ``XMC_METRICS_ROLL_UP_S`` from the beat schedule: the pending finest blocks into their coarser
+    sizes (`metrics.services.roll_up_blocks`; idempotent: a second run finds nothing pending)."""
+    return {"blocks": services.roll_up_blocks()}

@@ -374,6 +374,8 @@ XMC_METRICS_RETENTION_DAYS = env.int("XMC_METRICS_RETENTION_DAYS", default=90)
 XMC_METRICS_MAX_FUTURE_S = env.int("XMC_METRICS_MAX_FUTURE_S", default=3600)
 #: How many days of partitions of the points table exist ahead of today (metrics.partitions).
 XMC_METRICS_PARTITIONS_AHEAD_DAYS = env.int("XMC_METRICS_PARTITIONS_AHEAD_DAYS", default=7)
+#: How often the collector's pending finest blocks are added to their coarser sizes (metrics.tasks.roll_up_blocks).
+XMC_METRICS_ROLL_UP_S = env.float("XMC_METRICS_ROLL_UP_S", default=600.0)
 
 # Studies (studies/, docs/architecture/studies.md).
 #: How often the beat steps every running study (besides the steps that unit changes and points ring).
@@ -413,6 +415,9 @@ CELERY_BEAT_SCHEDULE = {
     # The points table's daily partitions: created ahead, dropped after XMC_METRICS_RETENTION_DAYS (metrics.tasks).
     "metrics-partitions": {"task": "xmc.metrics.maintain_partitions", "schedule": 3600.0,
                       "options": {"queue": "actuator", "expires": 300}},
+    # The collector's pending finest blocks into their coarser sizes (chart reads roll up their own first).
+    "metrics-roll-up": {"task": "xmc.metrics.roll_up_blocks", "schedule": XMC_METRICS_ROLL_UP_S,
+                        "options": {"queue": "actuator", "expires": XMC_METRICS_ROLL_UP_S}},
     # Each running execution's GPU / CPU / memory use from Prometheus, idle GPUs, memory near its limit.
     "system-metrics": {"task": "xmc.metrics.collect_system", "schedule": XMC_SYSTEM_METRICS_INTERVAL_S,
                        "options": {"queue": "actuator", "expires": XMC_SYSTEM_METRICS_INTERVAL_S}},

@@ -1,8 +1,10 @@
 """System metrics per execution from a real Prometheus scraping the simulator (issue 41 items 2-4).
 
 A RUNNING execution of a work unit has pods on the simulator named as its JobSet's
-(``xmc-<xid>-<wid>-...``) whose script makes its GPUs busy, then idle, then busy
-again; Debian's Prometheus scrapes the simulator's DCGM / cAdvisor text every
+(``xmc-<xid>-<wid>-...``) whose GPUs are busy, then idle, then busy again: the test
+moves them to the next phase (the pods' live ``sim.xmc.dev/gpu`` annotation) once
+it has seen the phase recorded, so a slow scrape or cycle delays the test and never
+skips a phase; Debian's Prometheus scrapes the simulator's DCGM / cAdvisor text every
 second. Each collection cycle (`metrics.system.collect`) records the execution's
 ``system/*`` series in the metric store, the idle WARNING appears once the GPUs
 have stayed idle long enough (with a WORK_UNIT_IDLE event) and clears when they
@@ -22,6 +24,7 @@ from kubernetes import client
 from metrics import system, system_names
 from metrics.models import MetricPoint, MetricSummary
 from notifications.models import Event, EventType, Scope, Subscription
+from simulators.cluster.controllers.script import GPU_ANNOTATION
 from simulators.cluster.server import SimulatorHandle, run_simulator
 from tests import factories
 from tests.metrics.prometheus import RealPrometheus, start_prometheus
@@ -81,6 +84,14 @@ def start_pods(cluster: SimulatorHandle, wu: WorkUnit, script: str, *, gpus: int
     return names
 
 
+def set_gpu_load(cluster: SimulatorHandle, pods: list[str], load: str) -> None:
+    """From now on, the running ``pods``' GPUs are ``load`` busy (the simulator's ``sim.xmc.dev/gpu``)."""
+    with client.ApiClient(client.Configuration(host=cluster.url)) as api:
+        for name in pods:
+            client.CoreV1Api(api).patch_namespaced_pod(name, "default", {"metadata": {"annotations": {
+                GPU_ANNOTATION: load}}})
+
+
 def execution(wu: WorkUnit) -> WorkUnitExecution:
     return WorkUnitExecution.objects.get(work_unit=wu, eid=wu.current_eid)
 
@@ -105,12 +116,12 @@ def test_a_busy_then_idle_job_gets_its_curve_an_idle_warning_and_a_notification(
     Subscription.objects.create(owner=factories.ALICE, scope=Scope.MINE, events=[EventType.WORK_UNIT_IDLE],
                                 url="https://hooks.example.com/x", channel="WEBHOOK", create_time=timezone.now(),
                                 update_time=timezone.now())
-    # Busy for 4 s, idle for 8 s, then busy again.
-    start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:max(0,min(0.9,(4-t)*10))+max(0,min(0.8,(t-12)*10)),mem:0.5",
-               replicas=2)
+    # Busy until the test has seen it, idle until the warning, then busy again.
+    pods = start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.9,mem:0.5", replicas=2)
     prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}', what="the pods' GPUs scraped")
 
     collect_until(lambda: any(v >= 0.85 for _, v in series(wu, system_names.GPU_UTILIZATION)), what="a busy point")
+    set_gpu_load(cluster, pods, "util:0,mem:0.5")
     message = collect_until(lambda: (execution(wu).system_message or {}).get("userFacingText", "").startswith(
         "4 GPUs idle for 3 s") and execution(wu).system_message, what="the idle warning")
     assert message["severity"] == "WARNING"
@@ -122,11 +133,14 @@ def test_a_busy_then_idle_job_gets_its_curve_an_idle_warning_and_a_notification(
         f"{system_names.GPU_UTILIZATION}/trainer-0-{i}/gpu{g}" for i in range(2) for g in range(2)]
     assert series(wu, system_names.GPU_MEMORY_USED_BYTES)[-1][1] == pytest.approx(4 * 40960 * 0.5 * 2**20, rel=0.01)
     assert series(wu, system_names.MEMORY_WORKING_SET_BYTES)[-1][1] == 2 * 2**30  # half of 2Gi, two pods
-    assert any(v == pytest.approx(2.0, rel=0.2) for _, v in series(wu, system_names.CPU_USAGE_CORES))
+    # Two pods at one core each, once the rate window holds enough of their counters' scrapes.
+    collect_until(lambda: any(v == pytest.approx(2.0, rel=0.2) for _, v in series(wu, system_names.CPU_USAGE_CORES)),
+                  what="the pods' CPU rate")
 
     (event,) = Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id, wid=wu.wid)
     assert event.eid == wu.current_eid and event.data["gpus"] == 4
 
+    set_gpu_load(cluster, pods, "util:0.8,mem:0.5")
     collect_until(lambda: execution(wu).system_message is None, what="the warning cleared once the GPUs work again")
     assert Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id).count() == 1
 
@@ -136,10 +150,15 @@ def test_a_cycle_run_twice_records_nothing_twice(fast: Any, cluster: SimulatorHa
     start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.5", gpus=1)
     prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
     prometheus.wait_for(f'rate(container_cpu_usage_seconds_total{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}[5s])')
-    now = timezone.now()
-    first = system.collect(now)
+
+    def full_cycle() -> Any:  # an interval that starts after the pod's first scrapes sees every series
+        now = timezone.now()
+        done = system.collect(now)
+        return (now, done) if done.points >= 4 else None
+
+    now, first = eventually(full_cycle, 60, "a cycle with every series", interval=0.5)
     again = system.collect(now)  # the same interval: the same question, nothing new
-    assert first.measured >= 1 and first.points >= 4
+    assert first.measured >= 1
     assert again.measured == first.measured and again.points == 0
     assert series(wu, system_names.GPU_UTILIZATION)[0][1] == 0.5
 

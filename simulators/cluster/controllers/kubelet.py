@@ -19,6 +19,7 @@ Container logs are kept in memory and served by `Kubelet.log_lines`
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -41,6 +42,7 @@ from simulators.cluster.controllers.runtime import (
 )
 from simulators.cluster.controllers.script import (
     DEFAULT_SCRIPT,
+    GPU_ANNOTATION,
     SCRIPT_ANNOTATION,
     Script,
     ScriptError,
@@ -48,6 +50,7 @@ from simulators.cluster.controllers.script import (
     View,
     container_args,
     metric_points,
+    parse_gpu,
     parse_script,
 )
 from simulators.cluster.controllers.usage import PodUsage, pod_usage
@@ -163,8 +166,22 @@ class Kubelet(Controller):
             seg = rt.timeline.view(now).segment
             if "running" not in seg.state or seg.attempt_start is None:
                 continue
-            out.append(pod_usage(pod, rt.timeline.script, max(0.0, now - seg.attempt_start), rt.node, now))
+            out.append(pod_usage(pod, self._gpu_load(pod, rt.timeline.script), max(0.0, now - seg.attempt_start),
+                                 rt.node, now))
         return out
+
+    def _gpu_load(self, pod: Obj, script: Script) -> Script:
+        """``script`` with its ``gpu`` key replaced by the pod's `GPU_ANNOTATION` now, if it has a valid one
+        (an invalid one is ignored: the script's load goes on)."""
+        text = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_ANNOTATION)
+        if not text:
+            return script
+        try:
+            argv = (((pod.get("spec") or {}).get("containers") or [{}])[0] or {}).get("args")
+            load = parse_gpu(text, container_args(argv))
+            return dataclasses.replace(script, gpu_util=load["gpu_util"], gpu_mem=load.get("gpu_mem"))
+        except ScriptError:
+            return script
 
     # --- reconcile -------------------------------------------------------------
 

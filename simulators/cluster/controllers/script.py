@@ -71,6 +71,10 @@ from typing import Any, Iterator, cast
 from simulators.cluster.clock import format_time
 
 SCRIPT_ANNOTATION = "sim.xmc.dev/script"
+#: A running pod's GPU load from now on, ``util:<expr>[,mem:<expr>]`` as the script's ``gpu`` key: set or
+#: changed on the live pod (``kubectl annotate``), it replaces that key, as a job's load changes with what
+#: it does (`simulators.cluster.controllers.kubelet.Kubelet.pod_usage`). ``t`` is still the attempt's.
+GPU_ANNOTATION = "sim.xmc.dev/gpu"
 DEFAULT_SCRIPT = "pull=1s;run=10s;exit=0"
 
 PULL_FAIL_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")

@@ -1,8 +1,9 @@
 """Is my job using its GPUs? On the whole system ``./dev run`` starts, with its real Prometheus (issue 41).
 
-A work unit with 2 A100s whose pod script keeps them busy for a few seconds and
-then idle (``gpu=util:max(0,min(0.9,(T-t)*10))``) is launched through the REST
-API. Debian's Prometheus (started by scripts/run_all.py) scrapes the simulator's
+A work unit with 2 A100s whose pod script keeps them busy (``gpu=util:0.9``) is
+launched through the REST API; once the test has seen a busy point recorded it
+makes them idle (the pod's live ``sim.xmc.dev/gpu`` annotation), so a slow scrape
+or collector delays the test and never skips the busy phase. Debian's Prometheus (started by scripts/run_all.py) scrapes the simulator's
 DCGM exporter and cAdvisor text every second; beat runs the collector every
 second (``SYSTEM_ENV``: short interval and idle thresholds). The researcher sees
 the utilisation curve on the unit's page (its System group and the chart data
@@ -13,8 +14,6 @@ its running time so far) and its utilisation-weighted GPU-hours used (busy, then
 idle: more than none, less than all) appear in ``GET /v1/usage`` and, in Debian's
 Chromium, on the ``/usage`` page (issue 41's "Done means").
 
-The busy phase lasts ``BUSY_S`` (20 s): long enough that a loaded machine, whose
-reconciler, scrape and collector each run a few seconds late, still samples it.
 """
 from __future__ import annotations
 
@@ -35,8 +34,10 @@ from django.utils import timezone
 
 from core import pb
 from metrics import system_names
+from metrics.models import MetricSummary
 from notifications import services as notification_services
 from notifications.models import Event
+from simulators.cluster.controllers.script import GPU_ANNOTATION
 from tests import factories
 from tests.system.e2e.conftest import System, eventually
 from tests.system.e2e.test_walkthrough import _signed_in
@@ -48,7 +49,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 SYSTEM_ENV = {"XMC_SYSTEM_METRICS_INTERVAL_S": "1", "XMC_IDLE_GPU_AFTER_S": "4", "XMC_PROMETHEUS_SCRAPE_S": "1",
               "XMC_PROMETHEUS_RATE_WINDOW_S": "5"}
-BUSY_S = 20
 ADMIN = "admin@example.com"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -71,7 +71,7 @@ def gpu_unit() -> dict[str, Any]:
     message = factories.work_unit_message(name="trainer")
     job = message.executable.jobset.jobs[0]
     job.spec.resources.CopyFrom(pb.resources.ResourceSet(gpu_resources=pb.resources.GpuResources(type="A100", count=2)))
-    job.annotations["sim.xmc.dev/script"] = f"pull=1s;run=forever;gpu=util:max(0,min(0.9,({BUSY_S}-t)*10)),mem:0.3"
+    job.annotations["sim.xmc.dev/script"] = "pull=1s;run=forever;gpu=util:0.9,mem:0.3"
     return json_format.MessageToDict(message)
 
 
@@ -95,7 +95,13 @@ def test_a_gpu_job_that_goes_idle_shows_its_curve_gets_the_idle_warning_and_a_no
             "metrics.k8s.io", "v1beta1", "default", "pods", pod.metadata.name)
         assert metrics["kind"] == "PodMetrics" and metrics["containers"][0]["name"] == pod.spec.containers[0].name
 
-    # The idle warning, once the GPUs have been idle for 4 s (after BUSY_S s busy).
+        # Busy until the collector has recorded it; then idle.
+        eventually(lambda: MetricSummary.objects.filter(work_unit__experiment_id=xid, eid=1, metric=system_names.GPU_UTILIZATION,
+                                                        max__gte=0.85).exists(), timeout=120, what="a busy point")
+        client.CoreV1Api(api).patch_namespaced_pod(pod.metadata.name, "default", {"metadata": {"annotations": {
+            GPU_ANNOTATION: "util:0,mem:0.3"}}})
+
+    # The idle warning, once the GPUs have been idle for 4 s.
     def warned() -> str | None:
         message = (ex.system_message or {}) if (ex := execution()) is not None else {}
         return message.get("userFacingText") if message.get("severity") == "WARNING" else None

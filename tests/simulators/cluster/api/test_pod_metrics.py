@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulators.cluster.controllers.script import ScriptError, parse_script
+from simulators.cluster.controllers.script import GPU_ANNOTATION, ScriptError, parse_script
 from simulators.cluster.server import SimulatorHandle, run_simulator
 from tests.waiting import eventually
 
@@ -105,6 +105,24 @@ def test_the_utilisation_follows_the_script_over_time(live: SimulatorHandle, api
 
     assert eventually(lambda: util() == 90, timeout=20, what="busy at first", retry_on=(ValueError,))
     assert eventually(lambda: util() == 0, timeout=20, what="idle after 2 s", retry_on=(ValueError,))
+
+
+def test_a_running_pods_gpu_annotation_changes_its_load_from_then_on(live: SimulatorHandle,
+                                                                     api: client.ApiClient) -> None:
+    start_pod(api, "told-to-idle", "pull=0s;run=forever;gpu=util:0.9,mem:0.5", gpus=1)
+
+    def util() -> float:
+        (sample,) = [s for s in scrape(live, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", [])
+                     if s[0]["pod"] == "told-to-idle"]
+        return sample[1]
+
+    assert eventually(lambda: util() == 90, timeout=20, what="busy", retry_on=(ValueError,))
+    core = client.CoreV1Api(api)
+    core.patch_namespaced_pod("told-to-idle", "default", {"metadata": {"annotations": {GPU_ANNOTATION: "util:0"}}})
+    assert eventually(lambda: util() == 0, timeout=20, what="idle once annotated", retry_on=(ValueError,))
+    core.patch_namespaced_pod("told-to-idle", "default", {"metadata": {"annotations": {GPU_ANNOTATION: "util:nope("}}})
+    assert eventually(lambda: util() == 90, timeout=20, what="an invalid load ignored: the script's again",
+                      retry_on=(ValueError,))
 
 
 def test_kubectl_top_reads_pod_metrics_through_the_metrics_api(live: SimulatorHandle, api: client.ApiClient) -> None:
