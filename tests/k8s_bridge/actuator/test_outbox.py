@@ -200,6 +200,7 @@ def test_it_schedules_both_sweeps_on_beat() -> None:
                       "xmc.delivery.purge": "actuator", "xmc.notifications.sweep": "notifications",
                       "xmc.logs.purge_archive": "actuator", "xmc.metrics.maintain_partitions": "actuator",
                       "xmc.studies.tick": "lifecycle", "xmc.metrics.collect_system": "actuator",
+                      "xmc.metrics.roll_up_blocks": "actuator",
                       "xmc.usage.settle": "actuator"}
     registered = set(app.tasks)
     assert set(queues) <= registered  # every scheduled name is a task a worker knows
