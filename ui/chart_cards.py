@@ -20,19 +20,23 @@ from ui import plotdata, reads
 SYSTEM_PREFIX = "system/"
 
 
-def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: bool = False) -> dict[str, Any]:
+def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: bool = False,
+         over_experiment: bool = False) -> dict[str, Any]:
     """What ``ui/_chart.html`` prints for one chart (its data URL, its grid cell on a dashboard).
 
-    On a dashboard (``where``) a chart is drawn over every work unit of its experiment: a dashboard
-    compares experiments (``xdash create-dashboard --xids`` makes one "standard comparison chart" per
-    experiment, stamped with work unit 1 because a Chart must name one), so each unit is a series."""
+    On a dashboard (``where``) the card names where its data comes from. The only chart of its
+    experiment on a dashboard (``over_experiment``) stands for the experiment and is drawn over every
+    work unit of it: such a dashboard compares experiments (``xdash create-dashboard --xids`` makes one
+    "standard comparison chart" per experiment, stamped with work unit 1 because a Chart must name
+    one), so each unit is a series. Several charts of one experiment were each made for their unit."""
     xid, wid = chart["xid"], chart["wid"]
     src = reverse("ui-chart-data", args=[xid, wid, chart["chart_id"]])
     return {
         "key": f"c-{chart['chart_id']}", "title": chart["title"], "description": chart.get("description", ""),
         "xid": xid, "wid": wid, "cell": cell or plotdata.Cell(),
-        "src": src + "?" + urlencode({"over": "experiment"}) if where else src,
-        "where": f"{xid} · {chart.get('experiment__title') or '(untitled)'} / every work unit" if where else "",
+        "src": src + "?" + urlencode({"over": "experiment"}) if over_experiment else src,
+        "where": (f"{xid} · {chart.get('experiment__title') or '(untitled)'} / "
+                  + ("every work unit" if over_experiment else f"wu {wid}")) if where else "",
         "href": reverse("ui-work-unit", args=[xid, wid]) if where else "",
         "edit": reverse("ui-chart-edit", args=[xid, wid, chart["chart_id"]]),
     }

@@ -22,6 +22,7 @@ reads the charts of that work unit again.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 from urllib.parse import urlencode
 
@@ -112,7 +113,9 @@ def dashboard(request: HttpRequest, identity: Identity, dashboard_id: str) -> Ht
     """One dashboard, its charts laid out per its LayoutSpec (one that cannot be read is the 404 page)."""
     view = reads.dashboard(identity, dashboard_id)
     layout = plotdata.layout(view.layout, [c["chart_id"] for c in view.charts])
-    cards = [chart_cards.card(c, layout.cells.get(c["chart_id"]), where=True) for c in view.charts]
+    per_experiment = Counter(c["xid"] for c in view.charts)
+    cards = [chart_cards.card(c, layout.cells.get(c["chart_id"]), where=True, over_experiment=per_experiment[c["xid"]] == 1)
+             for c in view.charts]
     xids = sorted({c["xid"] for c in view.charts})
     events_url = reverse("ui-experiments-events") + "?" + urlencode(
         {"x": ",".join(str(x) for x in xids), "metrics": "1", "since": live.top_id()})

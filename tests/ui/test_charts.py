@@ -468,3 +468,16 @@ def test_system_metrics_get_a_system_group_of_their_own(alice: Client) -> None:
         "system/gpu_utilization/trainer-0-0/gpu0", "system/gpu_utilization/trainer-0-0/gpu1"]
     status, _ = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?" + "&".join(["metric=x"] * 65))
     assert status == 400  # at most 64 overlaid
+
+
+def test_a_dashboard_of_several_charts_of_one_experiment_keeps_each_chart_to_its_unit(alice: Client) -> None:
+    exp, _ = pages.sweep(ALICE)
+    for wid in (1, 2):
+        _write(exp.id, wid, "loss", [2.0, 1.0 / wid])
+    mine = [_chart(exp.id, wid, chart_id=f"loss-{wid}") for wid in (1, 2)]
+    dashboard = _dashboard(ALICE, mine, title="Per unit")
+    page = alice.get(f"/dashboards/{dashboard.dashboard_id}").content.decode()
+    for wid in (1, 2):
+        src = re.search(rf'data-src="(/experiments/{exp.id}/workUnits/{wid}/charts/loss-{wid}/data[^"]*)"', page)
+        assert src is not None and "over=experiment" not in src.group(1)
+    assert "/ every work unit" not in page and f"/ wu 2" in page

@@ -36,7 +36,7 @@ def test_it_lists_every_binding_once(document: dict[str, Any]) -> None:
     extra = {"GetExecutionLogs", "ListSubscriptions", "CreateSubscription", "GetSubscription", "UpdateSubscription",
              "DeleteSubscription", "TestSubscription", "RotateSubscriptionSecret", "ListSubscriptionDeliveries",
                  "WriteMetrics", "SummarizeWorkUnits", "GetParameterImportance",
-             "CreateStudy", "ListStudies", "GetStudy", "StopStudy"}
+             "CreateStudy", "ListStudies", "GetStudy", "StopStudy", "GetUsage", "ListQueues", "ListPendingWorkloads"}
     assert set(operation_ids) - {op["operationId"] for _, op in ops if not op.get("x-not-an-rpc")} == extra
     assert len(operation_ids) == len(set(operation_ids)) == len(BINDINGS) + len(extra)
 
