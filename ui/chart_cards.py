@@ -16,8 +16,6 @@ from django.urls import reverse
 from metrics import system_names
 from ui import plotdata, reads
 
-#: The system metrics' names (``metrics.system_names``) start with this: they go to the System group.
-SYSTEM_PREFIX = "system/"
 
 
 def card(chart: dict[str, Any], cell: plotdata.Cell | None = None, *, where: bool = False,
@@ -80,10 +78,10 @@ def work_unit_metrics(xid: int, wid: int) -> dict[str, Any]:
     and is answered 204 (no swap) until a chart or a metric appears that it has none for."""
     rows = reads.work_unit_charts(xid, wid)
     every = reads.metric_names(xid, wid)
-    names = [m for m in every if not m.startswith(SYSTEM_PREFIX)]
+    names = [m for m in every if not m.startswith(system_names.PREFIX)]
     # Its stored charts first, then one chart per metric, always (a preset chart does not hide them).
     charts = [*(card(c) for c in rows), *(metric_card(xid, wid, m, i) for i, m in enumerate(names))]
     shown = ["charts", *(c["chart_id"] for c in rows), "metrics", *every]
     key = hashlib.sha256("\n".join(shown).encode()).hexdigest()[:16]
     return {"charts": charts, "default_charts": bool(names), "stored_charts": len(rows), "metrics_key": key,
-            "system_charts": system_cards(xid, wid, [m for m in every if m.startswith(SYSTEM_PREFIX)])}
+            "system_charts": system_cards(xid, wid, [m for m in every if m.startswith(system_names.PREFIX)])}

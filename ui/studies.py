@@ -27,7 +27,7 @@ from experiments.acl import Role
 from studies import services as study_services
 from studies.models import Study, TrialState
 from ui import live, plotdata, reads
-from ui.study_reads import (PAGE_SIZES, SORTS, TrialPage, TrialQuery, get_study, history_points, parallel_data,
+from ui.study_reads import (PAGE_SIZES, PARALLEL_MAX, SORTS, TrialPage, TrialQuery, get_study, history_points, parallel_data,
                             trial_page, trial_query)
 from ui.views import _ids, signed_in
 from xmc.auth.identity import Identity
@@ -73,7 +73,7 @@ def _context(request: HttpRequest, xid: int, study: Study) -> dict[str, Any]:
         "counts": sorted(counts.items()), "trials": sum(counts.values()),
         "running": counts.get(TrialState.RUNNING, 0), "best": study_services.best_trial(study),
         "sorts": sorts, "param_sorts": [(n, sorts[f"param:{n}"]) for n in names],
-        "parallel": parallel, "parallel_json": json.dumps(parallel), "sizes": PAGE_SIZES,
+        "parallel": parallel, "parallel_max": PARALLEL_MAX, "parallel_json": json.dumps(parallel), "sizes": PAGE_SIZES,
         "first_row": (page.query.page - 1) * query.size + 1, "last_row": (page.query.page - 1) * query.size + len(page.rows),
         "live_url": reverse("ui-study", args=[xid, study.id]) + "?" + urlencode({**live_params, "fragment": "live"}),
         **_page_links(query, page),

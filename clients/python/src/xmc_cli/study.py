@@ -149,6 +149,10 @@ def trials_table(study: Mapping[str, Any]) -> Table:
         table.add_column(name, justify="right", no_wrap=True, overflow="ellipsis", max_width=12)
     table.add_column(describe_objective(objective), justify="right", no_wrap=True, style="bold")  # *: the best
     table.add_column("PRUNED AT", justify="right", no_wrap=True)
+    hidden = names[MAX_PARAM_COLUMNS:]
+    if hidden:  # said, not dropped: --json has every parameter
+        table.caption = f"{len(hidden)} more parameter{'s' if len(hidden) != 1 else ''} not shown: " \
+                        f"{', '.join(safe.clean(n) for n in hidden)} (--json shows every one)"
     for trial in sorted(trials, key=lambda t: int(t.get("number") or 0)):
         params = trial.get("parameters") or {}
         number = str(trial.get("number", ""))
