@@ -87,6 +87,10 @@ def _record_failure(endpoint: str, now: datetime) -> None:
     row.save()
 
 
+#: Seconds before a delivery found row-locked by another transaction is looked at again.
+LOCKED_RETRY_S = 1.0
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one call of :func:`deliver` did (for the task and the tests)."""
@@ -183,9 +187,13 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
     with transaction.atomic():
         found = _claimable(ids, now)
         absent = set(ids) - {f.delivery.id for f in found}
-        if absent:  # locked by another worker's claim right now, or no such delivery
+        if absent:  # row-locked by another transaction right now, or no such delivery
             present = set(Delivery.objects.filter(id__in=absent).values_list("id", flat=True))
-            outcomes.update({i: Outcome("leased" if i in present else "missing") for i in absent})
+            # A lock is brief (another worker's claim, or the publisher recording that the broker
+            # took the message, which races the worker that already received it): look again
+            # soon rather than leave the message to the sweep, a lease and a sweep interval later.
+            outcomes.update({i: Outcome("leased", LOCKED_RETRY_S) if i in present else Outcome("missing")
+                             for i in absent})
         candidates = _checked(found, now, outcomes)
         claimed = _claim(candidates, now, outcomes)
     _send_all(claimed)

@@ -9,13 +9,14 @@ from django.test import Client
 from django.utils import timezone
 
 from delivery import sweep as sweeps
-from notifications import services, tasks
+from notifications import sending, services, tasks
 from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
 from tests.notifications.helpers import fail, set_state
 from tests.notifications.test_delivery import launched, webhook_sub
 from workunits.choices import WorkUnitState
 from workunits.models import WorkUnitExecution
+from xmc.auth.identity import Identity
 from xmc.auth.tokens import issue_token
 
 pytestmark = pytest.mark.django_db
@@ -145,3 +146,28 @@ def test_a_long_wait_is_sent_as_hops_shorter_than_the_brokers_visibility_timeout
     services.enqueue([8], countdown=2.5)
     assert [(m["args"], m["countdown"], m["queue"]) for m in sent] == [([7], 600.0, "notifications"),
                                                                        ([8], 2.5, "notifications")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_whose_row_is_locked_when_it_arrives_is_looked_at_again_soon(
+        receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publisher records that the broker took a message (an UPDATE of its row) while the worker
+    that already received it claims the row: the worker must not drop it and leave it to the sweep."""
+    import psycopg
+    from django.db import connection
+
+    from notifications import outbox as notify_outbox
+
+    resent: list[tuple[list[int], float | None]] = []
+    monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: resent.append((list(ids), countdown)))
+    monkeypatch.setattr(notify_outbox, "after_commit", lambda callback: None)  # the broker is the test
+    sid = webhook_sub(receiver, launched())
+    delivery = services.send_test(Identity(factories.ALICE), sid)
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"}) as publisher:
+        publisher.execute("SELECT id FROM notifications_delivery WHERE id = %s FOR UPDATE", [delivery.id])
+        assert tasks.deliver.run(delivery.id) == "leased"
+        assert resent == [([delivery.id], sending.LOCKED_RETRY_S + 0.5)]  # looked at again in a second
+    assert receiver.requests == []
+    assert tasks.deliver.run(delivery.id) == "sent"  # the lock is gone: sent
+    assert len(receiver.requests) == 1 and Delivery.objects.get(id=delivery.id).status == DeliveryStatus.DELIVERED

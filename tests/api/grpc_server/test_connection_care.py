@@ -63,7 +63,9 @@ def test_it_closes_a_connection_that_broke_during_an_rpc(usability_checks: list[
 
     def body(request: Any, context: Any) -> None:
         with psycopg.connect(**params, autocommit=True) as killer:
-            killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+            # pg_terminate_backend only signals; wait for the backend to be gone (under load it can
+            # still answer one more query), bounded by a 5 s timeout in the server itself.
+            killer.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
         with pytest.raises(OperationalError), connection.cursor() as cursor:
             cursor.execute("SELECT 1")
 
