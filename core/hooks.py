@@ -11,6 +11,10 @@ Two kinds, both typed by the arguments the caller passes:
 * :class:`Provider`: the one answerer of a question a lower app asks (the
   notify-when of a task, how a failed execution's containers ended). While
   none is registered, or when it fails (logged), the caller gets the default.
+* :class:`Handlers`: the one handler, per kind of row, of a command a lower app
+  carries out on rows of the apps above (the admin's "send again" of a dead
+  letter about a notification delivery). A failure reaches the caller: a
+  command must say why it did not happen.
 
 The registries themselves belong to the app that calls them
 (``workunits.hooks``, ``metrics.hooks``, ``artifacts.hooks``); the apps above
@@ -85,3 +89,25 @@ class Provider(Generic[P, R]):
         except Exception:  # a caller without the answer is better off than a failed caller
             log.exception(self.failed_event)
             return self.default()
+
+
+class Handlers(Generic[P]):
+    """One handler ``(*args)`` per key (a kind of row, ``app_label.model``); calling an unknown key raises
+    :class:`LookupError`, and a handler's own failure reaches the caller."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._by_key: dict[str, Callable[P, object]] = {}
+
+    def register(self, key: str, handler: Callable[P, object]) -> None:
+        """The handler of ``key`` (registering again replaces it: one owner per kind of row)."""
+        self._by_key[key] = handler
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
+    def __call__(self, key: str, *args: P.args, **kwargs: P.kwargs) -> object:
+        handler = self._by_key.get(key)
+        if handler is None:
+            raise LookupError(f"no {self.what} for {key!r}")
+        return handler(*args, **kwargs)

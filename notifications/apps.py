@@ -16,7 +16,7 @@ class NotificationsConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: app modules may import models only once the registry is ready.
-        from notifications import rest, services, sources
+        from notifications import outbox, rest, services, sources, subscriptions
         from workunits import hooks
         from xmc.api import extensions
 
@@ -30,3 +30,5 @@ class NotificationsConfig(AppConfig):
         hooks.committed_hooks.register(sources.on_transitions_committed)
         hooks.scheduling_hooks.register(sources.on_scheduling_changed)
         hooks.advisory_hooks.register(sources.on_advisories)
+        # The admin's "send again" of a delivery's dead letter (the one dead-letter list, in workunits).
+        hooks.dead_letter_requeuers.register(outbox.DEAD_LETTER_SOURCE, subscriptions.send_again)

@@ -33,6 +33,10 @@ FAN_OUT_TASK = "xmc.notifications.fan_out"
 DELIVER_TASK = "xmc.notifications.deliver"
 SWEEP_TASK = "xmc.notifications.sweep"
 
+#: What a delivery's dead letter names as its source (``workunits.models.DeadLetter.source``); the
+#: admin's "send again" of it is ``subscriptions.send_again`` (registered in ``notifications.apps``).
+DEAD_LETTER_SOURCE = "notifications.delivery"
+
 
 def after_commit(callback: Any) -> None:
     """Run ``callback`` once the current transaction commits (the enqueueing of tasks)."""

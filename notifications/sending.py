@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,7 @@ from notifications.models import (
     EventType,
     Subscription,
 )
+from workunits import services as wu_services
 
 log = logging.getLogger(__name__)
 
@@ -360,9 +362,22 @@ def _record_failed(delivery_id: int, attempt: int, endpoint: str, result: channe
             return Outcome("failed")  # taken over after our lease ran out
         if outcome.action == "dead":
             log.warning("notifications.dead_letter", extra={"delivery": delivery_id, "error": result.error})
+            _dead_letter(delivery_id, attempt, result, now)
         if delay is not None:
             outbox.after_commit(lambda: outbox.enqueue([delivery_id], countdown=delay))
     return outcome
+
+
+def _dead_letter(delivery_id: int, attempt: int, result: channels.SendResult, now: datetime) -> None:
+    """The one dead-letter record beside the actuator's and the outbox's, in the transaction that
+    gives the delivery up: the operators' list shows it and sends it again (``send_again``)."""
+    message_id = Delivery.objects.filter(id=delivery_id).values_list("message_id", flat=True).first()
+    code = f"HTTP_{result.status_code}" if result.status_code else ("REFUSED" if not result.retryable else "UNAVAILABLE")
+    wu_services.record_dead_letter(
+        task_name=outbox.DELIVER_TASK, task_type="", payload=json.dumps({"delivery": delivery_id,
+                                                                        "messageId": message_id}).encode(),
+        operation_id=None, error_code=code, error_message=result.error or code, attempts=attempt,
+        source=outbox.DEAD_LETTER_SOURCE, source_id=delivery_id, now=now)
 
 
 def _record_sent(sent: Sequence[_Claimed], now: datetime) -> None:

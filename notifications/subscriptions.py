@@ -34,6 +34,7 @@ from notifications.models import (
     Scope,
     Subscription,
 )
+from workunits import services as wu_services
 from xmc import listing
 from xmc.api.handlers import EXPERIMENT_FIELDS
 from xmc.auth.identity import Identity, validated_email
@@ -387,6 +388,7 @@ def send_again(delivery_id: int, *, now: datetime | None = None) -> Delivery:
             return d
         d.status, d.attempts, d.next_attempt_time, d.claimed_until, d.done = DeliveryStatus.PENDING, 0, now, None, False
         d.save(update_fields=["status", "attempts", "next_attempt_time", "claimed_until", "done"])
+        wu_services.mark_dead_letters_requeued(outbox.DEAD_LETTER_SOURCE, d.id, now=now)  # the operators' list says so
         outbox.after_commit(lambda: outbox.enqueue([d.id]))
     return d
 

@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from google.protobuf import json_format
 
-from workunits import delivery, scheduling, services, timeline
+from workunits import scheduling, services, timeline
 from workunits.choices import ExecutionState, WorkUnitState
 from workunits.models import (
     DeadLetter,
@@ -214,15 +214,11 @@ class PausedTaskAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 def _requeue(dead: DeadLetter, request: HttpRequest) -> None:
-    """Send a dead letter's work again (through the service); ServiceError says why not."""
-    if dead.message_id is not None:  # a lifecycle event or resumption run (workunits.delivery)
-        delivery.requeue_message(dead.message_id)
-        DeadLetter.objects.filter(id=dead.id).update(requeued_time=timezone.now())
-    else:
-        services.requeue_dead_letter(dead.id, requester=requester(request))
+    """Send a dead letter's work again (through the service, whatever it was about); ServiceError says why not."""
+    services.send_dead_letter_again(dead.id, requester=requester(request))
 
 
-@admin.action(description="Re-queue the operations of selected dead letters")
+@admin.action(description="Send again what the selected dead letters were about")
 def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
     done, failed = 0, []
     for dead in queryset.order_by("id"):
@@ -232,7 +228,7 @@ def requeue_dead_letters(modeladmin: admin.ModelAdmin, request: HttpRequest, que
         except ServiceError as exc:
             failed.append(f"dead letter {dead.id}: {exc.message}")
     if done:
-        modeladmin.message_user(request, f"Re-queued {done} operation(s).", messages.SUCCESS)
+        modeladmin.message_user(request, f"Sent {done} dead letter(s) again.", messages.SUCCESS)
     for line in failed:
         modeladmin.message_user(request, line, messages.ERROR)
 
@@ -248,11 +244,10 @@ def decoded_task(payload: bytes) -> str:
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("task_name", "task_type", "error_code", "operation", "message", "attempts", "created_time",
-                    "requeued_time")
-    list_filter = ("task_name", "task_type", "error_code")
-    readonly_fields = ("task_name", "task_type", "operation", "message", "error_code", "error_message", "attempts",
-                       "created_time", "requeued_time", "task")
+    list_display = ("task_name", "task_type", "error_code", "about", "attempts", "created_time", "requeued_time")
+    list_filter = ("task_name", "task_type", "error_code", "source")
+    readonly_fields = ("task_name", "task_type", "operation", "message", "source", "source_id", "error_code",
+                       "error_message", "attempts", "created_time", "requeued_time", "task")
     exclude = ("payload",)
     actions = [requeue_dead_letters]
     #: The record's own page has a Re-queue button too (templates/admin/workunits/deadletter/change_form.html).
@@ -277,9 +272,18 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(request, f"dead letter {dead.id}: {exc.message}", messages.ERROR)
         return HttpResponseRedirect(reverse("admin:workunits_deadletter_change", args=[dead.id]))
 
+    @admin.display(description="about")
+    def about(self, obj: DeadLetter) -> str:
+        """What ran out of tries: an operation, an outbox message or a row of an app above."""
+        if obj.operation_id is not None:
+            return f"operation {obj.operation_id}"
+        if obj.message_id is not None:
+            return f"message {obj.message_id}"
+        return f"{obj.source} {obj.source_id}" if obj.source else "-"
+
     @admin.display(description="task (decoded)")
     def task(self, obj: DeadLetter) -> str:
-        if obj.message_id is not None:  # the message's JSON arguments
+        if obj.message_id is not None or obj.source:  # the message's JSON arguments
             return format_html("<pre>{}</pre>", bytes(obj.payload).decode("utf-8", "replace"))
         return format_html("<pre>{}</pre>", decoded_task(obj.payload))
 

@@ -27,7 +27,12 @@ Apps above (the artifact lifecycle) register into these in their
 * the termination provider (:func:`set_termination_provider`): asked by the
   notifications for how a failed execution's containers ended (exit code,
   reason, last log line; :func:`termination_of`), registered by ``k8s_bridge``,
-  whose log archive knows.
+  whose log archive knows;
+* :data:`dead_letter_requeuers`: the "send again" of a dead letter about a row
+  of an app above (``DeadLetter.source``), one handler per kind of row,
+  registered by that app (notifications: a delivery that ran out of tries);
+  called by ``workunits.services.requeue_dead_letter``. Unlike the hooks above,
+  a handler's failure reaches the caller (the admin says why).
 
 A failing hook is logged and never fails the caller (``core.hooks``: the one shape
 of an extension point).
@@ -37,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from core.hooks import Hooks, Provider
+from core.hooks import Handlers, Hooks, Provider
 
 
 class Advisory(NamedTuple):
@@ -95,6 +100,9 @@ notify_when_provider: Provider[[int, int], str] = Provider("lifecycle.notify_whe
 #: ``(xid, wid, eid) -> [Termination]`` ([] while none is registered, or when it fails).
 termination_provider: Provider[[int, int, int], list[Termination]] = Provider(
     "workunits.termination_provider_failed", list)
+
+#: ``source -> (source_id) -> None``: sends again the row a dead letter is about (its app's handler).
+dead_letter_requeuers: Handlers[[int]] = Handlers("send-again handler of dead letters")
 
 
 def on_execution_superseded(xid: int, wid: int, eid: int) -> None:

@@ -381,6 +381,11 @@ class DeadLetter(models.Model):
     operation = models.ForeignKey(Operation, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     #: The outbox message (lifecycle event, resumption run) that ran out of tries, when not an operation.
     message = models.ForeignKey(OutboxMessage, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    #: A row of an app above this one that ran out of tries (``app_label.model``, e.g.
+    #: ``notifications.delivery``) and its id: "send again" is that app's handler
+    #: (``workunits.hooks.dead_letter_requeuers``).
+    source = models.CharField(max_length=64, blank=True, default="")
+    source_id = models.BigIntegerField(null=True, blank=True)
     error_code = models.CharField(max_length=32)
     error_message = models.TextField()
     attempts = models.IntegerField(default=1)
@@ -389,6 +394,7 @@ class DeadLetter(models.Model):
 
     class Meta:
         ordering = ["-created_time"]
+        indexes = [models.Index(fields=["source", "source_id"], name="deadletter_source")]
 
     def __str__(self) -> str:
         return f"{self.task_name} {self.error_code}"

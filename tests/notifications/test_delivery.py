@@ -117,18 +117,24 @@ def test_a_receiver_down_for_a_while_gets_the_event_after_it_comes_back(receiver
     assert len(receiver.requests) == 1 and receiver.requests[0].verified
 
 
-def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> None:
-    settings.XMC_NOTIFY_MAX_ATTEMPTS = 3
+def _dead_delivery(receiver: Any, outbox: Any, settings: Any, *, attempts: int, status: int) -> Delivery:
+    """A failed work unit's webhook message whose receiver answers ``status`` until it is DEAD."""
+    settings.XMC_NOTIFY_MAX_ATTEMPTS = attempts
     settings.XMC_NOTIFY_BREAKER_FAILURES = 100
     exp = launched()
     webhook_sub(receiver, exp)
-    receiver.statuses = [500] * 10
+    receiver.statuses = [status] * 10
     fail(factories.work_unit(exp))
     outbox.pump()
     d = Delivery.objects.get()
-    for _ in range(5):
+    for _ in range(attempts + 2):
         services.deliver(d.id, now=timezone.now() + LATER)
     d.refresh_from_db()
+    return d
+
+
+def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> None:
+    d = _dead_delivery(receiver, outbox, settings, attempts=3, status=500)
     assert d.status == DeliveryStatus.DEAD and d.attempts == 3
     assert len(receiver.requests) == 3
     # "send again" (admin) puts it back with the same webhook-id
@@ -139,6 +145,48 @@ def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> 
     assert d.status == DeliveryStatus.DELIVERED
     assert {r.headers["webhook-id"] for r in receiver.requests} == {d.message_id}
 
+
+def test_a_dead_delivery_is_in_the_one_dead_letter_list_and_sending_it_again_there_delivers_it(
+        receiver, outbox, settings, django_capture_on_commit_callbacks) -> None:
+    """Every exhausted retry is one kind of record (the actuator's, the outbox's, a notification's):
+    the operators' list shows the dead delivery, and its "send again" goes through the notifications'
+    own handler (the same webhook-id); a subscriber's "Send again" closes the letter too."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from workunits.models import DeadLetter
+
+    d = _dead_delivery(receiver, outbox, settings, attempts=2, status=503)
+    assert d.status == DeliveryStatus.DEAD
+    letter = DeadLetter.objects.get()
+    assert (letter.source, letter.source_id, letter.error_code, letter.attempts) == (
+        "notifications.delivery", d.id, "HTTP_503", 2)
+    assert letter.requeued_time is None and d.message_id in bytes(letter.payload).decode()
+
+    operator = Client()
+    operator.force_login(User.objects.create_superuser("olivia", "olivia@example.com", "pw"))
+    listed = operator.get("/admin/workunits/deadletter/").content.decode()
+    assert f"notifications.delivery {d.id}" in listed
+    receiver.statuses = []
+    with django_capture_on_commit_callbacks(execute=True):
+        back = operator.post(f"/admin/workunits/deadletter/{letter.id}/requeue/", follow=True)
+    assert f"Re-queued dead letter {letter.id}." in back.content.decode()
+    outbox.pump()
+    d.refresh_from_db()
+    letter.refresh_from_db()
+    assert d.status == DeliveryStatus.DELIVERED and letter.requeued_time is not None
+    assert {r.headers["webhook-id"] for r in receiver.requests} == {d.message_id}  # a retry, not a new event
+
+    # It dies again; this time the subscriber sends it again from their delivery log.
+    receiver.statuses = [503] * 10
+    services.send_again(d.id)
+    for _ in range(3):
+        services.deliver(d.id, now=timezone.now() + LATER)
+    second = DeadLetter.objects.filter(requeued_time__isnull=True).get()
+    receiver.statuses = []
+    services.resend(Identity(factories.ALICE), d.subscription_id, d.message_id)
+    second.refresh_from_db()
+    assert second.requeued_time is not None
 
 def test_a_subscription_that_keeps_failing_opens_its_circuit(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_BREAKER_FAILURES = 2

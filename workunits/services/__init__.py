@@ -54,6 +54,7 @@ from workunits.services.operations import complete_operation as complete_operati
 from workunits.services.operations import cancel_pending_operation as cancel_pending_operation
 from workunits.services.operations import purge_done_operations as purge_done_operations
 from workunits.services.operations import record_dead_letter as record_dead_letter
+from workunits.services.operations import mark_dead_letters_requeued as mark_dead_letters_requeued
 from workunits.services.operations import request_operation_cancellation as request_operation_cancellation
 from workunits.services.operations import delete_operation as delete_operation
 from workunits.services.operations import complete_in_transaction as complete_in_transaction
@@ -68,3 +69,4 @@ from workunits.services.commands import restart_work_units as restart_work_units
 from workunits.services.commands import update_work_unit as update_work_unit
 from workunits.services.commands import record_notify_when_update as record_notify_when_update
 from workunits.services.commands import requeue_dead_letter as requeue_dead_letter
+from workunits.services.commands import send_dead_letter_again as send_dead_letter_again

@@ -16,7 +16,8 @@ from core import convert, pb
 from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from experiments import services as experiment_services
 from experiments.models import Experiment
-from workunits import outbox, state
+from workunits import delivery as messages
+from workunits import hooks, outbox, state
 from workunits.choices import ActionType, ExecutionState, TERMINAL, TaskType, WorkUnitState, Writer
 from workunits.hooks import Transition, on_execution_superseded, on_transitions_committed
 from workunits.models import DeadLetter, Operation, WorkUnit, WorkUnitExecution
@@ -264,6 +265,40 @@ def update_work_unit(
         wu.update_time = now
         wu.save(update_fields=[*fields, "update_time"])
         return wu
+
+
+def send_dead_letter_again(dead_letter_id: int, *, requester: Requester = SYSTEM,
+                           now: datetime | None = None) -> object:
+    """The admin's "send again" of any dead letter: what it was about is sent again by its owner.
+
+    An operation: :func:`requeue_dead_letter` (STATES.md's rules); an outbox
+    message (a lifecycle event, a resumption run): reopened and sent after
+    commit; a row of an app above (``source``, e.g. a notification delivery):
+    that app's handler (``workunits.hooks.dead_letter_requeuers``), in the same
+    transaction as the letter's ``requeued_time``. Returns what was sent again;
+    FAILED_PRECONDITION names why nothing could be.
+    """
+    now = now or timezone.now()
+    dead = DeadLetter.objects.filter(id=dead_letter_id).first()
+    if dead is None:
+        raise NotFound(f"dead letter {dead_letter_id} not found", field="dead_letter")
+    if dead.operation_id is not None:
+        return requeue_dead_letter(dead_letter_id, requester=requester, now=now)
+    with transaction.atomic(durable=True):
+        dead = DeadLetter.objects.select_for_update().get(id=dead_letter_id)
+        if dead.message_id is not None:
+            sent: object = messages.requeue_message(dead.message_id)
+        elif dead.source and dead.source_id is not None:
+            try:
+                sent = hooks.dead_letter_requeuers(dead.source, dead.source_id)
+            except LookupError as exc:
+                raise FailedPrecondition(f"dead letter {dead_letter_id}: {exc}", field="source") from exc
+        else:
+            raise FailedPrecondition(
+                f"dead letter {dead_letter_id} has nothing to send again (an invalid task)", field="operation")
+        dead.requeued_time = now
+        dead.save(update_fields=["requeued_time"])
+        return sent
 
 
 def requeue_dead_letter(dead_letter_id: int, *, requester: Requester = SYSTEM,

@@ -190,17 +190,32 @@ def record_dead_letter(
     error_code: str,
     error_message: str,
     attempts: int,
+    source: str = "",
+    source_id: int | None = None,
     now: datetime | None = None,
 ) -> DeadLetter:
-    """Store a task that failed permanently or ran out of retries."""
+    """Store a task that failed permanently or ran out of retries.
+
+    ``source``/``source_id``: the row of an app above this one the task was about
+    (``notifications.delivery``); its app writes the letter in the transaction that
+    gives the row up, so this joins the caller's transaction when there is one.
+    """
     now = now or timezone.now()
-    with transaction.atomic(durable=True):
+    with transaction.atomic():
         if operation_id is not None and not Operation.objects.filter(id=operation_id).exists():
             operation_id = None
         return DeadLetter.objects.create(
             task_name=task_name, task_type=task_type, payload=payload, operation_id=operation_id,
             error_code=error_code, error_message=error_message[:10_000], attempts=attempts, created_time=now,
+            source=source, source_id=source_id,
         )
+
+
+def mark_dead_letters_requeued(source: str, source_id: int, *, now: datetime | None = None) -> int:
+    """The row a dead letter is about was sent again by its own app (a subscriber's "Send again"):
+    its open letters say so."""
+    return int(DeadLetter.objects.filter(source=source, source_id=source_id, requeued_time__isnull=True)
+               .update(requeued_time=now or timezone.now()))
 
 
 def request_operation_cancellation(operation_id: int, *, requester: Requester = SYSTEM) -> Operation:

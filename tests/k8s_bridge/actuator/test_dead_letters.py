@@ -70,7 +70,7 @@ def test_it_refuses_to_requeue_a_dead_letter_without_an_operation(operator: Clie
                                        attempts=1)
     response = operator.post("/admin/workunits/deadletter/",
                              {"action": "requeue_dead_letters", "_selected_action": [dead.id]}, follow=True)
-    assert "no operation to send again" in response.content.decode()
+    assert "nothing to send again" in response.content.decode()
     assert operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").status_code == 200
 
 
@@ -98,7 +98,7 @@ def test_it_says_why_a_dead_letter_cannot_be_requeued_on_its_own_page(operator: 
                                        operation_id=None, error_code="INVALID_ARGUMENT", error_message="bad",
                                        attempts=1)
     back = operator.post(f"/admin/workunits/deadletter/{dead.id}/requeue/", follow=True)
-    assert back.status_code == 200 and "no operation to send again" in back.content.decode()
+    assert back.status_code == 200 and "nothing to send again" in back.content.decode()
     assert operator.post("/admin/workunits/deadletter/999999/requeue/").status_code == 404
 
 
