@@ -293,7 +293,7 @@ def _send_one(c: _Claimed) -> None:
     started = time.monotonic()
     d = c.delivery
     try:
-        c.result = c.adapter.send(d.subscription, d.message_id, d.body)
+        c.result = c.adapter.send(d.subscription, d.message_id, d.body, left_out=d.left_out)
     except Exception as exc:  # an adapter bug must not strand the delivery in DELIVERING
         log.exception("notifications.send_crashed", extra={"delivery": d.id})
         c.result = channels.SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])
