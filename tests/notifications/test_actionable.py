@@ -304,3 +304,72 @@ def test_a_message_retried_after_the_system_moved_links_to_where_it_is_now(recei
     assert second.json["data"]["experiment"]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}"
     assert second.json["data"]["workUnits"][0]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}/workUnits/{bad.wid}"
     assert "path" not in second.json["data"]["experiment"] and second.verified  # signed as sent
+
+
+@pytest.fixture
+def cluster(start_simulator: Any, settings: Any) -> Any:
+    """A simulated cluster with its controllers, the client pointed at it (no reconciler: no archiver)."""
+    from k8s_bridge import client
+    from tests.k8s_bridge.reconciler.conftest import Cluster
+
+    handle = start_simulator(speed=10.0)
+    settings.KUBECONFIG = str(handle.kubeconfig_path)
+    client.reset()
+    yield Cluster(handle)
+    client.reset()
+
+
+def ended_in_cluster(cluster: Any, wu: WorkUnit, script: str) -> tuple[dict[str, Any], str]:
+    """Run ``wu``'s JobSet with the pod ``script`` until its container ends: (its status, its log's last line)."""
+    from k8s_bridge import client
+    from tests.waiting import eventually
+
+    cluster.create_jobset(wu, script=script)
+
+    def terminated() -> Any:
+        pods = client.core().list_namespaced_pod("default").to_dict()["items"]
+        mine = [p for p in pods if p["metadata"]["name"].startswith(f"xmc-{wu.experiment_id}-{wu.wid}-")]
+        states = [s["state"] for p in mine for s in (p["status"].get("container_statuses") or [])]
+        return mine[0] if states and states[0].get("terminated") else None
+
+    pod = eventually(terminated, timeout=60, what="the container ended")
+    log = client.core().read_namespaced_pod_log(pod["metadata"]["name"], "default", container="main")
+    return pod["status"]["container_statuses"][0]["state"]["terminated"], log.rstrip("\n").splitlines()[-1]
+
+
+def test_a_failure_message_carries_the_last_line_of_a_log_not_archived_yet(cluster, receiver, outbox) -> None:
+    """The archiver works on its own (and may be behind, or its store down): a message built before
+    the log is archived reads the container's ending and last line from the cluster."""
+    exp = launched()
+    wu, _running = unit(exp), unit(exp)
+    notify_me(exp, webhook={"url": receiver.url})
+    ending, last_line = ended_in_cluster(cluster, wu, "pull=0s;print=loading batch 812;run=1s;"
+                                                      "stderr=CUDA error: out of memory;exit=3")
+    fail(wu)
+    outbox.pump()
+    assert not PodLogArchive.objects.exists()  # nothing archived
+    [request] = receiver.requests
+    [failed] = request.json["data"]["workUnits"]
+    assert failed["lastLogLine"] == last_line and f"code {ending['exit_code']}" in last_line
+    assert failed["reason"] == f"exited with code {ending['exit_code']} in main"
+
+
+def test_a_cluster_that_does_not_answer_delays_a_failure_message_once_and_never_loses_it(cluster, receiver,
+                                                                                          outbox) -> None:
+    """The cluster hangs: the messages go (the reason from the system message, no last line) after
+    one bounded wait; the next unit does not ask the hanging cluster again."""
+    exp = launched()
+    units = [unit(exp, seed=str(i)) for i in range(3)]
+    notify_me(exp, webhook={"url": receiver.url})
+    WorkUnitExecution.objects.filter(work_unit__in=units[:2]).update(system_message={
+        "userFacingText": "JobSet failed (FailedJobs)"})
+    hang = cluster.handle.faults.add(action="latency", verb="get", resource="jobsets", latency_s=5)
+    fail(units[0])
+    outbox.pump()
+    asked = hang.fired  # the client's tries of one read
+    fail(units[1])
+    outbox.pump()
+    listed = [u for r in receiver.requests for u in r.json["data"]["workUnits"]]
+    assert [u["reason"] for u in listed] == ["JobSet failed (FailedJobs)"] * 2
+    assert not any(u.get("lastLogLine") for u in listed)
+    assert asked >= 1 and hang.fired == asked  # the second message did not wait on it again
