@@ -19,8 +19,8 @@ class K8sBridgeConfig(AppConfig):
 
         extensions.register(queue_views.urlpatterns, queue_views.openapi_paths)
         # How a failed execution's containers ended (exit code, reason, last log line), from
-        # the log archive: what the notifications put in a failure message.
-        from k8s_bridge.logs import archive
+        # the log archive, else the cluster: what the notifications put in a failure message.
+        from k8s_bridge.logs import endings
         from workunits import hooks
 
-        hooks.set_termination_provider(archive.terminations)
+        hooks.set_termination_provider(endings.terminations)

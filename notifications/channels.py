@@ -13,6 +13,7 @@ import json
 import os
 import time
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +37,8 @@ class SendResult:
 
 
 class ChannelAdapter(Protocol):
-    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult: ...
+    def send(self, subscription: Subscription, message_id: str, body: str, *,
+             left_out: Sequence[str] = ()) -> SendResult: ...
 
 
 def breaker_key(subscription: Subscription) -> str:
@@ -100,7 +102,8 @@ def subscription_secrets(subscription: Subscription, now_ts: float | None = None
 
 
 class Webhook:
-    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
+    def send(self, subscription: Subscription, message_id: str, body: str, *,
+             left_out: Sequence[str] = ()) -> SendResult:
         timestamp = int(time.time())
         body = payloads.linked(body)
         headers = {"content-type": "application/json", "user-agent": "xmc-notifications/1",
@@ -109,7 +112,8 @@ class Webhook:
 
 
 class Slack:
-    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
+    def send(self, subscription: Subscription, message_id: str, body: str, *,
+             left_out: Sequence[str] = ()) -> SendResult:
         message = payloads.slack(json.loads(payloads.linked(body)))
         return _post(slack_url(subscription), json.dumps(message).encode(), {"content-type": "application/json"})
 
@@ -142,11 +146,19 @@ def header_text(value: str, limit: int = SUBJECT_MAX) -> str:
 
 
 class Email:
-    def send(self, subscription: Subscription, message_id: str, body: str) -> SendResult:
+    def send(self, subscription: Subscription, message_id: str, body: str, *,
+             left_out: Sequence[str] = ()) -> SendResult:
+        """To the address, or to a group's active members but those in ``left_out`` (they hear of
+        the same events through another subscription's message: ``Delivery.left_out``)."""
         payload = json.loads(payloads.linked(body))
-        recipients = group_members(subscription.group) if subscription.group else [subscription.email or subscription.owner]
-        if not recipients:
-            return SendResult(True, 250, "the group has no active member with an email")
+        if subscription.group:
+            members = group_members(subscription.group)
+            recipients = [m for m in members if m.lower() not in {a.lower() for a in left_out}]
+            if not recipients:
+                return SendResult(True, 250, "every active member hears of it through another message"
+                                  if members else "the group has no active member with an email")
+        else:
+            recipients = [subscription.email or subscription.owner]
         message = mail.EmailMessage(
             subject=header_text(f"[XMC] {payloads.title(payload)}"), body=payloads.text(payload),
             to=recipients[:1], bcc=recipients[1:],

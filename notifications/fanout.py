@@ -2,7 +2,10 @@
 
 One ``DeliveryEvent`` per (event, subscription), unique in the database; one
 message per recipient and event however many of their subscriptions match
-(an email group reaches its members: their own subscriptions are skipped).
+(:func:`recipient_of`: an email address, a Slack channel's webhook, a webhook
+subscription's own endpoint). An email group reaches its members: their own
+subscriptions are skipped, and a member already told through another group is
+left out of this group's message (``Delivery.left_out``).
 """
 from __future__ import annotations
 
@@ -84,13 +87,17 @@ def happened_at(event: Event) -> datetime:
 
 
 def recipient_of(sub: Subscription) -> tuple[str, str]:
-    """Who a subscription's messages reach: an email address (or a group), a webhook URL, a
-    Slack URL. Two subscriptions with the same recipient get one message per event."""
+    """Who a subscription's messages reach; two subscriptions with the same recipient get one
+    message per event. An email: the address (a group: the group, and its members through
+    ``_reached``). Slack: the incoming webhook, which posts to one channel. A webhook: the
+    subscription itself, its URL with the secret made for it; two subscriptions on one URL are
+    two endpoints, each verifying its own signature (one message signed for the other would
+    fail the check)."""
     if sub.channel == Channel.EMAIL:
         return ("group", sub.group) if sub.group else ("email", (sub.email or sub.owner).lower())
     if sub.channel == Channel.SLACK:
         return ("slack", channels.slack_url(sub))
-    return ("webhook", sub.url)
+    return ("webhook", f"subscriptions/{sub.id}")
 
 
 def _matching(event: Event, experiment: Experiment | None, candidates: Sequence[Subscription]) -> list[Subscription]:
@@ -179,9 +186,28 @@ def _reached(sub: Subscription) -> set[tuple[str, str]]:
     return reached
 
 
-def _pairs(events: Sequence[Event], experiments: Mapping[int, Experiment]) -> list[tuple[Event, Subscription]]:
-    """The (event, subscription) pairs to record: matching, readable, one per recipient and event,
-    not recorded before (the unique row)."""
+#: A subscription's share of one event: the members of its email group that already hear of the
+#: event through another subscription's message, left out of its own (sorted; () for any other).
+Pair = tuple[Event, Subscription, tuple[str, ...]]
+
+
+def _share(sub: Subscription, reached: set[tuple[str, str]], told: set[tuple[str, str]]) -> tuple[str, ...] | None:
+    """Who of ``reached`` still has to be told of an event (``told``: who already is): None when
+    nobody, else the addresses of a group's email to leave out."""
+    if reached <= told:
+        return None
+    if not (sub.channel == Channel.EMAIL and sub.group):
+        return ()
+    members = {who for kind, who in reached if kind == "email"}
+    overlap = {who for kind, who in told if kind == "email"} & members
+    if members and overlap == members:
+        return None  # every member hears of it through another message
+    return tuple(sorted(overlap))
+
+
+def _pairs(events: Sequence[Event], experiments: Mapping[int, Experiment]) -> list[Pair]:
+    """The (event, subscription, left out) triples to record: matching, readable, one message per
+    recipient and event, not recorded before (the unique row)."""
     asked = Q()
     for kind in sorted({e.type for e in events}):
         asked |= Q(events__contains=[kind])
@@ -190,14 +216,16 @@ def _pairs(events: Sequence[Event], experiments: Mapping[int, Experiment]) -> li
     reached: dict[int, set[tuple[str, str]]] = {}  # by subscription (a Slack URL is decrypted once a chunk)
     had = set(DeliveryEvent.objects.filter(event_id__in=[e.id for e in events])
               .values_list("event_id", "subscription_id"))
-    pairs: list[tuple[Event, Subscription]] = []
+    pairs: list[Pair] = []
     for event in events:
         experiment = experiments.get(event.xid) if event.xid is not None else None
         happened = happened_at(event)
         told: set[tuple[str, str]] = set()
         # Per recipient, one message per event however many of their subscriptions match: a
-        # group's first (its emails reach the members), then the one that also wants
-        # EXPERIMENT_FINISHED (so the summary can fold in the failures), then the oldest.
+        # group's first (its emails reach the members; a member already told through an earlier
+        # group is left out of a later one), then the one that also wants EXPERIMENT_FINISHED (so
+        # the summary can fold in the failures), then the oldest. The same order on every run:
+        # a fan-out run again decides the same.
         matching = sorted(_matching(event, experiment, candidates),
                           key=lambda s: (not s.group, EventType.EXPERIMENT_FINISHED not in s.events, s.id))
         for sub in matching:
@@ -210,22 +238,26 @@ def _pairs(events: Sequence[Event], experiments: Mapping[int, Experiment]) -> li
                 continue
             if sub.id not in reached:
                 reached[sub.id] = _reached(sub)
-            if reached[sub.id] <= told:
+            left_out = _share(sub, reached[sub.id], told)
+            if left_out is None:
                 continue
             told |= reached[sub.id]
             if (event.id, sub.id) not in had:
-                pairs.append((event, sub))
+                pairs.append((event, sub, left_out))
     return pairs
 
 
-def _lock_open_messages(pairs: Sequence[tuple[Event, Subscription]], xids: set[int],
-                        now: datetime) -> dict[tuple[int, int | None, str], Delivery]:
+#: An open message's coalescing key: (subscription, experiment, type, left out).
+Open = tuple[int, int | None, str, tuple[str, ...]]
+
+
+def _lock_open_messages(pairs: Sequence[Pair], xids: set[int], now: datetime) -> dict[Open, Delivery]:
     """Lock the coalescing subscribers, and those told an experiment finished (its summary folds in
     their open failure message), in id order (one fan-out per subscriber at a time, no lock cycles);
-    their messages still collecting events, by (subscription, experiment, type)."""
-    coalescing = sorted({sub.id for event, sub in pairs
+    their messages still collecting events, by (subscription, experiment, type, left out)."""
+    coalescing = sorted({sub.id for event, sub, _ in pairs
                          if event.type in COALESCED or event.type == EventType.EXPERIMENT_FINISHED})
-    open_messages: dict[tuple[int, int | None, str], Delivery] = {}
+    open_messages: dict[Open, Delivery] = {}
     if not coalescing:
         return open_messages
     list(Subscription.objects.select_for_update().filter(id__in=coalescing).order_by("id")
@@ -233,35 +265,36 @@ def _lock_open_messages(pairs: Sequence[tuple[Event, Subscription]], xids: set[i
     for d in (Delivery.objects.select_for_update(of=("self",))
               .filter(subscription_id__in=coalescing, xid__in=xids, type__in=sorted(COALESCED),
                       status=DeliveryStatus.PENDING, attempts=0, not_before__gt=now).order_by("id")):
-        open_messages.setdefault((d.subscription_id, d.xid, d.type), d)
+        open_messages.setdefault((d.subscription_id, d.xid, d.type, tuple(d.left_out)), d)
     return open_messages
 
 
 Link = tuple[Event, Subscription, Delivery]
 
 
-def _assign(pairs: Sequence[tuple[Event, Subscription]], open_messages: dict[tuple[int, int | None, str], Delivery],
+def _assign(pairs: Sequence[Pair], open_messages: dict[Open, Delivery],
             now: datetime) -> tuple[list[Delivery], list[Link], list[tuple[Delivery, Delivery]]]:
-    """Each pair's message: an open one that coalesces it, or a new one. Returns the new
-    messages, the links, and the (stored open failure message, summary) pairs to fold."""
+    """Each pair's message: an open one that coalesces it (same subscription, experiment, type and
+    members left out), or a new one. Returns the new messages, the links, and the (stored open
+    failure message, summary) pairs to fold."""
     window = timedelta(seconds=settings.XMC_NOTIFY_COALESCE_S)
     new: list[Delivery] = []
     links: list[Link] = []
     folded: list[tuple[Delivery, Delivery]] = []
-    for event, sub in pairs:
-        group = (sub.id, event.xid, event.type)
+    for event, sub, left_out in pairs:
+        group = (sub.id, event.xid, event.type, left_out)
         delivery = open_messages.get(group) if event.type in COALESCED else None
         if delivery is None:
             start = now + window if event.type in COALESCED else now
             delivery = Delivery(subscription=sub, type=event.type, xid=event.xid, not_before=start,
-                                next_attempt_time=start, create_time=now)
+                                next_attempt_time=start, create_time=now, left_out=list(left_out))
             new.append(delivery)
             if event.type in COALESCED and start > now:
                 open_messages[group] = delivery  # later events of this chunk join it
         if event.type == EventType.EXPERIMENT_FINISHED:
             # "Finished" must not overtake the failures still waiting out their coalescing
             # window: the open failure message is folded into it (one message, failures listed).
-            waiting = open_messages.pop((sub.id, event.xid, EventType.WORK_UNIT_FAILED), None)
+            waiting = open_messages.pop((sub.id, event.xid, EventType.WORK_UNIT_FAILED, left_out), None)
             if waiting is not None and waiting.pk is None:
                 new.remove(waiting)
                 links = [(e, s, delivery if d is waiting else d) for e, s, d in links]

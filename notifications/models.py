@@ -140,6 +140,10 @@ class Delivery(Leased):
     #: Coalescing: events of the same experiment join this message until then.
     not_before = models.DateTimeField()
     next_attempt_time = models.DateTimeField()
+    #: A group's email: the members' addresses that hear of its events through another
+    #: subscription's message, decided at fan-out and left out when it is sent (one email per
+    #: person and event however many groups reach them).
+    left_out = models.JSONField(default=list, blank=True)
     #: The body, frozen at the first try so every retry sends the same bytes.
     body = models.TextField(blank=True, default="")
     timestamp = models.BigIntegerField(null=True, blank=True, help_text="webhook-timestamp of the first try.")

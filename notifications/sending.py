@@ -135,6 +135,25 @@ def _failure_details(events: Mapping[int, Sequence[Event]]) -> dict[int, dict[tu
 
 
 @dataclass(frozen=True)
+class _Prefetched:
+    """What the bodies of a batch's first tries say, read before the claim's transaction: the
+    events of each delivery and what they say of their failed units (``notifications.details``:
+    the last log line may come from the cluster, bounded, and no row lock waits on it)."""
+
+    events: dict[int, list[Event]]
+    details: dict[int, dict[tuple[int, int], dict[str, Any]]]
+
+
+def _prefetched(delivery_ids: Sequence[int], now: datetime) -> _Prefetched:
+    """The due deliveries' events and failure details when their body is not built yet. A message
+    due only later is read again in the claim (its events may still grow)."""
+    due = list(Delivery.objects.filter(id__in=list(delivery_ids), body="", done=False, not_before__lte=now,
+                                       next_attempt_time__lte=now).values_list("id", flat=True))
+    events = _events_of(due)
+    return _Prefetched(events, _failure_details(events))
+
+
+@dataclass(frozen=True)
 class _Claimable:
     delivery: Delivery
     experiment: Experiment | None  # id, title, creator and ACLs only
@@ -186,6 +205,7 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
     now = now or timezone.now()
     ids = sorted({int(i) for i in delivery_ids})
     outcomes: dict[int, Outcome] = {}
+    built = _prefetched(ids, now)  # before the row locks: it may read the cluster
     with transaction.atomic():
         found = _claimable(ids, now)
         absent = set(ids) - {f.delivery.id for f in found}
@@ -197,7 +217,7 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
             outcomes.update({i: Outcome("leased", LOCKED_RETRY_S) if i in present else Outcome("missing")
                              for i in absent})
         candidates = _checked(found, now, outcomes)
-        claimed = _claim(candidates, now, outcomes)
+        claimed = _claim(candidates, now, outcomes, built)
     _send_all(claimed)
     outcomes.update(_record_all(claimed))
     return outcomes
@@ -259,16 +279,21 @@ def _held_back(f: _Claimable, now: datetime, readable: dict[tuple[int, int | Non
     return None
 
 
-def _claim(candidates: Sequence[Candidate], now: datetime, outcomes: dict[int, Outcome]) -> list[_Claimed]:
-    """Postpone those whose circuit is open; freeze the others' bodies at the first try, move
-    them to DELIVERING under a lease and count the try (one bulk update)."""
+def _claim(candidates: Sequence[Candidate], now: datetime, outcomes: dict[int, Outcome],
+           built: _Prefetched) -> list[_Claimed]:
+    """Postpone those whose circuit is open; freeze the others' bodies at the first try (from
+    what was prefetched, else read now), move them to DELIVERING under a lease and count the
+    try (one bulk update)."""
     opened: dict[str, datetime] = {
         endpoint: until for endpoint, until in EndpointHealth.objects.filter(
             endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")
         if until is not None}
     bodies = [c[0] for c in candidates if c[2] not in opened and not c[0].delivery.body]
-    events = _events_of([f.delivery.id for f in bodies])
-    unit_details = _failure_details(events)
+    late = _events_of([f.delivery.id for f in bodies if f.delivery.id not in built.events])
+    events = {**built.events, **late}
+    unit_details = {xid: dict(units) for xid, units in built.details.items()}
+    for xid, units in _failure_details(late).items():
+        unit_details.setdefault(xid, {}).update(units)
     claimed: list[_Claimed] = []
     for f, adapter, endpoint in candidates:
         d = f.delivery
@@ -295,7 +320,7 @@ def _send_one(c: _Claimed) -> None:
     started = time.monotonic()
     d = c.delivery
     try:
-        c.result = c.adapter.send(d.subscription, d.message_id, d.body)
+        c.result = c.adapter.send(d.subscription, d.message_id, d.body, left_out=d.left_out)
     except Exception as exc:  # an adapter bug must not strand the delivery in DELIVERING
         log.exception("notifications.send_crashed", extra={"delivery": d.id})
         c.result = channels.SendResult(False, None, f"{type(exc).__name__}: {exc}"[:1000])

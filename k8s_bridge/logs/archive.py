@@ -50,7 +50,6 @@ from prometheus_client import Counter
 from k8s_bridge import client
 from k8s_bridge.logs import pods as podlogs
 from k8s_bridge.models import PodLogArchive
-from workunits import hooks
 
 log = logging.getLogger(__name__)
 
@@ -446,11 +445,3 @@ def tail_from_rows(xid: int, wid: int, eid: int) -> dict[tuple[str, str], tuple[
                                               row.exit_code, row.reason)
     return out
 
-
-def terminations(xid: int, wid: int, eid: int) -> list[hooks.Termination]:
-    """How each container of the execution ended (its newest archived instance): exit code,
-    reason (``OOMKilled``, ``Error``) and last non-empty log line; failed ones first. The
-    termination provider of ``workunits.hooks`` (registered by ``k8s_bridge.apps``)."""
-    found = [hooks.Termination(container, code, reason, next((line for line in reversed(tail) if line.strip()), ""))
-             for (_pod, container), (_attempt, tail, code, reason) in sorted(tail_from_rows(xid, wid, eid).items())]
-    return sorted(found, key=lambda t: (t.exit_code in (None, 0), t.container))

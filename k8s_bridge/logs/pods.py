@@ -38,6 +38,12 @@ READ_TIMEOUT_S = 30.0
 FOLLOW_IDLE_S = 300.0
 
 
+def request_timeout(seconds: float) -> tuple[float, float]:
+    """The client's ``_request_timeout`` for ``seconds``: a (connect, read) pair. The generated
+    client ignores a float (it takes an int or a pair): 30.0 meant no timeout at all."""
+    return (seconds, seconds)
+
+
 def jobset_name(xid: int, wid: int) -> str:
     return f"xmc-{xid}-{wid}"
 
@@ -125,12 +131,13 @@ def pods_per_job(jobset: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-def execution_jobset(namespace: str, xid: int, wid: int, eid: int) -> dict[str, Any] | None:
+def execution_jobset(namespace: str, xid: int, wid: int, eid: int,
+                     timeout_s: float = READ_TIMEOUT_S) -> dict[str, Any] | None:
     """The JobSet of this execution, or None (gone, or it belongs to another execution)."""
     try:
         jobset = client.custom_objects().get_namespaced_custom_object(
             client.JOBSET_GROUP, client.JOBSET_VERSION, namespace, client.JOBSET_PLURAL, jobset_name(xid, wid),
-            _request_timeout=READ_TIMEOUT_S,
+            _request_timeout=request_timeout(timeout_s),
         )
     except client.ApiException as exc:
         if exc.status == 404:
@@ -141,12 +148,12 @@ def execution_jobset(namespace: str, xid: int, wid: int, eid: int) -> dict[str, 
     return jobset  # type: ignore[no-any-return]
 
 
-def jobset_pods(jobset: Mapping[str, Any]) -> list[PodRef]:
+def jobset_pods(jobset: Mapping[str, Any], timeout_s: float = READ_TIMEOUT_S) -> list[PodRef]:
     """The JobSet's pods, one per replica (the newest), sorted by replica."""
     md = jobset.get("metadata") or {}
     result = client.core().list_namespaced_pod(
         str(md.get("namespace") or ""), label_selector=f"{JOBSET_UID_LABEL}={md.get('uid')}",
-        _request_timeout=READ_TIMEOUT_S,
+        _request_timeout=request_timeout(timeout_s),
     )
     raw = client.api_client().sanitize_for_serialization(result)
     return newest_per_replica([p for p in raw.get("items") or []], pods_per_job(jobset))
@@ -202,7 +209,7 @@ def read_lines(ref: PodRef, container: str, *, previous: bool = False, follow: b
     if limit_bytes is not None:
         kwargs["limit_bytes"] = limit_bytes
     if timeout_s is not None:
-        kwargs["_request_timeout"] = timeout_s if not follow else (10.0, FOLLOW_IDLE_S)
+        kwargs["_request_timeout"] = request_timeout(timeout_s) if not follow else (10.0, FOLLOW_IDLE_S)
     response = client.core().read_namespaced_pod_log(ref.name, ref.namespace, **kwargs)
     return _lines(response)
 

@@ -121,12 +121,92 @@ def test_it_sends_one_message_per_recipient_however_many_subscriptions_match(rec
     wu, _running = unit(exp), unit(exp)
     all_mine()
     notify_me(exp)  # "Notify me" on top of "all my experiments", both by email
-    all_mine(webhook={"url": receiver.url})
-    notify_me(exp, webhook={"url": receiver.url})  # and twice the same webhook
+    all_mine(slack={"url": f"{receiver.url}/slack"})
+    notify_me(exp, slack={"url": f"{receiver.url}/slack"})  # and twice the same Slack channel
     fail(wu)
     outbox.pump()
     assert len(smtp.messages) == 1 and smtp.recipients == [[ALICE]]
     assert len(receiver.requests) == 1
+
+
+def test_two_webhook_subscriptions_on_one_url_are_two_endpoints_each_verifying_its_own_secret(receiver, outbox) -> None:
+    """A webhook's recipient is the subscription (its URL and the secret made for it): one message
+    signed for the other subscription would fail the check of a receiver holding only its own."""
+    exp = launched()
+    wu, _running = unit(exp), unit(exp)
+    secrets = [services.create(Identity(ALICE), {"experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED"],
+                                                 "webhook": {"url": receiver.url}}).secret for _ in range(2)]
+    fail(wu)
+    outbox.pump()
+    assert len(receiver.requests) == 2
+    for secret in secrets:  # each receiver (secret) gets one message it can verify
+        assert sum(webhook_verifies(secret, r) for r in receiver.requests) == 1
+
+
+def webhook_verifies(secret: str | None, request: Any) -> bool:
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+    try:
+        Webhook(str(secret)).verify(request.body, request.headers)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+def two_teams_sharing(member: str, exp: Experiment) -> None:
+    """Groups ml-team (ann, ben) and vision (ann, cat), both readers of ``exp``, both subscribed by staff."""
+    from django.contrib.auth.models import Group, User
+
+    teams = {"ml-team": ("ann", "ben"), "vision": (member, "cat")}
+    for team, names in teams.items():
+        group = Group.objects.create(name=team)
+        for name in names:
+            User.objects.get_or_create(username=name, defaults={"email": f"{name}@example.com"})[0].groups.add(group)
+    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"group": t} for t in teams]})
+    for team in teams:
+        services.create(Identity("olivia@example.com", is_staff=True),
+                        {"group": team, "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED"],
+                         "email": {}})
+
+
+def emails_to(smtp: Any, address: str) -> int:
+    return sum(address in envelope for envelope in smtp.recipients)
+
+
+def test_a_member_of_two_subscribed_groups_gets_one_email_per_event(smtp, outbox) -> None:
+    exp = launched()
+    first, second, _running = unit(exp, seed="1"), unit(exp, seed="2"), unit(exp, seed="3")
+    two_teams_sharing("ann", exp)
+    fail(first)
+    outbox.pump()
+    # Ann is in both groups: the first group's email reaches her, the second's leaves her out.
+    assert sorted(smtp.recipients) == [["ann@example.com", "ben@example.com"], ["cat@example.com"]]
+    fail(second)
+    outbox.pump()
+    assert {who: emails_to(smtp, f"{who}@example.com") for who in ("ann", "ben", "cat")} == {
+        "ann": 2, "ben": 2, "cat": 2}  # one email per person and event
+    # A fan-out run again (a redelivered task, the sweep) decides the same and creates nothing new.
+    before = (Delivery.objects.count(), len(smtp.messages))
+    Event.objects.update(done=False)
+    services.fan_out_many(list(Event.objects.values_list("id", flat=True)))
+    outbox.pump()
+    assert (Delivery.objects.count(), len(smtp.messages)) == before
+
+
+def test_failures_coalesced_for_two_groups_reach_their_shared_member_once(smtp, outbox, settings) -> None:
+    settings.XMC_NOTIFY_COALESCE_S = 60
+    exp = launched()
+    units = [unit(exp, seed=str(i)) for i in range(3)]
+    two_teams_sharing("ann", exp)
+    fail(units[0])
+    fail(units[1])
+    outbox.pump()
+    later = timezone.now() + timedelta(seconds=61)
+    for d in Delivery.objects.exclude(status=DeliveryStatus.DELIVERED):
+        services.deliver(d.id, now=later)
+    assert sorted(smtp.recipients) == [["ann@example.com", "ben@example.com"], ["cat@example.com"]]
+    assert all(subject(m).startswith("[XMC] 2 work units failed") for m in smtp.messages)
 
 
 def test_it_sends_finished_after_the_failures_it_sums_up(smtp, outbox, settings) -> None:
@@ -224,3 +304,72 @@ def test_a_message_retried_after_the_system_moved_links_to_where_it_is_now(recei
     assert second.json["data"]["experiment"]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}"
     assert second.json["data"]["workUnits"][0]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}/workUnits/{bad.wid}"
     assert "path" not in second.json["data"]["experiment"] and second.verified  # signed as sent
+
+
+@pytest.fixture
+def cluster(start_simulator: Any, settings: Any) -> Any:
+    """A simulated cluster with its controllers, the client pointed at it (no reconciler: no archiver)."""
+    from k8s_bridge import client
+    from tests.k8s_bridge.reconciler.conftest import Cluster
+
+    handle = start_simulator(speed=10.0)
+    settings.KUBECONFIG = str(handle.kubeconfig_path)
+    client.reset()
+    yield Cluster(handle)
+    client.reset()
+
+
+def ended_in_cluster(cluster: Any, wu: WorkUnit, script: str) -> tuple[dict[str, Any], str]:
+    """Run ``wu``'s JobSet with the pod ``script`` until its container ends: (its status, its log's last line)."""
+    from k8s_bridge import client
+    from tests.waiting import eventually
+
+    cluster.create_jobset(wu, script=script)
+
+    def terminated() -> Any:
+        pods = client.core().list_namespaced_pod("default").to_dict()["items"]
+        mine = [p for p in pods if p["metadata"]["name"].startswith(f"xmc-{wu.experiment_id}-{wu.wid}-")]
+        states = [s["state"] for p in mine for s in (p["status"].get("container_statuses") or [])]
+        return mine[0] if states and states[0].get("terminated") else None
+
+    pod = eventually(terminated, timeout=60, what="the container ended")
+    log = client.core().read_namespaced_pod_log(pod["metadata"]["name"], "default", container="main")
+    return pod["status"]["container_statuses"][0]["state"]["terminated"], log.rstrip("\n").splitlines()[-1]
+
+
+def test_a_failure_message_carries_the_last_line_of_a_log_not_archived_yet(cluster, receiver, outbox) -> None:
+    """The archiver works on its own (and may be behind, or its store down): a message built before
+    the log is archived reads the container's ending and last line from the cluster."""
+    exp = launched()
+    wu, _running = unit(exp), unit(exp)
+    notify_me(exp, webhook={"url": receiver.url})
+    ending, last_line = ended_in_cluster(cluster, wu, "pull=0s;print=loading batch 812;run=1s;"
+                                                      "stderr=CUDA error: out of memory;exit=3")
+    fail(wu)
+    outbox.pump()
+    assert not PodLogArchive.objects.exists()  # nothing archived
+    [request] = receiver.requests
+    [failed] = request.json["data"]["workUnits"]
+    assert failed["lastLogLine"] == last_line and f"code {ending['exit_code']}" in last_line
+    assert failed["reason"] == f"exited with code {ending['exit_code']} in main"
+
+
+def test_a_cluster_that_does_not_answer_delays_a_failure_message_once_and_never_loses_it(cluster, receiver,
+                                                                                          outbox) -> None:
+    """The cluster hangs: the messages go (the reason from the system message, no last line) after
+    one bounded wait; the next unit does not ask the hanging cluster again."""
+    exp = launched()
+    units = [unit(exp, seed=str(i)) for i in range(3)]
+    notify_me(exp, webhook={"url": receiver.url})
+    WorkUnitExecution.objects.filter(work_unit__in=units[:2]).update(system_message={
+        "userFacingText": "JobSet failed (FailedJobs)"})
+    hang = cluster.handle.faults.add(action="latency", verb="get", resource="jobsets", latency_s=5)
+    fail(units[0])
+    outbox.pump()
+    asked = hang.fired  # the client's tries of one read
+    fail(units[1])
+    outbox.pump()
+    listed = [u for r in receiver.requests for u in r.json["data"]["workUnits"]]
+    assert [u["reason"] for u in listed] == ["JobSet failed (FailedJobs)"] * 2
+    assert not any(u.get("lastLogLine") for u in listed)
+    assert asked >= 1 and hang.fired == asked  # the second message did not wait on it again

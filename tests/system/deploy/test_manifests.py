@@ -99,7 +99,11 @@ def test_it_mounts_no_kubernetes_token_where_no_api_is_called(objects: list[dict
     assert deployments["xmc-web"]["spec"]["template"]["spec"]["serviceAccountName"] == "xmc-web"
     assert accounts["xmc-web"].get("automountServiceAccountToken") is not False
     [binding] = [b for b in _of_kind(objects, "RoleBinding").values() if b["roleRef"]["name"] == "xmc-logs-reader"]
-    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("ServiceAccount", "xmc-web")]
+    # So does the notifications worker: a failure message's last line before the archive has it.
+    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [
+        ("ServiceAccount", "xmc-web"), ("ServiceAccount", "xmc-notifications")]
+    assert (deployments[f"xmc-worker-{Queue.NOTIFICATIONS.value}"]["spec"]["template"]["spec"]["serviceAccountName"]
+            == "xmc-notifications")
     for name in ("xmc-reconciler", f"xmc-worker-{Queue.ACTUATOR.value}"):
         assert deployments[name]["spec"]["template"]["spec"]["serviceAccountName"] == "xmc-controller"
 

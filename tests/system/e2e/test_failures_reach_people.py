@@ -32,7 +32,7 @@ import requests
 from google.protobuf import json_format
 
 from notifications import services as notification_services
-from notifications.models import Event
+from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
 from tests.system.e2e.conftest import System, eventually
 from tests.system.e2e.test_walkthrough import _signed_in
@@ -44,9 +44,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: Four tries, 1-4 s apart: the dead letter comes some 10 s after the launch.
 #: A short lease: a task the killed worker held is re-sent within seconds.
 #: A dead process is started again 8 s after it died: long enough to see the pages' "not running" banner.
+#: Failure messages wait out a 2 s coalescing window (30 s by default), so the message can be
+#: delivered within 10 s of the dead letter.
 SYSTEM_ENV = {"XMC_ACTUATOR_MAX_RETRIES": "3", "XMC_ACTUATOR_BACKOFF_BASE_S": "2",
               "XMC_ACTUATOR_BACKOFF_MAX_S": "4", "XMC_OPERATION_LEASE_S": "15", "XMC_DEGRADED_AFTER_S": "15",
-              "XMC_RUN_RESTART_BASE_S": "8"}
+              "XMC_RUN_RESTART_BASE_S": "8", "XMC_NOTIFY_COALESCE_S": "2"}
 DEGRADED_AFTER_S = 15
 ADMIN = "admin@example.com"
 
@@ -126,6 +128,11 @@ def test_a_create_the_cluster_refuses_is_shown_while_it_retries_and_fails_with_t
 
         eventually(failed_event, timeout=10, what="the live FAILED event on the page's stream")
         assert Event.objects.filter(type="WORK_UNIT_FAILED", xid=xid, wid=1, eid=1).exists()
+        # The message is delivered (./dev run writes emails into the run folder), with the reason.
+        sent = eventually(lambda: Delivery.objects.filter(xid=xid, type="WORK_UNIT_FAILED",
+                                                          status=DeliveryStatus.DELIVERED).first(),
+                          timeout=10, what="the failure message delivered")
+        assert "the cluster refused the JobSet" in sent.body
         assert time.monotonic() - dead_at < 10
         assert any(e.get("new") == "INITIALIZING" for _, e in stream.events)  # the warning reached the page too
     finally:
