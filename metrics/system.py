@@ -29,11 +29,11 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
@@ -114,34 +114,45 @@ def _selector() -> str:
 
 
 def queries(interval_s: float) -> dict[str, str]:
-    """The PromQL of one cycle, by what it measures."""
+    """The PromQL of one cycle, by what it measures.
+
+    Each answer carries only the labels the join reads (``by (pod, gpu)``, ``by (pod, container)``): the
+    exporters' others (UUID, model, host, instance, cgroup ids) would make the GPU answer, a series per
+    GPU, four times the bytes to serialise, send and parse. A series reported twice under other labels
+    (two exporters of one GPU) counts once: the highest utilisation, the highest limit; the working sets
+    still add up."""
     sel = _selector()
     window = max(1, round(settings.XMC_IDLE_GPU_AFTER_S))
     rate = max(1, settings.XMC_PROMETHEUS_RATE_WINDOW_S)
     return {
-        "util": f"DCGM_FI_DEV_GPU_UTIL{{{sel}}}",
+        "util": f"max by (pod, gpu) (DCGM_FI_DEV_GPU_UTIL{{{sel}}})",
         "fb": f"sum by (pod) (DCGM_FI_DEV_FB_USED{{{sel}}})",
         "cpu": f'sum by (pod) (rate(container_cpu_usage_seconds_total{{{sel},container!=""}}[{rate}s]))',
-        "memory": f'container_memory_working_set_bytes{{{sel},container!=""}}',
-        "limit": f'container_spec_memory_limit_bytes{{{sel},container!=""}} > 0',
+        "memory": f'sum by (pod, container) (container_memory_working_set_bytes{{{sel},container!=""}})',
+        "limit": f'max by (pod, container) (container_spec_memory_limit_bytes{{{sel},container!=""}} > 0)',
         "window": f"max by (pod) (max_over_time(DCGM_FI_DEV_GPU_UTIL{{{sel}}}[{window}s]))",
     }
 
 
 def fetch(at: float, interval_s: float) -> dict[str, list[prometheus.Sample]]:
-    """Every query of the cycle at ``at`` (one HTTP session)."""
-    with requests.Session() as session:
-        return {what: prometheus.query(settings.XMC_PROMETHEUS_URL, promql, at=at,
-                                       timeout=settings.XMC_PROMETHEUS_TIMEOUT_S, session=session)
-                for what, promql in queries(interval_s).items()}
+    """Every query of the cycle at ``at``, all at once (a thread and a connection each): the cycle waits for
+    the slowest query, not for their sum. The first failing query (in `queries`' order) raises."""
+    asked = queries(interval_s)
+    with ThreadPoolExecutor(max_workers=len(asked), thread_name_prefix="promql") as pool:
+        futures = {what: pool.submit(prometheus.query, settings.XMC_PROMETHEUS_URL, promql, at=at,
+                                     timeout=settings.XMC_PROMETHEUS_TIMEOUT_S)
+                   for what, promql in asked.items()}
+        return {what: future.result() for what, future in futures.items()}
 
 
 def _join(results: dict[str, list[prometheus.Sample]], wanted: set[tuple[int, int]]) -> dict[tuple[int, int], _Usage]:
     usage: dict[tuple[int, int], _Usage] = defaultdict(_Usage)
+    pods: dict[str, tuple[int, int, str] | None] = {}  # a pod's name is parsed once (a series per GPU, six queries)
 
     def each(what: str) -> Any:
         for sample in results.get(what, ()):
-            key = pod_replica(sample.labels.get("pod", ""))
+            pod = sample.labels.get("pod", "")
+            key = pods[pod] if pod in pods else pods.setdefault(pod, pod_replica(pod))
             if key is not None and key[:2] in wanted:
                 yield usage[key[:2]], key[2], sample
 
