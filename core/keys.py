@@ -3,7 +3,7 @@
 One definition for every floor: the reconciler reads it off a JobSet's labels
 (``k8s_bridge.reconciler.mapping.execution_key``), the metrics write path off
 a metrics token (``metrics.tokens``) and off an execution's row
-(``metrics.services.execution_key``).
+(``metrics.services.execution_keys``).
 """
 from __future__ import annotations
 

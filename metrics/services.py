@@ -466,7 +466,7 @@ def write_points(execution: int, points: Sequence[Point]) -> int:
     if not nested:
         _STAGED.add(raw.connection)
     if written:
-        hooks.on_points_written(execution, written)
+        hooks.on_points_written({execution: written})
     return written
 
 
@@ -532,8 +532,8 @@ def write_points_many(batches: Sequence[tuple[int, Sequence[Point]]]) -> int:
     execution order) first; then one statement inserts the points, their blocks
     of `EAGER_BLOCK_SIZES` (2 upserts a series, not 31), a `PendingBlock` row per
     finest block for the sizes between (`roll_up_blocks` adds them later, or the
-    chart read that needs them first) and their summaries. ``metrics.hooks.written_hooks`` hear of each execution
-    with new points after the commit.
+    chart read that needs them first) and their summaries. ``metrics.hooks.written_hooks`` hear of the
+    executions with new points after the commit, all at once.
     """
     rows = [(execution, p) for execution, points in batches for p in points]
     if not rows:
@@ -555,8 +555,7 @@ def write_points_many(batches: Sequence[tuple[int, Sequence[Point]]]) -> int:
             cursor.execute(f"DELETE FROM {_STAGE_MANY}")
     if not nested:
         _STAGED_MANY.add(raw.connection)
-    for execution, n in sorted(written.items()):
-        hooks.on_points_written(execution, n)
+    hooks.on_points_written(dict(sorted(written.items())))
     return sum(written.values())
 
 
@@ -590,9 +589,9 @@ def roll_up_blocks(cursor: Any | None = None, where: str = "TRUE", params: Seque
     return int(cursor.rowcount)
 
 
-def execution_key(execution: int) -> ExecutionKey | None:
-    """(xid, wid, eid) of the execution with primary key ``execution`` (None if there is none)."""
-    row = (WorkUnitExecution.objects.filter(pk=execution)
-           .values_list("work_unit__experiment_id", "work_unit__wid", "eid").first())
-    return ExecutionKey(*row) if row else None
+def execution_keys(executions: Iterable[int]) -> dict[int, ExecutionKey]:
+    """(xid, wid, eid) of the executions with these primary keys, by pk (one query; a pk with no row is left out)."""
+    rows = (WorkUnitExecution.objects.filter(pk__in=list(executions))
+            .values_list("pk", "work_unit__experiment_id", "work_unit__wid", "eid"))
+    return {pk: ExecutionKey(xid, wid, eid) for pk, xid, wid, eid in rows}
 

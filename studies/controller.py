@@ -28,7 +28,7 @@ and by the beat's `tick` for every running study. See docs/architecture/studies.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -346,10 +346,11 @@ def _ring_studies_of(which: Q) -> None:
         doorbell.ring(study_id, committed=True)
 
 
-def on_points_written(execution: int, written: int) -> None:
-    """A trial's unit wrote points: its study steps (the pruner hears of them). One query when it is
-    no trial's (``workunits.hooks``/``metrics.hooks`` listeners must be cheap)."""
-    _ring_studies_of(Q(work_unit__executions__id=execution))
+def on_points_written(written: Mapping[int, int]) -> None:
+    """Trials' units wrote points: their studies step (the pruner hears of them). One query for the
+    whole write, however many executions it wrote to, when they are no trial's
+    (``workunits.hooks``/``metrics.hooks`` listeners must be cheap)."""
+    _ring_studies_of(Q(work_unit__executions__id__in=list(written)))
 
 
 def on_transitions_committed(transitions: Sequence[Any]) -> None:

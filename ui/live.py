@@ -43,7 +43,7 @@ import logging
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,37 +172,46 @@ def metrics_event(xid: int, wid: int, eid: int) -> str:
     return json.dumps({"kind": "metrics", "xid": xid, "wid": wid, "eid": eid}, separators=(",", ":"))
 
 
-def publish_metrics(execution: int, written: int = 0) -> None:
-    """Tell the open charts of execution ``execution``'s work unit that it has new points.
+def publish_metrics(written: Mapping[int, int]) -> None:
+    """Tell the open charts of the work units of the executions in ``written`` that they have new points.
 
     Registered into ``metrics.hooks.written_hooks``: called after the write
-    path's commit. Coalesced: at most one message per work unit per
-    :data:`METRICS_WINDOW_S`, across processes. Never raises and never waits
+    path's commit, once per write (the system metrics' collector writes for a
+    thousand executions at once). Coalesced: at most one message per work
+    unit per :data:`METRICS_WINDOW_S`, across processes. One query for the
+    keys this process has not seen yet and one Redis round trip (a pipeline
+    of the gate's script) for the whole write. Never raises and never waits
     long: a Redis failure is logged and silences the publisher for
     :data:`METRICS_BACKOFF_S`.
     """
     now = time.monotonic()
-    if not _gate.due(execution, now):
+    due = [execution for execution in written if _gate.due(execution, now)]
+    if not due:
         return
-    key = _gate.keys.get(execution)
-    if key is None:
-        found = services.execution_key(execution)
-        if found is None:
-            return
-        key = _gate.keys[execution] = (found.xid, found.wid, found.eid)
-        if len(_gate.keys) > 10_000:
+    unknown = [execution for execution in due if execution not in _gate.keys]
+    if unknown:
+        if len(_gate.keys) + len(unknown) > 10_000:
             _gate.keys.clear()
-    xid, wid, eid = key
+        _gate.keys.update({pk: (k.xid, k.wid, k.eid) for pk, k in services.execution_keys(unknown).items()})
+    keyed = [(execution, _gate.keys[execution]) for execution in due if execution in _gate.keys]
+    if not keyed:
+        return
+    window_ms, on = str(int(METRICS_WINDOW_S * 1000)), channel()
     try:
-        answer: Any = _gate.redis().eval(_PUBLISH_METRICS_LUA, 2, f"xmc:ui:metrics-gate:v1:{xid}:{wid}", channel(),
-                                         str(int(METRICS_WINDOW_S * 1000)), metrics_event(xid, wid, eid))
+        pipe = _gate.redis().pipeline(transaction=False)
+        for _, (xid, wid, eid) in keyed:
+            pipe.eval(_PUBLISH_METRICS_LUA, 2, f"xmc:ui:metrics-gate:v1:{xid}:{wid}", on, window_ms,
+                      metrics_event(xid, wid, eid))
+        answers: list[Any] = pipe.execute()
+    except redis.RedisError:
+        _gate.quiet_until = now + METRICS_BACKOFF_S
+        log.warning("ui.publish_metrics_failed", extra={"executions": len(keyed)}, exc_info=True)
+        return
+    for (execution, _), answer in zip(keyed, answers, strict=True):
         if int(answer) >= 0:
             # Every write the shared gate holds back committed before it opens, less than a window
             # after the message that closed it: the chart's read a window after that message sees them.
             _gate.held_back(execution, now, int(answer) / 1000)
-    except redis.RedisError:
-        _gate.quiet_until = now + METRICS_BACKOFF_S
-        log.warning("ui.publish_metrics_failed", extra={"xid": xid, "wid": wid}, exc_info=True)
 
 
 def top_id() -> str:

@@ -8,10 +8,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone as dj_timezone
 
 from core import pb
-from metrics import data, services, tasks
+from metrics import data, hooks, services, tasks
 from metrics.models import BLOCK_SIZES, EAGER_BLOCK_SIZES, LAZY_BLOCK_SIZES, PendingBlock, PointBlock
 from tests import factories
 from tests.metrics.conftest import experiment_for
@@ -97,3 +99,22 @@ def test_an_aggregate_across_work_units_at_a_coarse_zoom_counts_every_collector_
     points = [p for entry in entries for p in entry.scatter_series.points]
     assert points and all(p.avg_value == pytest.approx(1.5) for p in points)
     assert points[-1].step == 4_999
+
+
+@pytest.mark.django_db
+def test_the_listeners_of_a_collector_write_ask_the_database_as_often_for_many_executions_as_for_one() -> None:
+    """The collector writes for every running execution at once (1,000 in bench/system_metrics.py): the
+    listeners of `metrics.hooks.written_hooks` (the studies' ring, the pages' live publisher) answer the
+    whole write, so its queries do not grow with the executions."""
+    exp = experiment_for(ALICE)
+    now = dj_timezone.now()
+    executions = [_execution(factories.work_unit(exp, wid=wid)) for wid in range(1, 8)]
+
+    def queries(batch: list[int]) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert services.write_points_many([(e, [services.Point("system/cpu_usage_cores", 1, 1.0, now)])
+                                               for e in batch]) == len(batch)
+        return len(captured)
+
+    assert hooks.written_hooks  # the apps' listeners are registered
+    assert queries(executions[:1]) == queries(executions[1:])

@@ -145,6 +145,29 @@ def test_a_busy_then_idle_job_gets_its_curve_an_idle_warning_and_a_notification(
     assert Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id).count() == 1
 
 
+def test_the_idle_window_is_asked_only_about_executions_whose_gpus_are_all_idle_now(
+        fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus, monkeypatch: pytest.MonkeyPatch) -> None:
+    busy, idle = running_unit(), running_unit()
+    start_pods(cluster, busy, "pull=0s;run=forever;gpu=util:0.9", gpus=1)
+    start_pods(cluster, idle, "pull=0s;run=forever;gpu=util:0", gpus=1)
+    for wu in (busy, idle):
+        prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
+    asked: list[str] = []
+    query = system.prometheus.query
+
+    def recording(url: str, promql: str, **kwargs: Any) -> Any:
+        asked.append(promql)
+        return query(url, promql, **kwargs)
+
+    monkeypatch.setattr(system.prometheus, "query", recording)
+    collect_until(lambda: execution(idle).system_message and series(busy, system_names.GPU_UTILIZATION),
+                  what="the idle warning, and the busy unit measured")
+    windows = [q for q in asked if "max_over_time" in q]
+    assert windows and all(f"xmc-{idle.experiment_id}-{idle.wid}-.+" in q for q in windows)
+    assert not any(f"xmc-{busy.experiment_id}-{busy.wid}-.+" in q for q in windows)  # its GPU works now
+    assert execution(busy).system_message is None
+
+
 def test_a_cycle_run_twice_records_nothing_twice(fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus) -> None:
     wu = running_unit()
     start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.5", gpus=1)

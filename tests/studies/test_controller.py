@@ -8,15 +8,17 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from google.protobuf import json_format
 
+from metrics import services as metric_services
 from studies import controller, doorbell, services, tasks
 from studies.models import Study
 from tests import factories
 from tests.notifications.helpers import set_state
 from tests.studies.helpers import end, state_of, study, template, trials, unit_of, write
 from workunits import services as wu_services
-from workunits.models import Operation, OutboxMessage, StatusMessage, WorkUnit
+from workunits.models import Operation, OutboxMessage, StatusMessage, WorkUnit, WorkUnitExecution
 
 
 def open_units(s: Study) -> int:
@@ -218,6 +220,23 @@ def test_a_trial_units_points_and_its_end_ring_the_study_once() -> None:
     assert waiting.count() == 0
     assert controller.tick() == 1 and waiting.count() == 1  # the beat's pass rings every running study
     assert controller.tick() == 0  # ... once
+
+
+@pytest.mark.django_db
+def test_one_write_for_many_executions_rings_the_study_of_the_trial_units_among_them_once() -> None:
+    exp, unit = template()
+    s = study(exp, unit)
+    OutboxMessage.objects.filter(task_name=doorbell.STEP_TASK).update(done=True)  # the creation's ring, answered
+    controller.step(s.id)
+    waiting = OutboxMessage.objects.filter(task_name=doorbell.STEP_TASK, done=False, args=[s.id])
+    executions = [WorkUnitExecution.objects.get(work_unit=u, eid=u.current_eid).pk
+                  for u in [WorkUnit.objects.get(id=unit.id), *(unit_of(t) for t in trials(s))]]
+    now = timezone.now()
+    batch = [(e, [metric_services.Point("system/cpu_usage_cores", 1, 1.0, now)]) for e in executions]
+    assert metric_services.write_points_many(batch[:1]) == 1  # the template is no trial: it rings nothing
+    assert waiting.count() == 0
+    assert metric_services.write_points_many(batch[1:]) == 2  # the collector's write of both trials' units
+    assert waiting.count() == 1
 
 
 @pytest.mark.django_db

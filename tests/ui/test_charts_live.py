@@ -102,6 +102,20 @@ def test_a_write_publishes_one_message_per_work_unit_per_window_and_a_replay_non
 
 
 @pytest.mark.django_db
+def test_one_write_for_many_work_units_publishes_one_message_for_each(
+        gate: live._MetricsGate, channel: Any) -> None:
+    exp = factories.experiment(creator=ALICE)
+    units = [factories.work_unit(exp, wid=wid) for wid in (1, 2, 3)]
+    executions = [_execution(exp, unit.wid) for unit in units]
+    # The system metrics' collector writes for every running execution at once.
+    assert services.write_points_many([(e.pk, _points(0, 4)) for e in executions]) == 12
+    got = sorted((json.loads(m.split(" ", 1)[1]) for m in _messages(channel, 0.5)), key=lambda e: e["wid"])
+    assert got == [{"kind": "metrics", "xid": exp.id, "wid": wid, "eid": 1} for wid in (1, 2, 3)]
+    assert services.write_points_many([(e.pk, _points(4, 1)) for e in executions]) == 3  # within the window
+    assert _messages(channel, 0.3) == []
+
+
+@pytest.mark.django_db
 def test_another_process_holding_the_gate_delays_this_one_only_until_the_gate_opens(
         gate: live._MetricsGate, channel: Any) -> None:
     exp = factories.experiment(creator=ALICE)
