@@ -1,12 +1,18 @@
 """Benchmark: studies (studies/) -- the next trial's choice at 1,000 trials, and a search on the simulator's metrics.
 
     ./dev bench studies       (or: python bench/studies.py [--seeds 5] [--trials 40] [--parallel 4]
-                                                          [--steps 30] [--decision-trials 1000])
+                                                          [--steps 30] [--decision-trials 1000]
+                                                          [--decision-only] [--controller])
 
 1. **Choosing the next trial** (target <= 200 ms): `studies.search.next_parameters` with TPE over
    ``--decision-trials`` finished trials of the issue's four-parameter space (logUniform, choice,
    uniform, int), exactly what the controller runs per new trial (rebuild an in-memory Optuna study
-   from the rows, ask); p50 and max of 5 calls, beside the same decision with the random sampler.
+   from the rows, ask); p50 and max of `DECISION_CALLS` calls, beside the same decision with the random
+   sampler. With ``--controller``, also the whole decision as the controller makes it on a database
+   (`studies.controller.past_trials`: one query of the rows' values, no model objects; then the same
+   choice) over 1,000 finished trial rows, in this process as it started and after the ``gc.freeze()``
+   each worker pool process makes when it starts (`xmc.celery.freeze_startup_heap`): without it, the
+   full collections the decisions' allocations set off walk the whole startup heap (the max).
 2. **A search** (targets: within 10% of the optimum in >= 4 of 5 seeds; <= 60% of the unit-seconds of
    the same study without pruning): a ``--trials``-trial study, ``--parallel`` at once, each unit
    reporting ``loss`` every simulated second for ``--steps`` steps from the simulator's own metrics
@@ -53,6 +59,20 @@ def loss_curve(params: dict[str, Any], steps: int) -> list[float]:
     return [float(metric_value(expression, float(n), n) or 0.0) for n in range(1, steps + 1)]
 
 
+#: Calls each next-trial figure is the p50 and max of.
+DECISION_CALLS = 20
+
+
+def _timed(call: Any, calls: int = DECISION_CALLS) -> tuple[float, float]:
+    """(p50, max) in ms of ``calls`` calls of ``call()``."""
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), max(times)
+
+
 def decision_latency(trials: int) -> dict[str, float]:
     rng = random.Random(0)
     past = [PastTrial(number=i, state="COMPLETED",
@@ -62,13 +82,47 @@ def decision_latency(trials: int) -> dict[str, float]:
     out: dict[str, float] = {}
     search.next_parameters(ISSUE_SPACE, "MINIMIZE", "tpe", 0, past[:10])  # imports and first-call set-up
     for sampler in ("tpe", "random"):
-        times = []
-        for _ in range(5):
-            started = time.perf_counter()
-            search.next_parameters(ISSUE_SPACE, "MINIMIZE", sampler, 0, past)
-            times.append((time.perf_counter() - started) * 1000)
-        out[f"{sampler}_p50"], out[f"{sampler}_max"] = statistics.median(times), max(times)
+        out[f"{sampler}_p50"], out[f"{sampler}_max"] = _timed(
+            lambda: search.next_parameters(ISSUE_SPACE, "MINIMIZE", sampler, 0, past))
     return out
+
+
+def decision_from_rows(trials: int) -> tuple[float, float, float, float]:
+    """(p50, max of reading the rows; p50, max of the whole decision) in ms: a TPE study of the issue's space
+    with ``trials`` finished trial rows on the database, decided as `studies.controller.start_trials` does."""
+    from django.utils import timezone
+    from google.protobuf import json_format
+
+    from core import pb
+    from experiments import services as experiment_services
+    from studies import controller, services
+    from studies.models import Trial
+    from workunits import services as workunit_services
+    from workunits.models import WorkUnit
+
+    exp = experiment_services.create_experiment(pb.experiment.Experiment(title="bench decision"), creator="bench@x.org")
+    template = json_format.ParseDict({"executable": {"jobset": {"jobs": [{"name": "trainer", "replicas": 1, "spec": {
+        "dockerImage": "gcr.io/xmc-demo/trainer:v1", "args": {"lr": "0.001"},
+        "resources": {"cpuResources": {"cpuMillicores": 100, "memoryBytes": str(1 << 28)}}}}]}}},
+        pb.work_unit.WorkUnit())
+    wid = WorkUnit.objects.get(id=workunit_services.create_work_unit(exp.id, template).work_unit_id).wid
+    study = services.create_study(exp.id, {
+        "templateWorkUnit": wid, "parameters": ISSUE_SPACE, "objective": {"metric": "loss", "goal": "MINIMIZE"},
+        "maxTrials": trials + 1, "parallelTrials": 1, "sampler": "tpe", "seed": 0})
+    rng = random.Random(0)
+    now = timezone.now()
+    Trial.objects.bulk_create([Trial(
+        study=study, number=i, wid=wid + 1 + i, state="COMPLETED", unit_done=True, create_time=now,
+        parameters={"lr": 10 ** rng.uniform(-5, -1), "batch_size": rng.choice([32, 64, 128]),
+                    "dropout": rng.uniform(0, 0.5), "layers": rng.randint(2, 8)},
+        value=rng.random(), intermediate={str(step): rng.random() for step in range(1, 31)}) for i in range(trials)])
+
+    def decide() -> None:
+        search.next_trial(study.parameters, study.goal, study.sampler, study.seed,
+                          controller.past_trials(study, with_steps=False))
+
+    decide()
+    return (*_timed(lambda: controller.past_trials(study, with_steps=False)), *_timed(decide))
 
 
 def run_study(sampler: str, pruner: dict[str, Any] | None, seed: int, *, trials: int, parallel: int,
@@ -181,12 +235,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--decision-trials", type=int, default=1000)
     parser.add_argument("--controller", action="store_true", help="also run part 3 (the real controller, a database)")
+    parser.add_argument("--decision-only", action="store_true", help="only part 1 (the next trial's choice)")
     args = parser.parse_args()
 
     latency = decision_latency(args.decision_trials)
     print(f"next trial over {args.decision_trials} finished trials: TPE p50 {latency['tpe_p50']:.0f} ms, "
           f"max {latency['tpe_max']:.0f} ms (target <= 200 ms); random p50 {latency['random_p50']:.0f} ms "
           f"(TPE / random {latency['tpe_p50'] / max(latency['random_p50'], 1e-9):.1f}x)")
+    if args.decision_only:
+        return
 
     optimum = loss_curve({"lr": math.exp(-4.6), "dropout": 0.2}, args.steps)[-1]
     median = {"median": {"warmupSteps": 2, "startupTrials": 4}}
@@ -217,12 +274,25 @@ def controller_runs(args: argparse.Namespace, median: dict[str, Any], optimum: f
 
     with bench_database():
         from metrics import hooks as metric_hooks
+        from studies import hooks as study_hooks
         from workunits import hooks as workunit_hooks
 
-        metric_hooks.written_hooks.clear()  # nobody rings: the loop below steps the study itself
-        workunit_hooks.committed_hooks.clear()
+        # Nobody rings and no page listens: the loop below steps the study itself.
+        for registry in (metric_hooks.written_hooks, workunit_hooks.committed_hooks, study_hooks.changed_hooks):
+            for hook in list(registry):
+                registry.unregister(hook)
+        plain = decision_from_rows(args.decision_trials)
+        from xmc.celery import freeze_startup_heap
+
+        freeze_startup_heap()  # what each worker pool process does when it starts (the controller runs there)
+        frozen = decision_from_rows(args.decision_trials)
         pruned_run = run_controller(median, 0, trials=args.trials, parallel=args.parallel, steps=args.steps)
         plain_run = run_controller(None, 0, trials=args.trials, parallel=args.parallel, steps=args.steps)
+    print(f"\nnext trial from {args.decision_trials} finished trial rows on the database, as the controller decides:")
+    for name, (read_p50, read_max, whole_p50, whole_max) in (("this process as started", plain),
+                                                             ("as a worker's pool process (gc.freeze)", frozen)):
+        print(f"  {name:<40} p50 {whole_p50:.0f} ms, max {whole_max:.0f} ms "
+              f"(reading the rows: p50 {read_p50:.0f} ms, max {read_max:.0f} ms)")
     print(f"\nthe real controller (seed 0, on a database, no cluster):")
     for name, (best, seconds, pruned, per_step) in (("TPE + median pruning", pruned_run), ("TPE, no pruning", plain_run)):
         print(f"{name:<28} best {best:.4f} ({'within' if best <= optimum * 1.1 else 'NOT within'} 10%), "

@@ -43,8 +43,11 @@ def main(_: list[str]) -> None:
     image = executables.GoogleContainerRegistryImage(name="trainer", image_path="gcr.io/xmc-demo/trainer:v1")
     experiment = xm_cloud.create_experiment(experiment_title="XMC study", tags=["study"])
     with experiment:  # the template: the study's trials are copies of it with other arguments
+        # xm_cloud's add takes its settings always (without them: "Only WorkUnitSettings values for
+        # 'role' are supported, got NoneType").
         experiment.add(xm.Job(executable=image, executor=executor, name="trainer",
-                              args={"lr": "0.01", "batch_size": "64", "dropout": "0.1", "epochs": "3"}))
+                              args={"lr": "0.01", "batch_size": "64", "dropout": "0.1", "epochs": "3"}),
+                       settings=xm_cloud.WorkUnitSettings(notes="the study's template"))
     study = xmc_study.create(
         experiment, 1,  # the client numbers work units in the order they are added
         parameters={"lr": "log:1e-4:1e-1", "batch_size": "choice:32,64,128", "dropout": "uniform:0:0.5"},

@@ -1,4 +1,5 @@
-"""The studies app registers into the hooks of the apps below it (``workunits.hooks``, ``metrics.hooks``)."""
+"""The studies app registers into the hooks of the apps below it (``workunits.hooks``, ``metrics.hooks``);
+the apps above register into its own (``studies.hooks``)."""
 from __future__ import annotations
 
 from django.apps import AppConfig

@@ -40,7 +40,7 @@ from core import pb
 from core.errors import FailedPrecondition, InvalidArgument, NotFound
 from experiments.models import Experiment
 from metrics.models import MetricPoint, MetricSummary
-from studies import doorbell, search
+from studies import doorbell, hooks, search
 from studies.models import Study, StudyState, Trial, TrialState
 from workunits import services as workunit_services
 from workunits.choices import TERMINAL, WorkUnitState
@@ -114,15 +114,17 @@ def finish_ended_units(study: Study) -> None:
                 fields = {"state": TrialState.FAILED, "message": f"the unit completed without a value of {study.metric}"}
             else:
                 fields = {"state": TrialState.FAILED, "message": f"the unit ended {ex.state}"}
-            Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(end_time=now, **fields)
+            if Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(end_time=now, **fields):
+                hooks.on_changed(study.experiment_id, study.id)
             log.info("study.trial_ended", extra={"study": study.id, "trial": trial.number, "state": fields["state"],
                                                  "value": fields.get("value"), "why": fields.get("message", "")})
         Trial.objects.filter(id=trial.id).update(unit_done=True)
 
 
 def fail_running(study: Study, message: str) -> None:
-    Trial.objects.filter(study_id=study.id, state=TrialState.RUNNING).update(
-        state=TrialState.FAILED, message=message, end_time=timezone.now())
+    if Trial.objects.filter(study_id=study.id, state=TrialState.RUNNING).update(
+            state=TrialState.FAILED, message=message, end_time=timezone.now()):
+        hooks.on_changed(study.experiment_id, study.id)
 
 
 # --- 2. Pruning ----------------------------------------------------------------------------------
@@ -183,6 +185,7 @@ def prune(study: Study) -> None:
         if Trial.objects.filter(id=trial.id, state=TrialState.RUNNING).update(
                 state=TrialState.PRUNED, pruned_at_step=verdict.step, message=message,
                 system_attrs=verdict.system_attrs, end_time=timezone.now()):
+            hooks.on_changed(study.experiment_id, study.id)
             log.info("study.trial_pruned", extra={"study": study.id, "trial": trial.number, "why": message})
 
 
@@ -238,6 +241,7 @@ def start_trials(study: Study) -> list[Trial]:
             trial = Trial.objects.create(study=locked, number=total, wid=_reserve_wid(locked.experiment_id),
                                          parameters=choice.parameters, system_attrs=choice.system_attrs,
                                          create_time=timezone.now())
+            hooks.on_changed(study.experiment_id, study.id)  # sent when this transaction commits
             log.info("study.trial_started", extra={"study": study.id, "trial": trial.number, "wid": trial.wid})
             started.append(trial)
 
@@ -288,9 +292,10 @@ def create_units(study: Study) -> None:
         except (InvalidArgument, FailedPrecondition, NotFound) as exc:
             # Refused for good (the template's request no longer passes validation, the experiment went):
             # the trial fails with the reason, its slot is free; retrying would only dead-letter the step.
-            Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(
-                state=TrialState.FAILED, unit_done=True, end_time=timezone.now(),
-                message=f"its work unit could not be created: {exc}"[:10_000])
+            if Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(
+                    state=TrialState.FAILED, unit_done=True, end_time=timezone.now(),
+                    message=f"its work unit could not be created: {exc}"[:10_000]):
+                hooks.on_changed(study.experiment_id, study.id)
             continue
         unit_id = op.work_unit_id or WorkUnit.objects.get(experiment_id=study.experiment_id, wid=trial.wid).id
         Trial.objects.filter(id=trial.id, work_unit__isnull=True).update(work_unit_id=unit_id)
@@ -321,6 +326,7 @@ def end_if_done(study: Study) -> None:
             return
         now = timezone.now()
         Study.objects.filter(id=study.id).update(state=final, end_time=now, update_time=now)
+        hooks.on_changed(study.experiment_id, study.id)  # sent when this transaction commits
         log.info("study.ended", extra={"study": study.id, "state": final})
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from core.errors import InvalidArgument, NotFound
 from experiments.models import Experiment
 from metrics.models import METRIC_NAME
-from studies import doorbell, search
+from studies import doorbell, hooks, search
 from studies.models import Goal, Study, StudyState, Trial, TrialState
 from workunits.models import WorkUnit
 
@@ -238,6 +238,7 @@ def stop_study(xid: int, study_id: int) -> Study:
             study.update_time = timezone.now()
             study.save(update_fields=["stop_requested", "update_time"])
             doorbell.ring(study.id)
+            hooks.on_changed(xid, study.id)
     return study
 
 

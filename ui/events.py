@@ -13,6 +13,10 @@ Events (``ui.live`` supplies them from the process's one Redis subscription):
 * ``wu-<wid>`` for a state change of that work unit, data ``{"xid", "wid",
   "eid", "old", "new"}``; ``experiment`` (data ``{"xid"}``) after each change
   of the experiment (its roll-up moved); ``x-<xid>`` on the list stream;
+* ``study-<sid>`` (experiment streams only), data ``{"kind": "study", "xid",
+  "study"}``: a committed change of that study's rows (a trial started,
+  completed, failed or was pruned; the study was asked to stop or ended;
+  ``ui.live.publish_study``); the study page reads its live part again on it;
 * ``metrics`` (only with ``?metrics=1``), data ``{"kind": "metrics", "xid",
   "wid", "eid"}``: that work unit has new metric points (at most about one
   per second per work unit, ``ui.live.publish_metrics``); it has no ``id``:
@@ -198,7 +202,7 @@ async def _stream(scope: live.Scope, since: str, list_page: bool, recheck: Reche
                 for frame in _frames(event, list_page):
                     yield frame
                 last = event.id
-            if replay.events and not list_page:
+            if any(e.kind == "state" for e in replay.events) and not list_page:
                 yield _frame("experiment", f'{{"xid":{replay.events[-1].xid}}}', last)
         try:  # "hello" means subscribed: a page that reads again on it misses nothing published after
             await asyncio.wait_for(hub.connected.wait(), timeout=HELLO_WAIT_S)
@@ -239,7 +243,7 @@ async def _stream(scope: live.Scope, since: str, list_page: bool, recheck: Reche
             for item in [*states, *charts.values()]:
                 for frame in _frames(item, list_page):
                     yield frame
-            if states and not list_page:  # one roll-up refresh per batch, not per change
+            if any(e.kind == "state" for e in states) and not list_page:  # one roll-up refresh per batch
                 yield _frame("experiment", f'{{"xid":{states[-1].xid}}}', states[-1].id)
             if states:
                 last = states[-1].id
@@ -250,6 +254,8 @@ async def _stream(scope: live.Scope, since: str, list_page: bool, recheck: Reche
 def _frames(event: live.Event, list_page: bool) -> list[bytes]:
     if event.ephemeral:
         return [_frame("metrics", event.json(), None)]
+    if event.kind == "study":  # the study's page follows it; the list's rows do not show studies
+        return [] if list_page else [_frame(f"study-{event.study}", event.json(), event.id)]
     if list_page:
         return [_frame(f"x-{event.xid}", event.json(), event.id)]
     return [_frame(f"wu-{event.wid}", event.json(), event.id)]

@@ -30,6 +30,14 @@ them replayed; it reads its charts again when its stream (re)opens (the
 log. Only streams that ask for them (``?metrics=1``: the work unit and
 dashboard pages) receive them.
 
+Study changes (``studies.hooks.changed_hooks``, registered in
+``ui.apps.UiConfig.ready``): :func:`publish_study` logs and publishes "study
+``sid`` of experiment ``xid`` changed" after the controller's (or the stop's)
+commit -- a trial started, completed, failed or was pruned, the study ended --
+in the replay log like a transition (a study page that reconnects must read
+again what it missed), on the same channel. The experiment's streams carry it
+(``study-<sid>``); work unit and list streams do not want it.
+
 Resuming: each SSE event carries the stream id as its ``id``; a reconnecting
 page sends ``Last-Event-ID`` (or the ``since`` the page was rendered with)
 and :func:`replay` reads what it missed from the log. When the log no
@@ -118,6 +126,29 @@ def _event(transition: Any) -> str:
                       separators=(",", ":"))
 
 
+def study_event(xid: int, study_id: int) -> str:
+    return json.dumps({"kind": "study", "xid": xid, "study": study_id}, separators=(",", ":"))
+
+
+def _append(events: Sequence[str]) -> Any:
+    """XADD each JSON event to the log and PUBLISH it with its id, in log order; the ids."""
+    return _client().eval(_PUBLISH_LUA, 2, STREAM, channel(), str(STREAM_MAX), *events)
+
+
+def publish_study(xid: int, study_id: int) -> None:
+    """Log and publish a committed change of study ``study_id``'s rows (a trial's state or value, the study's).
+
+    Registered into ``studies.hooks.changed_hooks``: called after the controller's commit. A Redis
+    failure is logged and swallowed (the page reads its live part again on the next change).
+    """
+    try:
+        ids = _append([study_event(xid, study_id)])
+    except redis.RedisError:
+        log.warning("ui.publish_study_failed", extra={"xid": xid, "study": study_id}, exc_info=True)
+        return
+    log.debug("ui.published", extra={"ids": ids})
+
+
 def publish(transitions: Sequence[Any]) -> None:
     """Log and publish committed ``transitions`` (``workunits.hooks.Transition``).
 
@@ -127,8 +158,7 @@ def publish(transitions: Sequence[Any]) -> None:
     if not transitions:
         return
     try:
-        ids: Any = _client().eval(_PUBLISH_LUA, 2, STREAM, channel(), str(STREAM_MAX),
-                                  *(_event(t) for t in transitions))
+        ids = _append([_event(t) for t in transitions])
     except redis.RedisError:
         log.warning("ui.publish_failed", extra={"count": len(transitions)}, exc_info=True)
         return
@@ -246,13 +276,18 @@ class Event:
     eid: int
     old: str
     new: str
-    kind: str = "state"  # "state": a committed transition; "metrics": the work unit has new points
+    # "state": a committed transition; "metrics": the work unit has new points; "study": study `study`
+    # of the experiment changed (its wid and eid are 0: no work unit's stream wants it)
+    kind: str = "state"
+    study: int = 0
 
     @classmethod
     def parse(cls, stream_id: str, data: str | bytes) -> Event:
         body = json.loads(data)
         if body.get("kind") == "metrics":
             return cls("", int(body["xid"]), int(body["wid"]), int(body["eid"]), "", "", "metrics")
+        if body.get("kind") == "study":
+            return cls(stream_id, int(body["xid"]), 0, 0, "", "", "study", int(body["study"]))
         return cls(stream_id, int(body["xid"]), int(body["wid"]), int(body["eid"]), body["old"], body["new"])
 
     @property
@@ -262,6 +297,8 @@ class Event:
     def json(self) -> str:
         if self.kind == "metrics":
             return metrics_event(self.xid, self.wid, self.eid)
+        if self.kind == "study":
+            return study_event(self.xid, self.study)
         return json.dumps({"xid": self.xid, "wid": self.wid, "eid": self.eid, "old": self.old, "new": self.new},
                           separators=(",", ":"))
 
@@ -275,7 +312,7 @@ class Scope:
     metrics: bool = False  # also the "new points" messages (the pages that draw charts)
 
     def wants(self, event: Event) -> bool:
-        if event.ephemeral and not self.metrics:
+        if (event.ephemeral and not self.metrics) or (event.kind == "study" and self.wid is not None):
             return False
         return event.xid in self.xids and (self.wid is None or event.wid == self.wid)
 

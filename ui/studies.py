@@ -6,9 +6,10 @@ optimisation history (each finished trial's objective and the best so far, by tr
 parallel coordinates, the experiment page's and compare view's own (``ui.compare.importance``
 restricted to the study's trials, ``ui/static/ui/compare.js``); and the trials table, sorted and
 paginated in the database (`trial_page`). Live: the page listens to its experiment's event stream and
-reads its live part again (``?fragment=live``) after each change of the experiment (a trial's unit
-starts, is stopped when pruned, ends) and once more a moment later, for the study controller's write
-that follows the unit's. Permission first, as every page (``ui.reads.role``); someone else's study is
+reads its live part again (``?fragment=live``), and its history, on each ``study-<sid>`` event: the
+study controller's committed change of a trial (started, completed, failed, pruned) or of the study
+(``studies.hooks`` -> ``ui.live.publish_study``), so a trial's result shows as soon as it is
+written. Permission first, as every page (``ui.reads.role``); someone else's study is
 404. The reads are the page's own, `ui.study_reads`.
 """
 from __future__ import annotations

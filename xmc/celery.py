@@ -82,3 +82,16 @@ def _worker_metrics(**_: object) -> None:
         from xmc.ops import serve_metrics
 
         serve_metrics(settings.XMC_WORKER_METRICS_PORT)
+
+
+@signals.worker_process_init.connect(weak=False)
+def freeze_startup_heap(**_: object) -> None:
+    """A pool process starts with everything imported (Django, the apps, Optuna, NumPy, ...): move those
+    objects out of the cyclic collector's reach (``gc.freeze``), so a full collection scans only what
+    tasks allocated since. Without it each full collection walks the whole startup heap (100-150 ms in
+    a worker), and a task that allocates much -- a study's decision rebuilds 1,000 trials -- sets one
+    off every 10 to 20 runs (bench/studies.py, docs/architecture/studies.md)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()

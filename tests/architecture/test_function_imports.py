@@ -37,6 +37,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("ui/apps.py", "ready", "xmc.api"): "app registry: registers the pages and their event paths into xmc.api.extensions",
     ("ui/apps.py", "ready", "workunits"): "app registry: registers into workunits.hooks once the apps are loaded",
     ("ui/apps.py", "ready", "metrics"): "app registry: registers into metrics.hooks once the apps are loaded",
+    ("ui/apps.py", "ready", "studies"): "app registry: registers into studies.hooks once the apps are loaded",
     ("xmc/apps.py", "ready", "xmc"): "app registry: the system checks register on import",
     ("xmc/apps.py", "ready", "xmc.api"): "app registry: the RPC handlers register on import (once)",
     ("xmc/apps.py", "ready", "xmc.auth"): "app registry: the auth signals import models",

@@ -7,13 +7,13 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from google.protobuf import json_format
 
 from metrics import services as metric_services
-from studies import controller, doorbell, services, tasks
-from studies.models import Study
+from studies import controller, doorbell, hooks, services, tasks
+from studies.models import Study, Trial
 from tests import factories
 from tests.notifications.helpers import set_state
 from tests.studies.helpers import end, state_of, study, template, trials, unit_of, write
@@ -144,6 +144,47 @@ def test_stop_stops_the_running_trials_and_ends_the_study_stopped() -> None:
     controller.step(s.id)
     s.refresh_from_db()
     assert s.state == "STOPPED" and len(trials(s)) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_committed_trial_change_is_heard_after_its_commit_and_a_step_that_changes_nothing_is_silent() -> None:
+    """The pages' live updates hang on this (``ui.live.publish_study``): a listener hears of a trial started,
+    completed, pruned or stopped once its row is committed (it reads the row as it is), and not of a
+    change that rolled back."""
+    heard: list[tuple[int, int, bool, list[tuple[int, str]]]] = []
+
+    def listener(xid: int, study_id: int) -> None:
+        rows = list(Trial.objects.filter(study_id=study_id).order_by("number").values_list("number", "state"))
+        heard.append((xid, study_id, connection.in_atomic_block, rows))
+
+    hooks.changed_hooks.register(listener)
+    try:
+        exp, unit = template()
+        s = study(exp, unit, maxTrials=4, pruner={"median": {"warmupSteps": 1, "startupTrials": 1}})
+        controller.step(s.id)
+        assert [h[3] for h in heard] == [[(0, "RUNNING")], [(0, "RUNNING"), (1, "RUNNING")]]  # each start, committed
+        assert all(h[:3] == (exp.id, s.id, False) for h in heard)
+        heard.clear()
+        controller.step(s.id)  # nothing changed: nothing to tell
+        assert heard == []
+        t0, t1 = trials(s)
+        write(t0, [0.5])
+        end(t0)
+        controller.step(s.id)  # trial 0's result, then trial 2 in its free slot
+        assert [h[3][:2] for h in heard] == [[(0, "COMPLETED"), (1, "RUNNING")]] * 2 and len(heard[1][3]) == 3
+        heard.clear()
+        write(t1, [0.9])  # worse than the median 0.5 at step 1: pruned
+        controller.step(s.id)
+        assert heard[0][3][1] == (1, "PRUNED")
+        heard.clear()
+        with pytest.raises(RuntimeError), transaction.atomic():
+            services.stop_study(exp.id, s.id)
+            raise RuntimeError("rolled back")
+        assert heard == []
+        services.stop_study(exp.id, s.id)
+        assert len(heard) == 1 and not heard[0][2]
+    finally:
+        hooks.changed_hooks.unregister(listener)
 
 
 @pytest.mark.django_db

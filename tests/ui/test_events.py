@@ -87,6 +87,36 @@ def test_it_delivers_a_committed_transition_to_an_open_stream_within_a_second(as
         assert reader.wait_for("experiment")[2] == f'{{"xid":{exp.id}}}'
 
 
+def test_it_delivers_a_committed_study_change_to_its_experiments_stream_not_to_a_units_or_the_lists(
+        asgi_server: str) -> None:
+    """A study's committed change (here ``:stop``, through ``studies.hooks``) is ``study-<sid>`` on the
+    experiment's stream at once, and in the replay log; it is no work unit's change and no list row's."""
+    from studies import services as study_services
+    from tests.ui.test_study_page import make_study
+
+    study = make_study(trials=())
+    xid = study.experiment_id
+    token = issue_token(ALICE)
+    since = live.top_id()  # what the page was rendered with: older entries of the log are not this test's
+    auth = {"Authorization": f"Bearer {token}"}
+    for whole, unit, listing in zip(_open(f"{asgi_server}/experiments/{xid}/events?since={since}", **auth),
+                                    _open(f"{asgi_server}/experiments/{xid}/events?wid=1&since={since}", **auth),
+                                    _open(f"{asgi_server}/experiments/events?x={xid}&since={since}", **auth)):
+        started = time.monotonic()
+        study_services.stop_study(xid, study.id)
+        event_id, _, data, arrived = whole.wait_for(f"study-{study.id}")
+        assert arrived - started < 1.0 and event_id
+        assert data == f'{{"kind":"study","xid":{xid},"study":{study.id}}}'
+        pages.move(xid, 1, 1, "SCHEDULING")  # a later change: each stream has had the study's by then
+        unit.wait_for("wu-1")
+        listing.wait_for(f"x-{xid}")
+        assert [e[1] for e in whole.events if e[1] not in ("hello",)] == [f"study-{study.id}", "wu-1", "experiment"]
+        assert [e[1] for e in unit.events if e[1] != "hello"] == ["wu-1", "experiment"]
+        assert [e[1] for e in listing.events if e[1] != "hello"] == [f"x-{xid}"]
+    for again in _open(f"{asgi_server}/experiments/{xid}/events", **auth, **{"Last-Event-ID": since}):
+        assert [e[1] for e in again.events][:3] == [f"study-{study.id}", "wu-1", "experiment"]
+
+
 def test_it_replays_what_a_reconnecting_stream_missed_from_last_event_id(asgi_server: str) -> None:
     exp = factories.experiment(creator=ALICE)
     factories.work_unit(exp)

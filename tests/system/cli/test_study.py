@@ -131,14 +131,19 @@ def test_a_launch_script_creates_a_study_with_the_helper(xmc: Xmc) -> None:
             def __init__(self, **ids):
                 self.__dict__.update(ids)
 
-        experiment, unit = Launched(experiment_id=int(sys.argv[1])), Launched(work_unit_id=1)
+        class CloudExperiment(Launched):  # xm_cloud's: its id is `id`; XManager's `experiment_id` raises
+            @property
+            def experiment_id(self):
+                raise NotImplementedError
+
+        experiment, unit = CloudExperiment(id=int(sys.argv[1])), Launched(work_unit_id=1)
         try:
             xmc_study.create(experiment, unit, parameters={"lr": "log:1:0.1"}, objective="loss")
         except xmc_study.SpecError as exc:
             refused = str(exc)
         study = xmc_study.create(experiment, unit, parameters={"lr": "log:1e-5:1e-1", "layers": {"int": [2, 8]}},
                                  objective="loss:last:min", max_trials=8, parallel_trials=2, pruner="median:3")
-        again = xmc_study.get(experiment.experiment_id, study.sid)
+        again = xmc_study.get(experiment.id, study.sid)
         print(json.dumps({"refused": refused, "sid": study.sid, "url": study.url, "state": again.state,
                           "stopped": xmc_study.stop(experiment, study.sid).raw["stopRequested"]}))
         """)

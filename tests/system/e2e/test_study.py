@@ -3,6 +3,11 @@ whole system; a study created over REST runs 8 trials, 2 at a time, on the simul
 computed from its own ``arg('lr')`` and ``arg('dropout')``), prunes at least one with median pruning,
 and reports the best; the worker (the controller) and beat are killed mid-study and run_all restarts
 them: no trial is lost, none has two units, and never more than 2 units run at once.
+
+And from a launch script: ``examples/study_from_launch.py`` runs with ``xmanager launch`` in a
+researcher's environment (the real client ``xm_cloud`` and ``clients/python`` installed side by
+side, `tests.system.cli.cli_env.ensure_launch_venv`): it launches the template with ``xm_cloud``,
+``xmc_study.create`` starts the study with the launch client's identity, and the study runs to its end.
 """
 from __future__ import annotations
 
@@ -16,9 +21,12 @@ import psutil
 import pytest
 from django.db import close_old_connections
 
+from experiments.models import Experiment
 from studies.models import Trial
+from tests.system.cli.cli_env import ensure_launch_venv
 from tests.system.e2e.conftest import ROOT, System, eventually
 from tests.system.e2e.test_walkthrough import _client, _rest
+from tests.system.real_client.conftest import Client
 from workunits.choices import TERMINAL
 from workunits.models import WorkUnit, WorkUnitExecution
 
@@ -107,3 +115,38 @@ def test_a_study_runs_its_trials_prunes_and_survives_its_controller_dying(system
     for t in completed:
         base = 0.5 + (math.log(t["parameters"]["lr"]) + 4.6) ** 2 / 10 + 2 * (t["parameters"]["dropout"] - 0.2) ** 2
         assert base + math.exp(-14 / 8) <= t["value"] <= base + math.exp(-8 / 8)
+
+
+@pytest.mark.timeout(900)  # the first build of the launch environment takes minutes (cached after)
+def test_a_launch_script_starts_a_study_with_xm_cloud_and_xmc_study_and_it_runs(system: System,
+                                                                                 tmp_path: Path) -> None:
+    workdir = tmp_path / "launch"
+    workdir.mkdir()
+    grpc_target = system.exports["XMANAGER_ENDPOINT"].removeprefix("http://")
+    client = Client(ensure_launch_venv(), workdir, grpc_target, system.api, system.exports["XMC_AUTH_TOKEN"])
+    launch = client.xmanager("launch", str(ROOT / "examples" / "study_from_launch.py"), "--", "--run_seconds=6",
+                             "--max_trials=3", "--parallel=2", timeout=240).ok()
+    xid, sid = launch.result["xid"], launch.result["sid"]
+    assert launch.result["url"] == f"{system.api}/experiments/{xid}/studies/{sid}"
+    path = f"/v1/experiments/{xid}/studies/{sid}"
+    created = _rest(system, "GET", path)
+    assert created["name"] == f"experiments/{xid}/studies/{sid}"
+    assert created["templateWorkUnit"] == 1 and created["maxTrials"] == 3 and created["parallelTrials"] == 2
+    assert set(created["parameters"]) == {"lr", "batch_size", "dropout"}
+    assert created["creator"] and created["creator"] == Experiment.objects.get(id=xid).creator  # the launch's identity
+    template = WorkUnit.objects.get(experiment_id=xid, wid=1)  # what xm_cloud launched, the study's template
+    assert template.args["lr"] == "0.01" and not [t for t in template.tags if t.startswith("study:")]
+
+    def ended() -> Any:
+        got = _rest(system, "GET", path)
+        return got if got["state"] != "RUNNING" else None
+
+    final = eventually(ended, timeout=360, what="the launched study ended")
+    assert final["state"] == "COMPLETED", final
+    trials = final["trials"]
+    assert [t["number"] for t in trials] == [0, 1, 2] and all(t["state"] == "COMPLETED" for t in trials), trials
+    for t in trials:  # each ran as a clone of the template with its own arguments, and reported its loss
+        unit = WorkUnit.objects.get(experiment_id=xid, wid=t["workUnit"])
+        assert f"study:{sid}" in unit.tags and float(unit.args["lr"]) == pytest.approx(t["parameters"]["lr"])
+        assert t["value"] is not None
+    assert final["bestTrial"]["value"] == min(t["value"] for t in trials)

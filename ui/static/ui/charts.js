@@ -350,9 +350,16 @@
       document.body.setAttribute("data-stream", "ready"); // subscribed: from now on no change is missed
     });
     source.addEventListener("metrics", onMetrics);
-    // A chart of the experiment as a whole (a study's history) follows its changes: data-follow="experiment".
-    source.addEventListener("experiment", function () {
-      all().forEach(function (fig) { if (fig.__chart && fig.getAttribute("data-follow") === "experiment") refresh(fig); });
+    // A chart of more than one work unit follows the stream's event its data-follow names: "experiment"
+    // (every change of the experiment), "study-<sid>" (a study's history: each committed trial change).
+    var followed = {};
+    all().forEach(function (fig) {
+      var name = fig.getAttribute("data-follow");
+      if (!name || followed[name]) return;
+      followed[name] = true;
+      source.addEventListener(name, function () {
+        all().forEach(function (f) { if (f.__chart && f.getAttribute("data-follow") === name) refresh(f); });
+      });
     });
   });
 

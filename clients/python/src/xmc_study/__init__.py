@@ -9,7 +9,8 @@ study survives the launch script and the laptop::
     import xmc_study
 
     with xm_cloud.create_experiment(experiment_title="lr search") as experiment:
-        experiment.add(xm.Job(executable=..., executor=..., args={"lr": "0.01", "epochs": "3"}))
+        experiment.add(xm.Job(executable=..., executor=..., args={"lr": "0.01", "epochs": "3"}),
+                       settings=xm_cloud.WorkUnitSettings())   # xm_cloud's add requires its settings
     study = xmc_study.create(experiment, 1,   # the work unit just added (wids count from 1)
                              parameters={"lr": "log:1e-5:1e-1", "batch_size": "choice:32,64,128"},
                              objective="loss:last:min", max_trials=40, parallel_trials=4, pruner="median:5")
@@ -72,7 +73,10 @@ def _id_of(thing: Any, *attributes: str) -> int:
     if isinstance(thing, int):
         return thing
     for attribute in attributes:
-        value = getattr(thing, attribute, None)
+        try:
+            value = getattr(thing, attribute, None)
+        except NotImplementedError:  # xm_cloud's experiment leaves XManager's experiment_id to its base, which raises
+            continue
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     raise TypeError(f"expected an id or an object with {' or '.join(attributes)}, got {type(thing).__name__}")
