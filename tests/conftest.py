@@ -31,6 +31,24 @@ hypothesis_settings.register_profile("suite", deadline=None, suppress_health_che
 hypothesis_settings.load_profile("suite")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_redis() -> None:
+    """The run's test databases are new, and so is its Redis database: an earlier run's live replay
+    logs, rate-limit buckets and throttles name rows that no longer exist, under ids that start
+    again from 1 (a stream of experiment 25 replayed the last run's experiment 25)."""
+    import redis
+    from django.conf import settings
+
+    for url in {u for u in (settings.REDIS_URL, settings.CELERY_BROKER_URL) if u.startswith("redis://")}:
+        client = redis.Redis.from_url(url)
+        try:
+            client.flushdb()
+        except redis.ConnectionError:
+            pass  # the tests that need Redis say so themselves
+        finally:
+            client.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_outbox_delivery(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """Record what the outbox would hand to the actuator instead of sending it."""
