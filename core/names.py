@@ -8,11 +8,14 @@ whole (``fullmatch``: a "$" would also accept a trailing newline). Anything
 else is ``INVALID_ARGUMENT`` naming the field and the shape it must have.
 
 :class:`IdConverter` is the same id as a Django path converter, for the pages'
-and the REST routes' ``<id:xid>``.
+and the REST routes' ``<id:xid>``; :class:`SlugConverter` a chart's or a
+dashboard's id (``<slug_id:chart_id>``). `register_converters` registers both.
 """
 from __future__ import annotations
 
 import re
+
+from django.urls import converters, register_converter
 
 from core import limits
 from core.errors import InvalidArgument
@@ -54,6 +57,12 @@ def parse_parent(parent: str, field: str = "parent") -> tuple[int, int | None]:
     return parse_experiment(parent, field), None
 
 
+def parse_operation(name: str, field: str = "name") -> tuple[int, int | None, int]:
+    """``experiments/{xid}[/workUnits/{wid}]/operations/{id}`` -> ``(xid, wid or None, id)``."""
+    found = match(OPERATION, name, field, "experiments/{xid}[/workUnits/{wid}]/operations/{id}")
+    return int(found.group(1)), None if found.group(2) is None else int(found.group(2)), int(found.group(3))
+
+
 def parse_artifact(name: str, field: str = "name") -> int:
     return int(match(ARTIFACT, name, field, "artifacts/{aid}").group(1))
 
@@ -67,9 +76,9 @@ def work_unit_name(xid: int, wid: int) -> str:
 
 
 class IdConverter:
-    """A Django path converter for one id (``register_converter(IdConverter, "id")``)."""
+    """A Django path converter for one id (``<id:xid>``): `ID`'s digits, at most ``core.limits.MAX_ID``."""
 
-    regex = "[0-9]{1,19}"
+    regex = ID[1:-1]
 
     def to_python(self, value: str) -> int:
         number = int(value)
@@ -79,3 +88,22 @@ class IdConverter:
 
     def to_url(self, value: int) -> str:
         return str(value)
+
+
+class SlugConverter:
+    """A Django path converter for a chart's or a dashboard's id (``<slug_id:chart_id>``): `SLUG`, as text."""
+
+    regex = SLUG[1:-1]
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+def register_converters() -> None:
+    """``<id:...>`` and ``<slug_id:...>`` for the URL patterns (once per process: the URL modules call it)."""
+    for converter, name in ((IdConverter, "id"), (SlugConverter, "slug_id")):
+        if name not in converters.get_converters():
+            register_converter(converter, name)

@@ -7,56 +7,50 @@ Thin adapters: each takes one argument, the base64 text of a signed
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from core import task_wire
 from core.protos import task_pb2
+from core.queues import Queue
+from delivery import declare
 from k8s_bridge.actuator import runner
 from k8s_bridge.logs import archive
 from workunits import services
-from xmc.celery import Queue, app
-
-def _task(**options: Any) -> Callable[[Callable[..., Any]], Any]:
-    """``app.task`` with a type (Celery ships none)."""
-    return cast("Callable[[Callable[..., Any]], Any]", app.task(**options))
-
 
 _OPTIONS: dict[str, Any] = {
     "bind": True,
-    "queue": Queue.ACTUATOR.value,
-    "acks_late": True,  # idempotent by design: every handler re-reads the world
-    "ignore_result": True,
-    "soft_time_limit": settings.XMC_ACTUATOR_SOFT_TIME_LIMIT_S,
-    "time_limit": settings.XMC_ACTUATOR_SOFT_TIME_LIMIT_S + 30,
+    "queue": Queue.ACTUATOR,
+    "time_limit": settings.XMC_ACTUATOR_SOFT_TIME_LIMIT_S,
 }
+#: The clean-ups: a batch of deletes.
+_PURGE: dict[str, Any] = {"queue": Queue.ACTUATOR, "time_limit": 60}
 
 
-@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.CREATE], **_OPTIONS)
+@declare.task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.CREATE], **_OPTIONS)
 def create(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.CREATE)
 
 
-@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.DELETE], **_OPTIONS)
+@declare.task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.DELETE], **_OPTIONS)
 def delete(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.DELETE)
 
 
-@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.RESTART], **_OPTIONS)
+@declare.task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.RESTART], **_OPTIONS)
 def restart(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.RESTART)
 
 
-@_task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
+@declare.task(name=task_wire.ACTUATOR_TASK_NAMES[task_pb2.Task.UPDATE], **_OPTIONS)
 def update(self: Any, payload: str) -> None:
     runner.run(self, payload, task_pb2.Task.UPDATE)
 
 
-@_task(name="xmc.logs.purge_archive", queue=Queue.ACTUATOR.value, ignore_result=True)
+@declare.task(name="xmc.logs.purge_archive", **_PURGE)
 def purge_log_archive() -> int:
     """Delete archived pod logs ``XMC_LOG_ARCHIVE_RETENTION_DAYS`` after they were archived (0: keep)."""
     if settings.XMC_LOG_ARCHIVE_RETENTION_DAYS <= 0:
@@ -64,7 +58,7 @@ def purge_log_archive() -> int:
     return archive.purge(older_than=timezone.now() - timedelta(days=settings.XMC_LOG_ARCHIVE_RETENTION_DAYS))
 
 
-@_task(name="xmc.actuator.purge_operations", queue=Queue.ACTUATOR.value, ignore_result=True)
+@declare.task(name="xmc.actuator.purge_operations", **_PURGE)
 def purge_operations() -> int:
     """Delete done operations ``XMC_OPERATION_RETENTION_DAYS`` after their end time."""
     cutoff = timezone.now() - timedelta(days=settings.XMC_OPERATION_RETENTION_DAYS)

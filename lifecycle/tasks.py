@@ -18,35 +18,32 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from core.queues import Queue
+from delivery import declare
 from lifecycle import events, rules, services
 from lifecycle.mlrun_client import MLRunError
 from workunits import delivery
 
 log = logging.getLogger(__name__)
 
-RETRY = {
+RETRY: dict[str, Any] = {
     "bind": True,
-    "acks_late": True,
-    "ignore_result": True,
-    "queue": Queue.LIFECYCLE.value,
+    "queue": Queue.LIFECYCLE,
     # A few external round trips with polled operations (client timeouts 15 s per
     # call, 45 s per operation); a task cut short is retried, not lost.
-    "soft_time_limit": 150,
-    "time_limit": 180,
+    "time_limit": 150,
 }
 #: What is retried (with exponential backoff and jitter, up to MAX_RETRIES), then dead-lettered.
 RETRY_FOR = (MLRunError, DatabaseError, SoftTimeLimitExceeded)
 MAX_RETRIES = 50
 
 
-@shared_task(name=events.TASK_NAME, **RETRY)
+@declare.task(name=events.TASK_NAME, **RETRY)
 def handle_event(self: Any, payload: str, delivery_id: int | None = None) -> None:
     try:
         event = events.decode(payload)
@@ -59,7 +56,7 @@ def handle_event(self: Any, payload: str, delivery_id: int | None = None) -> Non
                      max_retries=MAX_RETRIES)
 
 
-@shared_task(name=services.CLOSE_SUPERSEDED_TASK, **RETRY)
+@declare.task(name=services.CLOSE_SUPERSEDED_TASK, **RETRY)
 def close_superseded(self: Any, xid: int, wid: int, eid: int, delivery_id: int | None = None) -> None:
     delivery.consume(self, delivery_id, lambda: services.close_superseded(int(xid), int(wid), int(eid)),
                      retry_for=RETRY_FOR, max_retries=MAX_RETRIES)

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
 from core.queues import Queue
+from delivery import declare
 from metrics import partitions, services, system
 
 
-@shared_task(name="xmc.metrics.maintain_partitions", queue=Queue.ACTUATOR.value, ignore_result=True,
-             soft_time_limit=600, time_limit=660)
+@declare.task(name="xmc.metrics.maintain_partitions", queue=Queue.ACTUATOR, time_limit=600, hard_time_limit=660)
 def maintain_partitions() -> dict[str, Any]:
     """Create today's and the next ``XMC_METRICS_PARTITIONS_AHEAD_DAYS`` days' partitions; delete points
     more than ``XMC_METRICS_MAX_FUTURE_S`` ahead; drop the ones wholly older than
@@ -30,8 +29,7 @@ def maintain_partitions() -> dict[str, Any]:
             "blocks_deleted": done.blocks_deleted, "future_deleted": done.future_deleted}
 
 
-@shared_task(name="xmc.metrics.collect_system", queue=Queue.ACTUATOR.value, ignore_result=True,
-             soft_time_limit=120, time_limit=150)
+@declare.task(name="xmc.metrics.collect_system", queue=Queue.ACTUATOR, time_limit=120)
 def collect_system() -> dict[str, Any]:
     """One cycle of the system metrics (`metrics.system.collect`): every ``XMC_SYSTEM_METRICS_INTERVAL_S``
     from the beat schedule, idempotent (a second run within one interval writes nothing new)."""
@@ -40,8 +38,7 @@ def collect_system() -> dict[str, Any]:
             "advisories": done.advisories, "seconds": round(done.total_s, 3)}
 
 
-@shared_task(name="xmc.metrics.roll_up_blocks", queue=Queue.ACTUATOR.value, ignore_result=True,
-             soft_time_limit=300, time_limit=360)
+@declare.task(name="xmc.metrics.roll_up_blocks", queue=Queue.ACTUATOR, time_limit=300, hard_time_limit=360)
 def roll_up_blocks() -> dict[str, Any]:
     """Every ``XMC_METRICS_ROLL_UP_S`` from the beat schedule: the pending finest blocks into their coarser
     sizes (`metrics.services.roll_up_blocks`; idempotent: a second run finds nothing pending)."""

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
 from django.db import DatabaseError
 
-from notifications import outbox, services, sources
 from core.queues import Queue
+from delivery import declare
+from notifications import outbox, services, sources
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +29,17 @@ DELIVER_TASK = outbox.DELIVER_TASK
 SWEEP_TASK = outbox.SWEEP_TASK
 
 OPTIONS: dict[str, Any] = {
-    "bind": True, "acks_late": True, "ignore_result": True, "queue": Queue.NOTIFICATIONS.value,
-    "autoretry_for": (DatabaseError,), "retry_backoff": True, "retry_backoff_max": 60, "retry_jitter": True,
-    "max_retries": 20, "soft_time_limit": 60, "time_limit": 90,
+    "bind": True, "queue": Queue.NOTIFICATIONS,
+    "retry_for": (DatabaseError,), "backoff_max": 60, "max_retries": 20, "time_limit": 60,
 }
 
 
-@shared_task(name=FAN_OUT_TASK, **OPTIONS)
+@declare.task(name=FAN_OUT_TASK, **OPTIONS)
 def fan_out(self: Any, event_ids: list[int]) -> None:
     services.fan_out_many([int(i) for i in event_ids])
 
 
-@shared_task(name=DELIVER_TASK, **OPTIONS)
+@declare.task(name=DELIVER_TASK, **OPTIONS)
 def deliver(self: Any, delivery_id: int | list[int]) -> str:
     """One delivery, or a batch of them (``services.enqueue`` sends the due ones of a fan-out together)."""
     ids = [int(i) for i in delivery_id] if isinstance(delivery_id, list) else [int(delivery_id)]
@@ -52,7 +51,7 @@ def deliver(self: Any, delivery_id: int | list[int]) -> str:
     return ",".join(sorted({o.action for o in outcomes.values()}))
 
 
-@shared_task(name=SWEEP_TASK, **OPTIONS)
+@declare.task(name=SWEEP_TASK, **OPTIONS)
 def sweep(self: Any) -> None:
     outbox.enqueue_fan_out(sources.scan_queued_too_long())
     outbox.enqueue_fan_out(sources.scan_finished())

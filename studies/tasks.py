@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
-
+from delivery import declare
 from studies import controller, doorbell
 
 
-@shared_task(name=doorbell.STEP_TASK, bind=True, acks_late=True, ignore_result=True, queue=doorbell.QUEUE,
-             soft_time_limit=120, time_limit=150)
+@declare.task(name=doorbell.STEP_TASK, bind=True, queue=doorbell.QUEUE, time_limit=120)
 def step(self: Any, study_id: int, delivery_id: int | None = None) -> None:
     doorbell.answer(self, delivery_id, lambda: controller.step(int(study_id)))
 
 
-@shared_task(name="xmc.studies.tick", ignore_result=True, queue=doorbell.QUEUE)
+@declare.task(name="xmc.studies.tick", queue=doorbell.QUEUE, time_limit=60)
 def tick() -> int:
     return controller.tick()

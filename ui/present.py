@@ -99,17 +99,18 @@ def failure_said(failure: str) -> Callable[[str], bool]:
 def why_not_running(state: str, current: Mapping[str, Any], queue_name: str, estimate: str = "") -> str:
     """The headline: why the work unit is not running, or why it failed, in one line.
 
-    The server's one reading, ``workunits.headline.headline`` (no UIDs, no
-    pod names); the details stay in the messages, shown once on the unit's
-    page. ``estimate`` (`estimate_words`) is added to a queued unit's line.
+    The server's one sentence, ``workunits.headline.describe`` (no UIDs, no
+    pod names), the same ``xmc status`` and ``xmc why`` print; the details stay
+    in the messages, shown once on the unit's page. ``estimate``
+    (``workunits.eta.estimate_for``) is added to a queued unit's line.
     """
-    head = headline.headline(state, current.get("system_message"), current.get("scheduling_information"), queue_name)
-    if not head:
-        return ""
-    head = head[0].upper() + head[1:]
-    if estimate and state == "SCHEDULING" and queue_position(current) and head.startswith("Waiting"):
-        head += f". {estimate}"
-    return head
+    return str(why(state, current, queue_name, estimate)["sentence"])
+
+
+def why(state: str, current: Mapping[str, Any], queue_name: str, estimate: str = "") -> dict[str, Any]:
+    """``{"headline", "sentence", "reason"}`` of an execution (``workunits.headline.describe``)."""
+    return headline.describe(state, current.get("system_message"), current.get("scheduling_information"),
+                             queue_name, estimate)
 
 
 def _scalar(value: Any) -> str:

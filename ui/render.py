@@ -94,7 +94,7 @@ def unit_row(row: Mapping[str, Any], xid: int, can_write: bool, columns: Sequenc
         f'<td class="num hide-sm">{_e(row["eid"])}</td>'
         f'<td class="job">{_e(row["job"])}</td>'
         f'{cells}{_metric_cells(row, metrics, best)}'
-        f'<td class="why">{_e(row["why"])}</td>'
+        f'<td class="why" data-reason="{_e(row.get("reason", ""))}">{_e(row["why"])}</td>'
         f'<td class="tags"><div class="chips">{_chips(row["tags"])}</div></td>'
         f'<td class="notes"><span class="note-text">{_e(_truncate(row["notes"], 120))}</span>{edit}</td>'
         f'<td class="last hide-sm">{_e(_truncate(row["last"]))}</td>'

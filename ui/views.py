@@ -174,13 +174,14 @@ def _unit_row(unit: dict[str, Any], now: datetime, varying: list[str], args: dic
     queue = present.queue_name(unit["executable"])
     started = current.get("create_time")
     ended = current.get("complete_time") or (now if state not in present.TERMINAL else current.get("update_time"))
-    why = present.why_not_running(state, current, queue, _estimate(state, current, queue, admissions, now))
+    said = present.why(state, current, queue, _estimate(state, current, queue, admissions, now))
+    why = str(said["sentence"])
     # The system message is what the headline ("why") shortens: said once, on the unit's page.
     last = present.text_of(current.get("user_message")) or ("" if why else present.text_of(current.get("system_message")))
     return {
         "wid": unit["wid"], "state": state, "words": present.words(state), "eid": current.get("eid") or unit["current_eid"],
         "job": arguments.job_name(unit["executable"]), "tags": list(unit["tags"] or []), "notes": unit["notes"] or "",
-        "why": why, "last": last, "started": started, "duration": present.duration(started, ended),
+        "why": why, "reason": said["reason"]["code"], "last": last, "started": started, "duration": present.duration(started, ended),
         "seconds": present.seconds(started, ended),
         "cells": [args.get(name, "") for name in varying],
         "metrics": {name: stats.last for name, stats in (unit.get("metrics") or {}).items()}, "stoppable": state not in present.TERMINAL
@@ -523,6 +524,12 @@ def _timeline(history: list[dict[str, Any]], end: datetime, title: str) -> str:
     return timeline.svg(bands, title=title, inline_style=False) + timeline.legend(bands)
 
 
+def _why(state: str, shown: dict[str, Any], queue: str, estimate: str) -> dict[str, str]:
+    """The server's sentence and its reason's code (``workunits.headline``), as ``xmc why`` prints them."""
+    said = present.why(state, shown, queue, estimate)
+    return {"why": str(said["sentence"]), "reason": str(said["reason"]["code"])}
+
+
 def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]:
     role, exp = reads.role(identity, xid)
     unit, executions = reads.work_unit(xid, wid, identity)
@@ -538,7 +545,7 @@ def _work_unit_context(identity: Identity, xid: int, wid: int) -> dict[str, Any]
         views.append({
             "ex": ex, "words": present.words(ex.state), "duration": present.duration(ex.create_time, end),
             "timeline": _timeline(ex.history, end, f"execution {ex.eid}") if ex.history else "",
-            "why": present.why_not_running(ex.state, shown, queue, _estimate(
+            **_why(ex.state, shown, queue, _estimate(
                 ex.state, shown, queue, _admissions([{"executable": unit["executable"], "current": shown}]), now)),
             "failed": failed, "failure": failure, "failure_trace": ((failure or {}).get("auxiliaryInfo") or {}).get("stackTrace", ""),
             "failure_link": present.safe_url((failure or {}).get("userFacingUrl")),

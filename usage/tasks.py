@@ -8,20 +8,12 @@ or missed run changes no figure by much (docs/architecture/usage.md).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
-
-from celery import shared_task
-
 from core.queues import Queue
+from delivery import declare
 from usage import services
 
-#: ``shared_task`` with a type (Celery ships none).
-_task = cast("Callable[..., Callable[[Callable[..., Any]], Any]]", shared_task)
 
-
-@_task(name="xmc.usage.settle", queue=Queue.ACTUATOR.value, ignore_result=True,
-             soft_time_limit=120, time_limit=150)
+@declare.task(name="xmc.usage.settle", queue=Queue.ACTUATOR, time_limit=120)
 def settle() -> int:
     """Settle up to `usage.services.SETTLE_BATCH` ended intervals; how many were settled."""
     return services.settle()

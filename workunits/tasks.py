@@ -11,18 +11,18 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
 from core.queues import Queue
+from delivery import declare
 from delivery.backoff import jittered
 from workunits import delivery, resumption
 
 
-@shared_task(name="xmc.resumption.run", queue=Queue.RESUMPTION.value, ignore_result=True, bind=True,
-             acks_late=True, soft_time_limit=1800, time_limit=1900)
+@declare.task(name="xmc.resumption.run", queue=Queue.RESUMPTION, bind=True, time_limit=1800,
+              hard_time_limit=1900)
 def resumption_run(self: Any, run_id: str, batch_size: int, delivery_id: int | None = None) -> None:
     """One resumption run; its OutboxMessage (``delivery_id``) is claimed, retried on database errors."""
     def run() -> None:
@@ -35,14 +35,14 @@ def resumption_run(self: Any, run_id: str, batch_size: int, delivery_id: int | N
                      backoff=lambda n: jittered(n, base=1.0, cap=60.0))
 
 
-@shared_task(name="xmc.delivery.purge", queue=Queue.ACTUATOR.value, ignore_result=True)
+@declare.task(name="xmc.delivery.purge", queue=Queue.ACTUATOR, time_limit=60)
 def purge_messages() -> int:
     """Delete done outbox messages ``XMC_OUTBOX_MESSAGE_RETENTION_DAYS`` after they ended."""
     return delivery.purge_messages(
         older_than=timezone.now() - timedelta(days=settings.XMC_OUTBOX_MESSAGE_RETENTION_DAYS))
 
 
-@shared_task(name="xmc.resumption.cleanup", queue=Queue.RESUMPTION.value, ignore_result=True,
-             acks_late=True, soft_time_limit=300, time_limit=360)
+@declare.task(name="xmc.resumption.cleanup", queue=Queue.RESUMPTION, time_limit=300,
+              hard_time_limit=360)
 def paused_task_cleanup() -> int:
     return resumption.delete_expired()

@@ -22,7 +22,6 @@ from celery.signals import worker_init
 from kombu import Queue as KombuQueue
 
 from core.queues import Queue
-from xmc.logs import connect_task_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "xmc.settings")
 
@@ -67,9 +66,6 @@ def _django_logging(**_: object) -> None:
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
-
-
-connect_task_logging()
 
 
 @signals.worker_init.connect(weak=False)

@@ -10,8 +10,8 @@ extras after the event as ``key=value``. Log calls use dotted event names
 
 Also here: :class:`RequestLogMiddleware` (one line per HTTP request, with a
 request id taken from ``X-Request-ID`` or generated, echoed in the response)
-and the Celery signal handlers that write one line per task
-(:func:`connect_task_logging`).
+and nothing for tasks: every task logs its own ``celery.task`` line through
+its base class (``delivery.declare.Task``).
 """
 from __future__ import annotations
 
@@ -99,33 +99,3 @@ def _identity(request: HttpRequest) -> str:
         return str(getattr(getattr(request, "user", None), "email", "") or "")
     except DatabaseError:
         return ""
-
-
-task_log = logging.getLogger("xmc.task")
-_task_started: dict[str, float] = {}
-
-
-def connect_task_logging() -> None:
-    """Connect one ``celery.task`` line (and metric) per finished task (called by xmc.celery)."""
-    from celery import signals
-
-    @signals.task_prerun.connect(weak=False)
-    def _prerun(task_id: str | None = None, **_: Any) -> None:
-        if task_id:
-            _task_started[task_id] = time.perf_counter()
-
-    @signals.task_postrun.connect(weak=False)
-    def _postrun(task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
-        from xmc import ops
-
-        started = _task_started.pop(task_id or "", None)
-        seconds = time.perf_counter() - started if started else None
-        name = getattr(task, "name", "")
-        ops.observe_task(name, state or "", seconds)
-        task_log.info("celery.task", extra={
-            "task": name,
-            "task_id": task_id,
-            "state": state,
-            "duration_ms": round(seconds * 1000, 1) if seconds is not None else None,
-            "retries": getattr(getattr(task, "request", None), "retries", 0),
-        })

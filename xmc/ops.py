@@ -42,6 +42,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from delivery import declare
 from workunits.delivery import oldest_pending
 
 logger = logging.getLogger(__name__)
@@ -62,23 +63,9 @@ RPC_LATENCY = Histogram(
 )
 
 
-TASKS = Counter(
-    "xmc_celery_tasks",
-    "Celery tasks finished in this worker, by task name and final state (SUCCESS, RETRY, FAILURE, ...).",
-    ["task", "state"],
-)
-TASK_LATENCY = Histogram(
-    "xmc_celery_task_duration_seconds",
-    "Wall time of one Celery task run.",
-    ["task"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 90.0),
-)
-
-
-def observe_task(task: str, state: str, seconds: float | None) -> None:
-    TASKS.labels(task, state).inc()
-    if seconds is not None:
-        TASK_LATENCY.labels(task).observe(seconds)
+# The tasks' own metrics (xmc_celery_tasks, xmc_celery_task_duration_seconds) are counted by their
+# base class, delivery.declare.Task, and served here by serve_metrics like every other.
+assert declare.TASKS is not None
 
 
 def delivery_status(ages: dict[str, float]) -> dict[str, object]:

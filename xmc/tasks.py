@@ -5,9 +5,9 @@ to see that a worker consumes that queue (and its metrics count it).
 """
 from __future__ import annotations
 
-from celery import shared_task
+from delivery import declare
 
 
-@shared_task(name="xmc.ping", ignore_result=True)
+@declare.task(name="xmc.ping", queue=None, time_limit=60)  # sent to whichever queue is probed
 def ping() -> str:
     return "pong"

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from core import task_wire
+from core import names, task_wire
+from core.errors import InvalidArgument
 from core.protos import task_pb2
 from k8s_bridge.actuator import pause
 from k8s_bridge.actuator.handlers import HANDLERS, RetryLater
@@ -43,7 +43,6 @@ from workunits.models import Operation
 
 log = logging.getLogger(__name__)
 
-_OPERATION_NAME = re.compile(r"^experiments/(\d+)(?:/workUnits/(\d+))?/operations/(\d+)$")
 _PAUSABLE = (task_pb2.Task.CREATE, task_pb2.Task.RESTART, task_pb2.Task.UPDATE)
 _CANCELLABLE = (task_pb2.Task.CREATE, task_pb2.Task.RESTART)
 
@@ -57,11 +56,11 @@ class OperationView:
 
 def operation_of(task: task_pb2.Task) -> OperationView | None:
     """The Operation row a (verified) task stands for, when it names one that matches it."""
-    match = _OPERATION_NAME.match(task.operation_name)
-    if match is None:
-        return None
-    xid, wid, op_id = int(match[1]), match[2], int(match[3])
-    if xid != task.xid or (wid is not None and int(wid) != task.wid):
+    try:
+        xid, wid, op_id = names.parse_operation(task.operation_name, "operation_name")
+    except InvalidArgument:
+        return None  # no operation, or a name of another shape: nothing to link
+    if xid != task.xid or (wid is not None and wid != task.wid):
         return None
     row = Operation.objects.filter(id=op_id, experiment_id=xid).values("done", "requested_cancellation").first()
     if row is None:

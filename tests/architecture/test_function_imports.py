@@ -45,7 +45,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("xmc/celery.py", "_refuse_an_insecure_secret", "xmc.checks"):
         "loaded with the settings, before the app registry (xmc/__init__.py)",
     ("xmc/celery.py", "_worker_metrics", "xmc.ops"): "loaded with the settings, before the app registry",
-    ("xmc/logs.py", "_postrun", "xmc"): "loaded with the settings (by xmc.celery), before the app registry",
     ("simulators/cluster/server.py", "_make_clock", "simulators.cluster.clock"):
         "optional: the API server runs without the controllers' clock (ControllersUnavailable)",
     ("simulators/cluster/server.py", "_start_controllers", "simulators.cluster.controllers"):

@@ -10,11 +10,9 @@ until such a call goes through ``delivery.broker`` (or, for a new queue,
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "delivery", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle",
-            "k8s_bridge", "notifications", "ui")
+from tests.architecture.production import ROOT, modules
+
 PUBLISHING = {"send_task", "apply_async", "delay"}
 #: The one publisher.
 ALLOWED = {"delivery/broker.py"}
@@ -22,15 +20,10 @@ ALLOWED = {"delivery/broker.py"}
 
 def publishing_calls() -> list[str]:
     found = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if "/migrations/" in rel or rel in ALLOWED:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in PUBLISHING):
-                    found.append(f"{rel}:{node.lineno} {node.func.attr}")
+    for rel, tree in modules(ALLOWED):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PUBLISHING:
+                found.append(f"{rel}:{node.lineno} {node.func.attr}")
     return found
 
 

@@ -37,3 +37,10 @@ def test_the_path_converter_takes_the_same_ids() -> None:
     assert converter.to_python("42") == 42 and converter.to_url(42) == "42"
     with pytest.raises(ValueError):
         converter.to_python(str(MAX_ID + 1))
+
+
+def test_it_reads_an_operation_name_with_or_without_its_work_unit() -> None:
+    assert names.parse_operation("experiments/3/workUnits/4/operations/5") == (3, 4, 5)
+    assert names.parse_operation("experiments/3/operations/5") == (3, None, 5)
+    with pytest.raises(InvalidArgument, match="operation_name"):
+        names.parse_operation("experiments/3/operations/5\n", "operation_name")

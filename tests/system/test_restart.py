@@ -9,18 +9,17 @@ archive (``k8s_bridge.logs.service``) through the page, REST and ``xmc logs``.
 """
 from __future__ import annotations
 
-import http.cookiejar
 import os
 import re
 import signal
 import subprocess
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests import waiting
+from tests.system import signin
 from tests.system.cli import rest
 from tests.system.cli.cli_env import ensure_cli_venv
 from tests.system.cli.runner import Xmc
@@ -49,15 +48,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 def _panel(ui: str, path: str) -> str:
     """The logs panel as the admin sees it, signed in through the site's own form."""
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-    with opener.open(f"{ui}/login", timeout=10) as page:
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.read().decode())
-    assert token
-    body = urllib.parse.urlencode({"csrfmiddlewaretoken": token.group(1), "username": "admin",
-                                   "password": "the-right-password", "next": "/experiments"}).encode()
-    opener.open(urllib.request.Request(f"{ui}/login", data=body, headers={"Referer": f"{ui}/login"}), timeout=10)
-    with opener.open(f"{ui}{path}", timeout=30) as panel:
-        return str(panel.read().decode())
+    return signin.page(ui, "admin", "the-right-password", path)
 
 
 def _the_first_job_after_the_restart_shows_every_state(api: str, token: str) -> None:

@@ -93,6 +93,26 @@ def test_it_answers_404_for_someone_elses_experiment_and_a_missing_work_unit(ali
     assert WorkUnitExecution.objects.get(work_unit__experiment=exp).state == "INITIALIZING"
 
 
+def test_every_route_reads_its_ids_with_the_one_converter_and_answers_404_past_the_largest(alice: Client) -> None:
+    """Ids are spelled once (core.names.IdConverter): an id the database cannot hold never reaches a view."""
+    import re
+
+    from django.urls.resolvers import RoutePattern
+
+    from core.limits import MAX_ID
+    from ui import urls
+
+    routes = [str(p.pattern) for p in urls.urlpatterns]
+    assert all(isinstance(p.pattern, RoutePattern) for p in urls.urlpatterns), routes  # no regex of its own
+    with_ids = [r for r in routes if "<id:" in r]
+    assert len(with_ids) >= 20, with_ids
+    for route in with_ids:
+        for too_big in (str(MAX_ID + 1), "9" * 20):
+            path = "/" + re.sub(r"<slug_id:\w+>", "c1", re.sub(r"<id:\w+>", too_big, route))
+            assert alice.get(path).status_code == 404, path
+            assert alice.post(path).status_code == 404, path
+
+
 def test_it_offers_no_actions_on_a_read_only_experiment_and_refuses_them(alice: Client) -> None:
     exp, _ = pages.sweep(BOB, acls=pages.shared_with(ALICE))
     body = alice.get(f"/experiments/{exp.id}").content.decode()

@@ -5,7 +5,7 @@ as it writes them for the cases the issue names.
 """
 from __future__ import annotations
 
-from workunits.headline import failure, headline
+from workunits.headline import describe, explain, failure, headline
 
 UID = "3f0c2d1e-9a7b-4c5d-8e6f-0a1b2c3d4e5f"
 
@@ -56,3 +56,24 @@ def test_it_never_shows_a_uid_and_stays_one_short_line() -> None:
 def test_it_has_nothing_to_say_about_a_unit_that_runs() -> None:
     assert headline("RUNNING", None, None, "q") == ""
     assert headline("COMPLETED", None, None, "q") == ""
+
+
+def test_it_reads_the_case_once_into_the_line_and_a_structured_reason() -> None:
+    text = ("JobSet failed (FailedJobs): replicated job train: BackoffLimitExceeded, backoff limit reached after"
+            " 2 failed pod(s) (backoffLimit 1). replica train-0 container main exited with code 3 (Error)")
+    assert explain("FAILED", error(text), None) == ("exited with code 3, twice (retry limit 1)", {
+        "code": "FAILED", "cause": "EXIT_CODE", "exitCode": 3, "failures": 2, "retryLimit": 1})
+    queued = {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 3, "totalWorkloadsInQueue": 7}}}
+    assert explain("SCHEDULING", None, queued, "demo-queue")[1] == {
+        "code": "WAITING_FOR_QUOTA", "queue": "demo-queue", "positionInQueue": 3, "totalInQueue": 7}
+    assert explain("RUNNING", None, None, "q") == ("", {"code": "RUNNING"})
+
+
+def test_the_sentence_is_the_line_capitalised_with_a_queued_units_estimate_only() -> None:
+    queued = {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 2}}}
+    assert describe("SCHEDULING", None, queued, "q", "Estimated start within 2 min")["sentence"] == (
+        "Waiting for quota in q: position 2. Estimated start within 2 min")
+    preempted = {"userFacingText": "Preempted to accommodate a workload", **queued}
+    said = describe("SCHEDULING", None, preempted, "q", "Estimated start within 2 min")
+    assert said["sentence"] == "Preempted by a higher-priority workload" and said["reason"] == {"code": "PREEMPTED"}
+    assert describe("COMPLETED", None, None)["sentence"] == ""

@@ -440,11 +440,10 @@ rpc(ESS, "SearchStatusMessages", api.ListStatusMessagesRequest, api.ListStatusMe
 
 
 def _operation_row(name: str, caller: Caller, needed: Role) -> Operation:
-    match = names.match(names.OPERATION, name, "name", "experiments/{xid}[/workUnits/{wid}]/operations/{id}")
-    xid, wid, op_id = int(match.group(1)), match.group(2), int(match.group(3))
+    xid, wid, op_id = names.parse_operation(name)
     op = (Operation.objects.select_related("work_unit", "experiment")
           .filter(id=op_id, experiment_id=xid, action_type__in=API_ACTION_TYPES).first())
-    if op is None or (wid is not None and (op.work_unit is None or op.work_unit.wid != int(wid))):
+    if op is None or (wid is not None and (op.work_unit is None or op.work_unit.wid != wid)):
         raise access.missing_child(caller.identity, op.experiment.acls if op else _experiment_acls(xid), needed,
                                    resource=name)
     access.require(caller.identity, op.experiment.acls, needed, resource=name)

@@ -25,7 +25,7 @@ from google.api import field_behavior_pb2
 from google.protobuf import descriptor
 from google.protobuf.descriptor import FieldDescriptor
 
-from xmc.api import extensions, importance, metrics_write, studies, sweeps
+from xmc.api import extensions, headlines, importance, metrics_write, studies, sweeps
 from xmc.api.rest import BINDINGS, HTTP_STATUS, Binding
 
 OPENAPI_VERSION = "3.0.3"
@@ -262,6 +262,7 @@ def build_document() -> dict[str, Any]:
     paths.update(metrics_write.openapi_paths())  # not an RPC: jobs write points with their own token
     paths.update(sweeps.openapi_paths())  # not RPCs: the sweep read and parameter importance
     paths.update(importance.openapi_paths())
+    paths.update(headlines.openapi_paths())  # not an RPC: each unit's sentence and reason (workunits.headline)
     paths.update(studies.openapi_paths())
     for extra in extensions.openapi_paths:  # endpoints that are not RPCs (e.g. streamed logs)
         paths.update(extra())

@@ -22,9 +22,11 @@ def test_it_answers_each_units_state_and_headline(world: World, alice_api: Api) 
     assert response.status_code == 200, response.content
     assert response.json() == {"headlines": [
         {"name": f"experiments/{world.xid}/workUnits/1", "executionId": 1, "state": "INITIALIZING",
-         "headline": "being handed to the cluster"},
+         "headline": "being handed to the cluster", "sentence": "Being handed to the cluster",
+         "reason": {"code": "HANDING_TO_CLUSTER"}},
         {"name": f"experiments/{world.xid}/workUnits/2", "executionId": 1, "state": "FAILED",
-         "headline": "out of memory (OOMKilled) in train-0"},
+         "headline": "out of memory (OOMKilled) in train-0", "sentence": "Out of memory (OOMKilled) in train-0",
+         "reason": {"code": "FAILED", "cause": "OUT_OF_MEMORY", "replica": "train-0"}},
     ]}
 
 
@@ -52,11 +54,17 @@ def test_a_queued_unit_carries_its_estimated_start_when_the_method_is_shown(
     WorkUnitExecution.objects.filter(work_unit__experiment_id=world.xid, work_unit__wid=12).update(
         scheduling_information={"auxiliaryInfo": {"queueInfo": {"positionInQueue": 2, "totalWorkloadsInQueue": 4}}})
 
-    def headline() -> str:
+    def row() -> dict[str, object]:
         rows = alice_api.get(f"/v1/experiments/{world.xid}/headlines").json()["headlines"]
-        return str(next(r["headline"] for r in rows if r["name"].endswith("/workUnits/12")))
+        return dict(next(r for r in rows if r["name"].endswith("/workUnits/12")))
+
+    def headline() -> str:
+        return str(row()["headline"])
 
     monkeypatch.setattr(eta, "ESTIMATE_MEASURED_ERROR", 0.2)
     assert headline().startswith("waiting for quota in cpu-queue: position 2 of 4. Estimated start "), headline()
+    assert str(row()["sentence"]).startswith("Waiting for quota in cpu-queue: position 2 of 4. Estimated start ")
+    assert row()["reason"] == {"code": "WAITING_FOR_QUOTA", "queue": "cpu-queue", "positionInQueue": 2,
+                               "totalInQueue": 4}
     monkeypatch.setattr(eta, "ESTIMATE_MEASURED_ERROR", 0.6)  # past the 25 % bar: none
     assert headline() == "waiting for quota in cpu-queue: position 2 of 4"

@@ -35,7 +35,7 @@ def test_it_lists_every_binding_once(document: dict[str, Any]) -> None:
     operation_ids = [op["operationId"] for _, op in ops]
     extra = {"GetExecutionLogs", "ListSubscriptions", "CreateSubscription", "GetSubscription", "UpdateSubscription",
              "DeleteSubscription", "TestSubscription", "RotateSubscriptionSecret", "ListSubscriptionDeliveries",
-                 "WriteMetrics", "SummarizeWorkUnits", "GetParameterImportance",
+                 "WriteMetrics", "SummarizeWorkUnits", "GetParameterImportance", "ListHeadlines",
              "CreateStudy", "ListStudies", "GetStudy", "StopStudy", "GetUsage", "ListQueues", "ListPendingWorkloads"}
     assert set(operation_ids) - {op["operationId"] for _, op in ops if not op.get("x-not-an-rpc")} == extra
     assert len(operation_ids) == len(set(operation_ids)) == len(BINDINGS) + len(extra)
@@ -47,6 +47,14 @@ def test_it_documents_the_logs_endpoint(document: dict[str, Any]) -> None:
     assert [p["name"] for p in logs["parameters"] if p["in"] == "query"] == [
         "replica", "container", "follow", "tailLines", "sinceTime", "previous", "timestamps", "format"]
     assert set(logs["responses"]["200"]["content"]) == {"text/plain", "application/x-ndjson"}
+
+
+def test_it_documents_the_headlines_sentence_and_reason(document: dict[str, Any]) -> None:
+    """The one "why is it not running" (workunits.headline) is part of the documented answer, camelCase."""
+    row = (document["paths"]["/v1/experiments/{xid}/headlines"]["get"]["responses"]["200"]["content"]
+           ["application/json"]["schema"]["properties"]["headlines"]["items"])
+    assert {"name", "executionId", "state", "headline", "sentence", "reason"} <= set(row["properties"])
+    assert {"code", "positionInQueue", "totalInQueue", "exitCode", "retryLimit"} <= set(row["properties"]["reason"]["properties"])
 
 
 def test_it_spells_paths_with_one_parameter_per_id(document: dict[str, Any]) -> None:

@@ -24,18 +24,39 @@ from xmc.celery import app
 pytestmark = pytest.mark.django_db
 
 
-def test_it_builds_a_create_task_from_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def _create_task(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Operation, task_pb2.Task]:
+    """A new work unit's Create operation and the task the outbox builds from it."""
     monkeypatch.setattr("workunits.hooks.notify_when_for", lambda xid, wid: "COMPLETED")
     exp = factories.experiment()
     op = Operation.objects.select_related("work_unit").get(
         id=services.create_work_unit(exp.id, factories.work_unit_message()).id)
-    task = outbox.build_task(op)
+    return exp, op, outbox.build_task(op)
+
+
+def test_it_builds_a_create_task_from_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    exp, op, task = _create_task(monkeypatch)
     assert (task.type, task.xid, task.wid, task.eid, task.target_eid) == (task_pb2.Task.CREATE, exp.id, 1, 1, 0)
     assert task.operation_name == f"experiments/{exp.id}/workUnits/1/operations/{op.id}"
     assert task.notify_when == "COMPLETED"
     work_unit = pb.work_unit.WorkUnit()
     assert task.work_unit.Unpack(work_unit)
     assert work_unit.executable.jobset.jobs[0].name == "trainer"
+
+
+def test_the_runner_reads_the_operation_name_as_the_api_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """core.names owns the operation name's shape: a task names its operation in it, or links none."""
+    from k8s_bridge.actuator import runner
+
+    exp, op, task = _create_task(monkeypatch)
+    found = runner.operation_of(task)
+    assert found is not None and (found.id, found.done) == (op.id, False)
+    for name in (f"experiments/{exp.id}/workUnits/1/operations/{op.id}\n",  # a "$" would take the newline
+                 f"experiments/{exp.id}/workUnits/1/operations/{op.id:d}".replace("1/", "\u0661/"),  # Arabic one
+                 f"experiments/{exp.id}/workUnits/1/operations/{2**63}",  # past any id: no query at all
+                 f"experiments/{exp.id}/workUnits/2/operations/{op.id}",  # another unit's
+                 "operations/1", ""):
+        task.operation_name = name
+        assert runner.operation_of(task) is None, name
 
 
 def test_it_marks_dispatched_only_when_the_broker_took_the_task(monkeypatch: pytest.MonkeyPatch) -> None:

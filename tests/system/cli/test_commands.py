@@ -7,13 +7,20 @@ the exit code. One live system for the module.
 """
 from __future__ import annotations
 
+import html
+import re
+import subprocess
+import sys
 import time
 from typing import Any
 
 import pytest
 
 from tests import waiting
+from tests.system import signin
 from tests.system.cli import rest
+from tests.system.cli.conftest import system_env
+from tests.system.cli.cli_env import ROOT
 from tests.system.cli.runner import ALICE, BOB, Run, Xmc
 from tests.system.e2e.conftest import System
 
@@ -126,12 +133,13 @@ def test_why_says_in_words_why_it_failed_or_what_it_does(xmc: Xmc, sweep: int, t
     failed = xmc("why", f"{sweep}/2", token=alice).ok().stdout
     first, *rest_lines = failed.splitlines()
     assert first.startswith(f"{sweep}/2 ✗ failed") and "(execution 1)" in first
-    # The server's headline first (workunits.headline), the details after it.
-    assert rest_lines[0].strip() == "Exited with code 3, twice (retry limit 1).", failed
+    # The server's sentence first (workunits.headline), the details after it.
+    assert rest_lines[0].strip() == "Exited with code 3, twice (retry limit 1)", failed
     assert "(FailedJobs)" in failed and "Jobs: main 1 failed." in failed, failed
     assert "exited with code 3" in failed, failed  # the reconciler's explanation (system message), in words
     running = xmc("why", f"{sweep}/3", "--json", token=alice).ok().json
-    assert running["state"] == "RUNNING" and "It is running." in running["reasons"]
+    assert running["state"] == "RUNNING" and running["reason"] == {"code": "RUNNING"} and running["sentence"] == ""
+    assert running["reasons"][0].startswith("Running")
     assert running["workUnit"]["name"] == f"experiments/{sweep}/workUnits/3"
     _one_error_line(xmc("why", str(sweep), token=alice), 2, "names no work unit")
 
@@ -152,6 +160,40 @@ def test_why_explains_a_queued_unit_with_its_queue_and_position(xmc: Xmc, system
         assert "Waiting for quota in demo-queue" in out, out  # the server's headline (workunits.headline)
     finally:
         xmc("stop", str(xid), "--yes", token=alice)
+
+
+def _signed_in_page(system: System, path: str) -> str:
+    """``path`` as Alice sees it in her browser: a password for her account, then the site's own sign-in form."""
+    script = ("from django.contrib.auth import get_user_model; U = get_user_model(); "
+              f"u, _ = U.objects.get_or_create(username='alice', defaults={{'email': {ALICE!r}}}); "
+              "u.email = " + repr(ALICE) + "; u.set_password('alice-password'); u.save()")
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=system_env(system),
+                   capture_output=True, text=True, timeout=120, check=True)
+    return signin.page(system.exports["XMANAGER_UI_URL"], "alice", "alice-password", path)
+
+
+def test_the_page_and_the_command_say_the_same_sentence(xmc: Xmc, system: System, sweep: int,
+                                                        tokens: dict[str, str]) -> None:
+    """One owner of "why is it not running" (workunits.headline): the unit's page, its row in the sweep
+    table, ``xmc why`` and ``xmc status`` show the server's one sentence, word for word."""
+    alice = tokens[ALICE]
+    wait_states(xmc, sweep, alice, lambda s: s.get(2) == "FAILED", "unit 2 failed")
+    unit_page = _signed_in_page(system, f"/experiments/{sweep}/workUnits/2")
+    found = re.search(r'data-reason="FAILED" id="why">([^<]+)<', unit_page)
+    assert found, unit_page
+    sentence = html.unescape(found.group(1))
+    table = _signed_in_page(system, f"/experiments/{sweep}")
+    row = re.search(r'<tr id="wu-2".*?<td class="why" data-reason="FAILED">([^<]*)<', table, re.S)
+    assert row and html.unescape(row.group(1)) == sentence, table
+
+    why = xmc("why", f"{sweep}/2", token=alice).ok().stdout.splitlines()
+    assert why[1].strip() == sentence, why
+    said = xmc("why", f"{sweep}/2", "--json", token=alice).ok().json
+    assert said["sentence"] == sentence and said["reason"]["code"] == "FAILED" and said["reason"]["exitCode"] == 3
+    [unit] = xmc("status", f"{sweep}/2", "--json", token=alice).ok().json["workUnits"]
+    assert unit["sentence"] == sentence and unit["reason"] == said["reason"]
+    wide = xmc("status", f"{sweep}/2", token=alice, COLUMNS="200").ok().stdout
+    assert sentence in wide, wide
 
 
 def test_a_stranger_is_told_not_found(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:

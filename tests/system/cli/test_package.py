@@ -70,24 +70,28 @@ def _unit(state: str, **status: object) -> dict[str, object]:
                                          "status": {"state": state, **status}}}
 
 
-def test_why_words_each_state() -> None:
-    queued = present.why(_unit("SCHEDULING", schedulingInformation={
-        "userFacingText": "Waiting for quota", "auxiliaryInfo": {"queueInfo": {"positionInQueue": 2, "totalWorkloadsInQueue": 5}}}))
+def test_why_puts_the_servers_sentence_after_the_state_and_the_details_after_it() -> None:
+    queued = present.why({**_unit("SCHEDULING", schedulingInformation={
+        "userFacingText": "Waiting for quota", "auxiliaryInfo": {"queueInfo": {"positionInQueue": 2, "totalWorkloadsInQueue": 5}}}),
+        "sentence": "Waiting for quota in demo-queue: position 2 of 5"})
     assert queued[0].startswith("Scheduling") and "(execution 3)" in queued[0]
-    assert queued[1] == "Waiting in queue demo-queue: position 2 of 5."
-    assert queued[2] == "Scheduler: Waiting for quota"
-    assert "paused by the operators" in present.why(_unit("SCHEDULING_PAUSED"))[1]
-    evicted = present.why(_unit("DESCHEDULING", systemMessage={"userFacingText": "Evicted (Preempted) by a higher-priority workload"}))
-    assert evicted[1] == "Evicted from the cluster, waiting to be queued again: Evicted (Preempted) by a higher-priority workload"
+    assert queued[1:] == ["Waiting for quota in demo-queue: position 2 of 5", "Scheduler: Waiting for quota"]
     failed = present.why(_unit("FAILED", detailedStatus={"jobsetStatus": {
         "conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "jobset failed"}],
         "replicatedJobsStatus": [{"name": "main", "failed": "1"}]}},
         systemMessage={"userFacingText": "OOMKilled", "userFacingUrl": {"url": "https://console/x"}}))
-    assert failed[1:] == ["It failed: jobset failed (FailedJobs).", "Jobs: main 1 failed.", "System: OOMKilled  <https://console/x>"]
+    assert failed[1:] == ["JobSet: jobset failed (FailedJobs).", "Jobs: main 1 failed.", "System: OOMKilled  <https://console/x>"]
     newest = [{"content": {"userFacingText": "checkpoint written", "severity": "INFO"}}]
-    assert present.why(_unit("RUNNING"), newest)[1:] == ["It is running.", "Last message (info): checkpoint written"]
+    assert present.why(_unit("RUNNING"), newest)[1:] == ["Last message (info): checkpoint written"]
     unsafe = present.why(_unit("FAILED", userMessage={"userFacingText": "x", "userFacingUrl": {"url": "javascript:alert(1)"}}))
     assert unsafe[-1] == "Job: x"
+
+
+def test_it_words_no_reason_of_its_own() -> None:
+    """Without the server's sentence (an older server without the headlines read) why says the state and the
+    details it read, never a reason worded here: the server owns that (workunits.headline)."""
+    for state in ("SCHEDULING", "SCHEDULING_PAUSED", "DESCHEDULING", "INITIALIZING", "STARTING", "FAILED", "STOPPED"):
+        assert present.why(_unit(state))[1:] == [], state
 
 
 def test_sweeps_rollups_and_times() -> None:
@@ -141,11 +145,13 @@ def test_the_email_of_an_unverified_token() -> None:
     assert auth.email_of_token("garbage") == ""
 
 
-def test_why_and_status_say_the_servers_headline_first() -> None:
-    """The server owns the one-line why (GET /v1/experiments/{xid}/headlines, workunits.headline)."""
+def test_why_and_status_say_the_servers_sentence_as_is() -> None:
+    """The server owns the why (GET /v1/experiments/{xid}/headlines, workunits.headline): printed unchanged."""
     unit = {**_unit("FAILED", systemMessage={"userFacingText": "Out of memory (OOMKilled): replica train-0 (pod p-1)"}),
-            "headline": "out of memory (OOMKilled) in train-0"}
-    lines = present.why(unit)
-    assert lines[1] == "Out of memory (OOMKilled) in train-0."
-    assert present.headline_of(unit) == "out of memory (OOMKilled) in train-0"
+            "headline": "out of memory (OOMKilled) in train-0", "sentence": "Out of memory (OOMKilled) in train-0",
+            "reason": {"code": "FAILED", "cause": "OUT_OF_MEMORY", "replica": "train-0"}}
+    assert present.why(unit)[1] == "Out of memory (OOMKilled) in train-0"
+    assert present.headline_of(unit) == "Out of memory (OOMKilled) in train-0"
+    older = {key: value for key, value in unit.items() if key not in ("sentence", "reason")}  # a server before sentence
+    assert present.headline_of(older) == "out of memory (OOMKilled) in train-0"
     assert present.headline_of(_unit("RUNNING", userMessage={"userFacingText": "epoch 3"})) == "epoch 3"

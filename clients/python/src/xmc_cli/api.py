@@ -141,10 +141,11 @@ class Api:
         body = self.request("GET", f"/v1/experiments/{xid}/workUnits/{wid}/executions", what=f"work unit {xid}/{wid}")
         return list(body.get("workUnitExecutions") or [])
 
-    def headlines(self, xid: int) -> dict[str, str]:
-        """The server's one-line why of each work unit (``GET /v1/experiments/{xid}/headlines``), by name."""
+    def headlines(self, xid: int) -> dict[str, dict[str, Any]]:
+        """The server's why of each work unit (``GET /v1/experiments/{xid}/headlines``: ``headline``, ``sentence``,
+        ``reason``), by name."""
         body = self.request("GET", f"/v1/experiments/{xid}/headlines", what=f"experiment {xid}")
-        return {str(h.get("name")): str(h.get("headline") or "") for h in body.get("headlines") or []}
+        return {str(h.get("name")): dict(h) for h in body.get("headlines") or [] if isinstance(h, dict)}
 
     def status_messages(self, xid: int, wid: int, limit: int = 5) -> list[dict[str, Any]]:
         return list(self.pages(f"/v1/experiments/{xid}/workUnits/{wid}/statusMessages", "statusMessages",

@@ -102,13 +102,19 @@ def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
 # --- status ---------------------------------------------------------------------------------------
 
 
+#: What the server's headlines read says of a unit (``workunits.headline.describe`` on the server).
+HEADLINE_FIELDS = ("headline", "sentence", "reason")
+
+
 def with_headlines(ctx: Context, xid: int, units: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Put the server's headline on each unit (``headline``); a server without the endpoint adds none."""
+    """Put the server's why on each unit (``headline``, ``sentence``, ``reason``); an older server without the
+    endpoint (or without a field) adds none of it, and the client words nothing of its own in its place."""
     try:
         headlines = ctx.api.headlines(xid)
     except CliError:
         return units
-    return [{**u, "headline": headlines.get(str(u.get("name")), "")} for u in units]
+    return [{**u, **{k: v for k, v in headlines.get(str(u.get("name")), {}).items() if k in HEADLINE_FIELDS}}
+            for u in units]
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
@@ -155,8 +161,8 @@ def cmd_why(ctx: Context, args: argparse.Namespace) -> int:
     messages = ctx.api.status_messages(xid, wid, limit=3)
     reasons = present.why(unit, messages)
     if args.json:
-        ctx.json({"xid": xid, "wid": wid, "state": present.state_of(unit), "reasons": reasons,
-                  "workUnit": unit, "statusMessages": messages})
+        ctx.json({"xid": xid, "wid": wid, "state": present.state_of(unit), "sentence": present.sentence_of(unit),
+                  "reason": unit.get("reason") or {}, "reasons": reasons, "workUnit": unit, "statusMessages": messages})
         return EXIT_OK
     state = present.state_of(unit)
     ctx.out.print(Text(f"{xid}/{wid} ", style="bold"), render.state(state), sep="", end="  ")

@@ -174,9 +174,15 @@ def last_message(work_unit: Mapping[str, Any]) -> str:
     return ""
 
 
+def sentence_of(work_unit: Mapping[str, Any]) -> str:
+    """The server's sentence of why the unit is not running (``main.with_headlines`` puts it on the unit), as is;
+    from an older server without ``sentence``, its ``headline``; "" from one without the endpoint."""
+    return str(work_unit.get("sentence") or work_unit.get("headline") or "")
+
+
 def headline_of(work_unit: Mapping[str, Any]) -> str:
-    """The server's headline (``main.with_headlines`` puts it on the unit), else the most telling message."""
-    return str(work_unit.get("headline") or "") or last_message(work_unit)
+    """The message column: the server's sentence, else (a unit that runs) the most telling message."""
+    return sentence_of(work_unit) or last_message(work_unit)
 
 
 def one_line(text: str, width: int = 0) -> str:
@@ -193,73 +199,38 @@ def _failed_condition(status: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def why(work_unit: Mapping[str, Any], messages: Iterable[Mapping[str, Any]] = ()) -> list[str]:
-    """Plain sentences: why the work unit is not running, or why it failed, or that it is fine.
+    """Plain lines: the state and for how long, the server's sentence of why the unit is not running or
+    why it failed (`sentence_of`: this client words no reason of its own), then the details it reads.
 
-    From the current execution's state, its scheduling information (queue
-    position of N), system message (eviction reason, image pull error with
-    its pod, OOM, lost node: the reconciler writes them in words), the
-    JobSet's Failed condition (exit code, backoff limit), and the newest
-    status message with its link.
+    The details: the scheduler's words (queue position of N), the JobSet's
+    Failed condition and failed jobs, the system message (eviction reason,
+    image pull error with its pod, OOM, lost node: the reconciler writes them
+    in words) and the job's, and the newest status message with its link.
     """
     execution = work_unit.get("currentWorkUnitExecution") or {}
     status = execution.get("status") or {}
     state = str(status.get("state") or "UNSPECIFIED")
     scheduling, system, user = status.get("schedulingInformation"), status.get("systemMessage"), status.get("userMessage")
-    queue_name = str(((work_unit.get("executable") or {}).get("schedulingConstraints") or {}).get("queueName") or "")
-    queue = (((scheduling or {}).get("auxiliaryInfo") or {}).get("queueInfo") or {})
-    position, total = queue.get("positionInQueue"), queue.get("totalWorkloadsInQueue")
     since = duration(status.get("stateUpdateTime") or status.get("updateTime"))
     eid = last_id(execution.get("name", ""))
     head = f"{state.replace('_', ' ').lower()}" + (f" for {since}" if since else "") + (f" (execution {eid})" if eid else "")
-    lines: list[str] = []
-    queue_words = f"queue {queue_name}" if queue_name else "the queue"
-    if state == "SCHEDULING":
-        if position:
-            lines.append(f"Waiting in {queue_words}: position {position}" + (f" of {total}." if total else "."))
-        else:
-            lines.append(f"Waiting for {queue_words} to admit it.")
-        if _text(scheduling):
-            lines.append(f"Scheduler: {_text(scheduling)}")
-    elif state == "SCHEDULING_PAUSED":
-        lines.append("Scheduling is paused by the operators: it will be queued when they resume it.")
-    elif state == "DESCHEDULING":
-        lines.append("Evicted from the cluster, waiting to be queued again" +
-                     (f": {_text(system) or _text(scheduling)}" if (_text(system) or _text(scheduling)) else "."))
-    elif state == "INITIALIZING":
-        lines.append("Being handed to the cluster (the JobSet is being created).")
-    elif state == "RESTARTING":
-        lines.append("Restarting: the old JobSet is being removed and a new execution created.")
-    elif state == "STARTING":
-        lines.append("Admitted by the queue; its pods are starting.")
-    elif state == "RUNNING":
-        lines.append("It is running.")
-    elif state == "COMPLETED":
-        lines.append("It completed successfully.")
-    elif state == "STOPPED":
-        lines.append("It was stopped.")
-    elif state in ("STOPPING",):
-        lines.append("It is being stopped.")
-    elif state in ("FAILED", "PARTIALLY_FAILED"):
+    said = sentence_of(work_unit)
+    lines: list[str] = [said] if said else []
+    if _text(scheduling) and state in ("SCHEDULING", "STARTING", "DESCHEDULING"):
+        lines.append(f"Scheduler: {_text(scheduling)}")
+    if state in ("FAILED", "PARTIALLY_FAILED"):
         condition = _failed_condition(status)
         message, reason = str(condition.get("message") or "").strip(), str(condition.get("reason") or "").strip()
-        words = message + (f" ({reason})" if reason and message else reason)
-        lines.append(("It partly failed" if state == "PARTIALLY_FAILED" else "It failed") + (f": {words}." if words else "."))
+        if message or reason:
+            lines.append("JobSet: " + message + (f" ({reason})" if reason and message else reason) + ".")
         jobs = ((status.get("detailedStatus") or {}).get("jobsetStatus") or {}).get("replicatedJobsStatus") or []
         failed_jobs = [f"{j.get('name')} {j.get('failed')} failed" for j in jobs if int(j.get("failed") or 0)]
         if failed_jobs:
             lines.append("Jobs: " + ", ".join(failed_jobs) + ".")
-    if state not in ("SCHEDULING",) and _text(scheduling) and state in ("STARTING", "DESCHEDULING") \
-            and _text(scheduling) not in " ".join(lines):
-        lines.append(f"Scheduler: {_text(scheduling)}")
     if _text(system) and _text(system) not in " ".join(lines):
         lines.append(f"System: {_text(system)}" + (f"  <{_url(system)}>" if _url(system) else ""))
     if _text(user):
         lines.append(f"Job: {_text(user)}" + (f"  <{_url(user)}>" if _url(user) else ""))
-    server = str(work_unit.get("headline") or "")
-    if server and state not in ("RUNNING", "COMPLETED", "STOPPED", "STOPPING"):
-        # The server's one reading of why (workunits.headline) replaces this client's own words.
-        first = server[0].upper() + server[1:] + ("" if server.endswith(".") else ".")
-        lines = [first] + lines[1:] if lines else [first]
     newest = next(iter(messages), None)
     if newest is not None:
         content = newest.get("content") or {}

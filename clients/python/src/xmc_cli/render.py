@@ -226,6 +226,8 @@ def unit_summary(unit: Mapping[str, Any], sweep: Mapping[int, Mapping[str, Any]]
         "args": present.args_of(unit),
         "message": present.last_message(unit),
         "headline": str(unit.get("headline") or ""),
+        "sentence": present.sentence_of(unit),
+        "reason": unit.get("reason") or {},
         "startTime": execution.get("createTime"),
         "completeTime": execution.get("completeTime"),
     }
