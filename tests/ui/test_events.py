@@ -63,17 +63,26 @@ class Reader(threading.Thread):
         raise AssertionError(f"no {name!r} event in {timeout} s; got {[e[1] for e in self.events]}")
 
     def close(self) -> None:
-        """Hang up now. ``response.close()`` alone waits for this thread's blocked read to return,
-        which on a quiet stream is the read timeout (10 s) or the server's next heartbeat
-        (``ui.events.HEARTBEAT_S``): shutting the socket down first ends that read at once."""
-        sock = getattr(getattr(self.response.raw, "_connection", None), "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # the server hung up first
-                pass
-        self.response.close()
+        """Hang up now (:func:`hang_up`) and let this thread end."""
+        hang_up(self.response)
         self.join(timeout=5)
+
+
+def hang_up(response: requests.Response) -> None:
+    """Close a streamed response's connection now, as a browser leaving the page does.
+
+    ``response.close()`` alone leaves the socket open (the pool's connection still holds it): the
+    server goes on streaming until its next heartbeat (``ui.events.HEARTBEAT_S``), and a reader
+    thread blocked in a read keeps the close waiting for the read timeout (10 s). Shutting the
+    socket down first ends both at once.
+    """
+    sock = getattr(getattr(response.raw, "_connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # the server hung up first
+            pass
+    response.close()
 
 
 def _open(url: str, **headers: str) -> Iterator[Reader]:
@@ -164,7 +173,7 @@ def test_it_holds_no_database_connection_while_streams_are_open(asgi_server: str
         assert sessions() <= before + 1  # at most the server's pool thread of the last check, closing
     finally:
         for response in responses:
-            response.close()
+            hang_up(response)
 
 
 def test_the_logs_follow_stream_answers_404_to_a_stranger_and_401_without_credentials(asgi_server: str) -> None:
