@@ -7,7 +7,6 @@ rest against the MachineLearningRun emulator.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -112,10 +111,13 @@ def test_it_runs_a_work_unit_to_completed_restarts_it_and_survives_service_error
 def test_it_drops_a_malformed_event_without_retrying(worker: Path) -> None:
     from xmc.celery import Queue, app
 
-    app.send_task("xmc.lifecycle.handle_event", args=["not base64!"], queue=Queue.LIFECYCLE.value)
+    sent = app.send_task("xmc.lifecycle.handle_event", args=["not base64!"], queue=Queue.LIFECYCLE.value)
     eventually(lambda: "lifecycle.event.malformed" in worker.read_text() or "malformed" in worker.read_text(),
                worker, "the malformed event logged")
-    time.sleep(1)
+    # The task's own end line (xmc.task), instead of a fixed second: it ended, and not in a retry.
+    ended = f"task=xmc.lifecycle.handle_event task_id={sent.id} state="
+    eventually(lambda: ended in worker.read_text(), worker, "the task's end logged")
+    assert f"{ended}SUCCESS" in worker.read_text()
     assert "Retry in" not in worker.read_text()
 
 

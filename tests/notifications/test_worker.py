@@ -16,7 +16,7 @@ import redis
 from django.conf import settings
 
 from notifications import services
-from notifications.models import Delivery, DeliveryStatus
+from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
 from tests.celery_workers import CeleryWorkers
 from tests.notifications.helpers import fail
@@ -44,12 +44,12 @@ def start_worker(celery_workers: CeleryWorkers) -> Callable[[], subprocess.Popen
         "XMC_WEBHOOK_TIMEOUT_S": "60", "XMC_NOTIFY_BACKOFF_S": "1"})
 
 
-def _sweep() -> None:
+def _sweep() -> dict[str, int]:
     """What beat does every XMC_OUTBOX_SWEEP_INTERVAL_S: the one delivery sweep hands due and
-    lease-expired deliveries to the queue."""
+    lease-expired deliveries to the queue (how many rows of each table it re-sent)."""
     from delivery import sweep
 
-    sweep.sweep()
+    return sweep.sweep()
 
 
 def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no_second_event(
@@ -67,16 +67,16 @@ def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no
     first.send_signal(signal.SIGKILL)
     first.wait(30)
     start_worker()
-    time.sleep(3.5)  # the dead worker's lease runs out
-    _sweep()
+    # The sweep re-sends it once the dead worker's lease (3 s) has run out: sweep until it does.
+    eventually(lambda: _sweep()["notification deliveries"] == 1, timeout=30, what="the sweep re-sending it")
     eventually(lambda: Delivery.objects.get().status == DeliveryStatus.DELIVERED, timeout=90,
                what="the retry delivered (worker log: " + str(tmp_path) + ")")
     ids = [r.headers["webhook-id"] for r in receiver.requests]
     assert len(ids) == 2 and len(set(ids)) == 1  # a retry of the same message, not a second event
     assert all(r.verified for r in receiver.requests)
     assert receiver.requests[0].body == receiver.requests[1].body
-    _sweep()  # more sweeps change nothing
-    time.sleep(2)
+    assert _sweep()["notification deliveries"] == 0  # more sweeps send nothing again
+    time.sleep(0.5)
     assert len(receiver.requests) == 2
     assert Delivery.objects.count() == 1 and Delivery.objects.get().attempts == 2
 
@@ -104,7 +104,12 @@ def test_a_work_unit_failing_in_the_simulator_gives_exactly_one_delivery_per_sub
     eventually(lambda: state_of(wu) == WorkUnitState.FAILED, timeout=120, what="FAILED in the simulator")
     eventually(lambda: len(receiver.requests) == 1 and len(smtp.messages) == 1, timeout=60,
                what="one webhook and one email")
-    time.sleep(3)  # nothing more arrives
+    # Nothing more is on its way: every event fanned out, both deliveries done, and the sweep finds
+    # nothing to send again.
+    eventually(lambda: Delivery.objects.filter(done=True).count() == 2, timeout=30, what="both deliveries done")
+    assert not Event.objects.filter(done=False).exists()
+    assert _sweep()["notification deliveries"] == 0
+    time.sleep(0.5)
     assert len(receiver.requests) == 1 and len(smtp.messages) == 1
     assert receiver.requests[0].verified
     assert receiver.requests[0].json["data"]["workUnits"][0]["name"] == f"experiments/{exp.id}/workUnits/{wu.wid}"

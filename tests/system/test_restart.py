@@ -13,11 +13,14 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from k8s_bridge.models import PodLogArchive
 from tests import waiting
 from tests.system import signin
 from tests.system.cli import rest
@@ -34,6 +37,16 @@ def _start(env: dict[str, str]) -> tuple[subprocess.Popen[str], dict[str, str]]:
     out = _wait_for_line(proc, "stops everything", timeout=300)
     exports = dict(m.groups() for m in re.finditer(r"^export (\w+)=(\S+)$", out, re.M))
     return proc, exports
+
+
+def _run_database(env: dict[str, str]) -> str:
+    """The URL of the running system's embedded Postgres (its run folder's, found running): the
+    archive is read there directly, not through a ``./dev manage`` process per look."""
+    found = subprocess.run([sys.executable, "scripts/devservices.py", "postgres", str(Path(env["XMC_RUN_DIR"]) / "pg")],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True)
+    url, how = found.stdout.split()
+    assert how == "reused", found.stdout  # the system's own, not one started here
+    return url
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -89,14 +102,15 @@ def test_it_restarts_on_the_same_addresses_and_serves_a_finished_units_log_from_
         waiting.eventually(lambda: state() == "COMPLETED", 180, "the unit completed", interval=1.0)
         logs = f"/v1/experiments/{xid}/workUnits/1/executions/1/logs"
 
-        def archived() -> bool:
-            done = subprocess.run(["./dev", "manage", "shell", "-c",
-                                   "from k8s_bridge.models import PodLogArchive as A; "
-                                   f"print(A.objects.filter(xid={xid}, status='ARCHIVED').count())"],
-                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
-            return done.stdout.strip().endswith("1")
+        database = _run_database(env)
 
-        waiting.eventually(archived, 120, "the log archived", interval=2.0)
+        def archived() -> bool:
+            with psycopg.connect(database) as conn:
+                found = conn.execute(f"SELECT count(*) FROM {PodLogArchive._meta.db_table} WHERE xid = %s "
+                                     "AND status = %s", [xid, PodLogArchive.Status.ARCHIVED]).fetchone()
+            return found is not None and found[0] == 1
+
+        waiting.eventually(archived, 120, "the log archived", interval=0.5)
     finally:
         _stop(proc)
 

@@ -27,12 +27,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.db import close_old_connections
+from django.utils import timezone
 from kombu import pools as kombu_pools
 
+from core.queues import Queue
 from jobsets.contract import FINALIZER, LABEL_EID
 from k8s_bridge import client
 from tests import factories
@@ -158,9 +162,14 @@ def test_a_worker_killed_while_a_restart_waits_is_taken_over(workers: Workers, c
         return row if row.claimed_by and jobset and jobset["metadata"].get("deletionTimestamp") else None
 
     held = eventually(waiting, timeout=60, what="the restart waiting for the old JobSet")
-    time.sleep(4)  # a few more rounds of waiting, each extending the claim past the lease
+    # Rounds of waiting extend the claim: wait until its first lease would have run out a sweep
+    # interval ago (a sweep has looked at it since), not a fixed 4 s.
+    assert held.claimed_until is not None
+    lapsed = held.claimed_until + timedelta(seconds=float(short["XMC_OUTBOX_SWEEP_INTERVAL_S"]) + 0.5)
+    time.sleep(max(0.0, (lapsed - timezone.now()).total_seconds()))
     close_old_connections()
     row = Operation.objects.get(id=restart)
+    assert row.claimed_until is not None and row.claimed_until > lapsed, "the claim was not extended"
     assert not row.done and row.claimed_by == held.claimed_by
     assert row.dispatched_time == held.dispatched_time, "re-sent while its claim was live"
     workers.kill(first)
@@ -184,7 +193,16 @@ def test_duplicates_of_every_task_change_nothing(workers: Workers, cluster: Any)
         outbox.deliver(ops)  # the sweep's path: two more copies of every task in the queue
     workers.start(concurrency=2)
     eventually(lambda: _done(ops) == 30, timeout=120, what="the 30 creates")
-    time.sleep(1)  # let the last copies be dropped
+
+    def drained() -> bool:
+        """No copy left on the queue, and none taken and unfinished (acks_late: a task is acked at its end)."""
+        broker = redis.Redis.from_url(workers.broker)
+        try:
+            return broker.llen(Queue.ACTUATOR.value) == 0 and broker.hlen("unacked") == 0
+        finally:
+            broker.close()
+
+    eventually(drained, timeout=60, what="the last copies taken and dropped")
     creates = _creates(cluster, exp.id)
     assert set(creates) == {(f"xmc-{exp.id}-{wid}", "1") for wid in range(1, 31)}
     assert all(n == 1 for n in creates.values())

@@ -125,7 +125,10 @@ def test_a_leader_that_loses_its_lease_stops_writing_at_once(cluster: Cluster, m
         assert lease.spec.lease_duration_seconds == 30  # well before the lease would have expired
         other = factories.work_unit(exp)
         cluster.create_jobset(other, script="pull=1s;run=3000s;exit=0")
-        time.sleep(3)  # the jobset is admitted and runs meanwhile; nothing may be written
+        # The jobset is admitted and runs meanwhile: the reconciler sees it run, and its write waits.
+        eventually(lambda: any(key[:2] == (exp.id, other.wid) and update.state == S.RUNNING
+                               for key, update in rec.batcher.pending().items()),
+                   timeout=30, what="the reconciler's RUNNING of the other unit, held back")
         rec.batcher.flush()
         assert state_of(other) == S.INITIALIZING
     finally:

@@ -41,7 +41,9 @@ def site(_asgi_server: str) -> str:
 
 
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def browser(site: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Chromium, closed before the site stops (it depends on ``site`` for that order only): its pages'
+    open event streams would otherwise hold uvicorn's shutdown for 10 s after every test."""
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API runs an event loop in this thread; the ORM calls here are plain set-up.

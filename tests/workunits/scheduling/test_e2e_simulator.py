@@ -19,7 +19,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -108,7 +107,14 @@ def state_of(wu: WorkUnit) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, control_plane: None) -> None:
+def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, control_plane: None,
+                                                         broker: Any) -> None:  # noqa: F811
+    def quiet() -> None:
+        """Only the worker writes JobSets: wait until it has handled every task sent so far (its queues
+        empty, nothing taken and unfinished; tasks are acked at their end), not a fixed 2 s."""
+        eventually(lambda: broker.llen("actuator") == broker.llen("resumption") == broker.hlen("unacked") == 0,
+                   "the worker's queues drained")
+
     exp = factories.experiment()
     running, to_restart = factories.work_unit(exp, **LONG), factories.work_unit(exp, **LONG)
     for wu in (running, to_restart):
@@ -130,7 +136,7 @@ def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, c
     stopped = fresh[0]
     services.stop_work_units(exp.id, [stopped.wid], batch=False)
     assert state_of(stopped) == "STOPPED"
-    time.sleep(2)  # the paused world stays still: nothing new on the cluster
+    quiet()  # the paused world stays still: nothing new on the cluster
     assert set(jobsets(sim)) == {f"xmc-{exp.id}-{running.wid}", f"xmc-{exp.id}-{to_restart.wid}"}
     assert jobset_of(sim, to_restart)["metadata"]["labels"][EXECUTION_LABEL] == "1"
 
@@ -160,5 +166,5 @@ def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, c
     again = resumption.run(scheduling.resume(by=OLIVIA, dispatch=False).run_id, batch_size=10)
     assert (again.resumed, again.skipped) == (0, 0)
     uids = {name: js["metadata"]["uid"] for name, js in jobsets(sim).items()}
-    time.sleep(2)
+    quiet()
     assert {name: js["metadata"]["uid"] for name, js in jobsets(sim).items()} == uids

@@ -69,7 +69,8 @@ def test_it_lets_kopf_handle_create_update_and_delete_of_a_jobset(
         )
     store = sim.store
     try:
-        time.sleep(2.0)
+        # Once kopf watches JobSets (its log says so), not after a fixed 2 s.
+        wait_until(lambda: "Starting the watch-stream for jobsets." in log_path.read_text())
         store.create("jobsets", ns, jobset("kopf-a"))
 
         def create_handled() -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -115,57 +116,74 @@ def test_it_patches_labels_and_annotates(kubectl: KubectlRunner) -> None:
     assert failed.returncode == 1 and "the server rejected our request" in failed.stderr
 
 
-def test_it_deletes_through_finalizers_and_waits(kubectl: KubectlRunner) -> None:
+def _watching(sim: SimulatorHandle, cache: Path, ns: str, *args: str) -> subprocess.Popen[str]:
+    """Real kubectl, started in the background; returned once its watch request has been answered
+    (read from its request log, ``-v=6`` on stderr), so what the test changes next happens while it
+    watches."""
+    env = dict(os.environ, KUBECACHEDIR=str(cache))
+    env.pop("KUBECONFIG", None)
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(sim.kubeconfig_path), "--cache-dir", str(cache),
+                             "-n", ns, "-v=6", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    watchdog = threading.Timer(30, proc.kill)  # a kubectl that never watches fails the test, never hangs it
+    watchdog.start()
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "watch=true" in line and " 200 OK" in line:
+                return proc
+    finally:
+        watchdog.cancel()
+    proc.wait()
+    raise AssertionError(f"kubectl {' '.join(args)} ended without watching ({proc.returncode})")
+
+
+def test_it_deletes_through_finalizers_and_waits(sim: SimulatorHandle, kubectl: KubectlRunner,
+                                                 kubectl_cache: Path, ns: str) -> None:
     kubectl("create", "-f", "-", input=JOBSET_YAML.format(name="eve").replace(
         "  labels:", "  finalizers: [jobset.xmanager.cloud/finalizer]\n  labels:"))
     kubectl("delete", "jobset", "eve", "--wait=false")
     obj = json.loads(kubectl("get", "jobset", "eve", "-o", "json").stdout)
     assert obj["metadata"]["deletionTimestamp"]
 
-    def release() -> None:
-        time.sleep(1.0)
-        kubectl("patch", "jobset", "eve", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
-
-    releaser = threading.Thread(target=release)
-    releaser.start()
-    waited = kubectl("wait", "--for=delete", "jobset/eve", "--timeout=20s")
-    releaser.join()
-    assert waited.returncode == 0
+    waiting = _watching(sim, kubectl_cache, ns, "wait", "--for=delete", "jobset/eve", "--timeout=20s")
+    assert waiting.poll() is None  # still waiting: the finalizer holds the JobSet
+    kubectl("patch", "jobset", "eve", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    waiting.communicate(timeout=30)
+    assert waiting.returncode == 0
     assert kubectl("get", "jobset", "eve", check=False).returncode == 1
 
 
-def test_it_waits_for_a_status_condition(sim: SimulatorHandle, kubectl: KubectlRunner, ns: str) -> None:
+def test_it_waits_for_a_status_condition(sim: SimulatorHandle, kubectl: KubectlRunner, kubectl_cache: Path,
+                                         ns: str) -> None:
     kubectl("create", "-f", "-", input=JOBSET_YAML.format(name="fay"))
-
-    def complete() -> None:
-        time.sleep(1.0)
-        sim.store.patch("jobsets", ns, "fay", "merge", {"status": {"terminalState": "Completed", "conditions": [
-            {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed successfully",
-             "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}, subresource="status")
-
-    threading.Thread(target=complete).start()
-    waited = kubectl("wait", "--for=condition=Completed", "jobset/fay", "--timeout=20s")
-    assert waited.stdout.strip() == "jobset.jobset.x-k8s.io/fay condition met"
+    waiting = _watching(sim, kubectl_cache, ns, "wait", "--for=condition=Completed", "jobset/fay", "--timeout=20s")
+    assert waiting.poll() is None  # still waiting: not completed yet
+    sim.store.patch("jobsets", ns, "fay", "merge", {"status": {"terminalState": "Completed", "conditions": [
+        {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed successfully",
+         "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}, subresource="status")
+    out, _ = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0
+    assert out.strip() == "jobset.jobset.x-k8s.io/fay condition met"
     row = kubectl("get", "jobset", "fay", "--no-headers").stdout.split()
     assert row[:3] == ["fay", "Completed", "True"]
 
 
 def test_it_streams_get_watch_with_table_rows(sim: SimulatorHandle, kubectl_cache: Path, ns: str) -> None:
-    proc = subprocess.Popen(
-        ["kubectl", "--kubeconfig", str(sim.kubeconfig_path), "-n", ns, "get", "pods", "-w",
-         "--cache-dir", str(kubectl_cache)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = _watching(sim, kubectl_cache, ns, "get", "pods", "-w")
+    watchdog = threading.Timer(30, proc.kill)  # rows that never come fail the test, never hang it
+    watchdog.start()
     try:
-        time.sleep(1.5)
         sim.store.create("pods", ns, yaml.safe_load(POD_YAML.format(name="gil")))
         sim.store.patch("pods", ns, "gil", "strategic", {"status": {"phase": "Running", "containerStatuses": [{
             "name": "main", "image": "busybox:1.36", "imageID": "", "ready": True, "restartCount": 0,
             "started": True, "state": {"running": {"startedAt": "2025-01-01T00:00:00Z"}}}]}}, subresource="status")
-        time.sleep(1.5)
+        assert proc.stdout is not None
+        out = "".join(proc.stdout.readline() for _ in range(3))  # the header and one row per event
     finally:
+        watchdog.cancel()
         proc.terminate()
-        out, _ = proc.communicate(timeout=10)
+        proc.communicate(timeout=10)
     lines = [line.split() for line in out.splitlines()]
     assert lines[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert lines[1][:4] == ["gil", "0/1", "Pending", "0"]
