@@ -51,7 +51,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponseBase, StreamingHttpResponse
-from django.urls import URLPattern, re_path
+from django.urls import URLPattern, path
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
@@ -65,7 +65,7 @@ from workunits.models import WorkUnitExecution
 from xmc.api.rest import BearerView
 from xmc.auth.drf import IdentityUser
 from xmc.auth.identity import Identity, Unauthenticated, authenticate_bearer
-from core import inputs
+from core import names
 from core.errors import InvalidArgument, NotFound, ResourceExhausted
 
 PARAMETERS = ("replica", "container", "follow", "tailLines", "sinceTime", "previous", "timestamps", "format")
@@ -75,7 +75,7 @@ FOLLOW_MAX_S = 3600.0
 _INT64 = 2**63 - 1
 _REPLICA = re.compile(r"^[a-z0-9]([-a-z0-9]{0,298}[a-z0-9])?$")
 _CONTAINER = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-PATH = r"^v1/experiments/(?P<xid>[0-9]+)/workUnits/(?P<wid>[0-9]+)/executions/(?P<eid>[0-9]+)/logs$"
+PATH = "v1/experiments/<id:xid>/workUnits/<id:wid>/executions/<id:eid>/logs"
 
 
 # --- access -----------------------------------------------------------------------------------
@@ -260,11 +260,10 @@ class ExecutionLogsView(BearerView):
         renderer = JSONRenderer()
         return renderer, renderer.media_type
 
-    def get(self, request: Request, xid: str, wid: str, eid: str) -> HttpResponseBase:
+    def get(self, request: Request, xid: int, wid: int, eid: int) -> HttpResponseBase:
         user = request.user
         assert isinstance(user, IdentityUser)
-        x, w, e = (inputs.parse_id(v, f) for v, f in ((xid, "xid"), (wid, "wid"), (eid, "eid")))
-        metadata = readable_execution(user.identity, x, w, e)
+        metadata = readable_execution(user.identity, xid, wid, eid)
         query, fmt, timestamps = parse_query(dict(request.query_params.lists()))
         namespace = str(metadata.get("namespace") or settings.XMC_K8S_NAMESPACE)
         held = False
@@ -279,7 +278,7 @@ class ExecutionLogsView(BearerView):
                     "sinceTime", field="follow")
             held = True
         try:
-            stream = service.open_logs(x, w, e, namespace, query)
+            stream = service.open_logs(xid, wid, eid, namespace, query)
         except BaseException:
             if held:
                 slots.release(who)
@@ -287,7 +286,7 @@ class ExecutionLogsView(BearerView):
         deadline = time.monotonic() + FOLLOW_MAX_S if query.follow else None
         header = str(request.headers.get("Authorization", ""))
         body = render(stream.lines, fmt, timestamps, prefix_replica=stream.replica == service.ALL_REPLICAS,
-                      deadline=deadline, allowed=(lambda: still_readable(header, x, w, e)) if query.follow else None)
+                      deadline=deadline, allowed=(lambda: still_readable(header, xid, wid, eid)) if query.follow else None)
         if held:
             body = _Releasing(body, who)  # type: ignore[assignment]
         response = StreamingHttpResponse(body, content_type=FORMATS[fmt])
@@ -349,7 +348,8 @@ def openapi_paths() -> dict[str, Any]:
     }}}
 
 
+names.register_converters()  # <id:...>: ids spelled once (core.names.IdConverter)
 urlpatterns: list[URLPattern] = [
-    re_path(PATH, ExecutionLogsView.as_view(), name="rest-execution-logs"),
+    path(PATH, ExecutionLogsView.as_view(), name="rest-execution-logs"),
 ]
 

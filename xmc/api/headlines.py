@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.urls import URLPattern, re_path
+from django.urls import URLPattern, path
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core import names
 from experiments.acl import Role
 from workunits import headline
 from xmc.api import reads
@@ -29,15 +30,16 @@ from xmc.auth.drf import IdentityUser
 class HeadlinesView(BearerView):
     http_method_names = ["get"]
 
-    def get(self, request: Request, xid: str) -> Response:
+    def get(self, request: Request, xid: int) -> Response:
         user = request.user
         assert isinstance(user, IdentityUser)
         reads.require_experiment_role(int(xid), user.identity, Role.READER)
         return Response({"headlines": headline.for_experiment(int(xid))})
 
 
+names.register_converters()  # <id:...>: ids spelled once (core.names.IdConverter)
 urlpatterns: list[URLPattern] = [
-    re_path(r"^v1/experiments/(?P<xid>[0-9]{1,18})/headlines$", HeadlinesView.as_view(), name="rest-headlines"),
+    path("v1/experiments/<id:xid>/headlines", HeadlinesView.as_view(), name="rest-headlines"),
 ]
 
 

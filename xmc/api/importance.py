@@ -18,10 +18,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import F
-from django.urls import URLPattern, re_path
+from django.urls import URLPattern, path
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core import names
 from core.errors import FailedPrecondition, InvalidArgument
 from core.identity import Identity
 from experiments.acl import Role
@@ -140,15 +141,16 @@ def importance(identity: Identity, xid: int, *, metric: str, stat: str = "last",
 class ImportanceView(SweepView):
     """``GET /v1/experiments/{xid}:importance``: `importance` as JSON."""
 
-    def get(self, request: Request, xid: str) -> Response:
+    def get(self, request: Request, xid: int) -> Response:
         params = request.query_params
         return Response(importance(request.user.identity, int(xid), metric=str(params.get("metric", "")).strip(),
                                    stat=str(params.get("stat", "last")), goal=str(params.get("goal", "MINIMIZE")))
                         .to_json())
 
 
+names.register_converters()  # <id:...>: ids spelled once (core.names.IdConverter)
 urlpatterns: list[URLPattern] = [
-    re_path(r"^v1/experiments/(?P<xid>[0-9]{1,18}):importance$", ImportanceView.as_view(), name="rest-importance"),
+    path("v1/experiments/<id:xid>:importance", ImportanceView.as_view(), name="rest-importance"),
 ]
 
 

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse
-from django.urls import URLPattern, re_path
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -49,7 +49,7 @@ from xmc.auth.identity import Unauthenticated as BadToken
 from xmc.auth.identity import authenticate_bearer
 from xmc.ops import observe_rpc
 
-PATH = r"^v1/experiments/(?P<xid>[0-9]{1,19})/workUnits/(?P<wid>[0-9]{1,19})/metrics:write$"
+PATH = "v1/experiments/<id:xid>/workUnits/<id:wid>/metrics:write"
 _INT64 = 2**63 - 1
 #: Integers as large as this are values a float holds (beyond ~1.8e308 ``float()`` overflows).
 _FLOAT_INT = 2**1000
@@ -235,7 +235,7 @@ def execution_for(header: str, xid: int, wid: int, eid: int | None) -> int:
 
 
 @csrf_exempt
-def write_metrics(request: HttpRequest, xid: str, wid: str) -> JsonResponse:
+def write_metrics(request: HttpRequest, xid: int, wid: int) -> JsonResponse:
     started = timezone.now()
     code = "OK"
     try:
@@ -262,7 +262,8 @@ def write_metrics(request: HttpRequest, xid: str, wid: str) -> JsonResponse:
         observe_rpc("rest", "xmc.metrics.v1", "WriteMetrics", code, (timezone.now() - started).total_seconds())
 
 
-urlpatterns: list[URLPattern] = [re_path(PATH, write_metrics, name="metrics-write")]
+names.register_converters()  # <id:...>: ids spelled once (core.names.IdConverter)
+urlpatterns: list[URLPattern] = [path(PATH, write_metrics, name="metrics-write")]
 
 
 def openapi_paths() -> dict[str, Any]:

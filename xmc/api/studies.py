@@ -18,10 +18,11 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
-from django.urls import URLPattern, re_path
+from django.urls import URLPattern, path
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core import names
 from core.errors import InvalidArgument
 from experiments.acl import Role
 from studies import services
@@ -60,12 +61,12 @@ def _body(request: Request) -> Any:
 class StudiesView(BearerView):
     http_method_names = ["get", "post"]
 
-    def post(self, request: Request, xid: str) -> Response:
+    def post(self, request: Request, xid: int) -> Response:
         reads.experiment(int(xid), request.user.identity, Role.WRITER)
         study = services.create_study(int(xid), _body(request), creator=request.user.identity.email)
         return Response(services.study_json(study, trials=[], trial_counts=services.counts(study.id)))
 
-    def get(self, request: Request, xid: str) -> Response:
+    def get(self, request: Request, xid: int) -> Response:
         reads.experiment(int(xid), request.user.identity, Role.READER)
         order = listing.parse_order_by("", {"id": "pk"}, default=("id desc",))
         pks, token = _page(services.list_studies(int(xid)), request, order, f"studies|experiments/{xid}")
@@ -77,7 +78,7 @@ class StudiesView(BearerView):
 class StudyView(BearerView):
     http_method_names = ["get"]
 
-    def get(self, request: Request, xid: str, study_id: str) -> Response:
+    def get(self, request: Request, xid: int, study_id: int) -> Response:
         reads.experiment(int(xid), request.user.identity, Role.READER)
         study = services.get_study(int(xid), int(study_id))
         order = listing.parse_order_by("", {"number": "number"}, default=("number",),
@@ -93,18 +94,18 @@ class StudyView(BearerView):
 class StopStudyView(BearerView):
     http_method_names = ["post"]
 
-    def post(self, request: Request, xid: str, study_id: str) -> Response:
+    def post(self, request: Request, xid: int, study_id: int) -> Response:
         reads.experiment(int(xid), request.user.identity, Role.WRITER)
         study = services.stop_study(int(xid), int(study_id))
         return Response(services.study_json(study, best=services.best_trial(study),
                                             trial_counts=services.counts(study.id)))
 
 
-_XID = r"^v1/experiments/(?P<xid>[0-9]{1,18})/studies"
+names.register_converters()  # <id:...>: ids spelled once (core.names.IdConverter)
 urlpatterns: list[URLPattern] = [
-    re_path(_XID + r"$", StudiesView.as_view(), name="rest-studies"),
-    re_path(_XID + r"/(?P<study_id>[0-9]{1,18})$", StudyView.as_view(), name="rest-study"),
-    re_path(_XID + r"/(?P<study_id>[0-9]{1,18}):stop$", StopStudyView.as_view(), name="rest-study-stop"),
+    path("v1/experiments/<id:xid>/studies", StudiesView.as_view(), name="rest-studies"),
+    path("v1/experiments/<id:xid>/studies/<id:study_id>", StudyView.as_view(), name="rest-study"),
+    path("v1/experiments/<id:xid>/studies/<id:study_id>:stop", StopStudyView.as_view(), name="rest-study-stop"),
 ]
 
 

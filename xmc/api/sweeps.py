@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.urls import URLPattern, re_path
+from django.urls import URLPattern, path
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core import names
 from core.errors import InvalidArgument
 from core.identity import Identity
 from experiments.acl import Role
@@ -180,7 +181,7 @@ class SweepView(BearerView):
 class SummarizeView(SweepView):
     """``GET /v1/experiments/{xid}/workUnits:summarize``: `summarize` as JSON (lowerCamelCase)."""
 
-    def get(self, request: Request, xid: str) -> Response:
+    def get(self, request: Request, xid: int) -> Response:
         metrics = [m for m in _param(request, "metrics").split(",") if m.strip()]
         page = summarize(request.user.identity, int(xid), metrics=metrics, filter=_param(request, "filter"),
                          order_by=_param(request, "orderBy", "order_by"),
@@ -189,8 +190,9 @@ class SummarizeView(SweepView):
         return Response(page.to_json())
 
 
+names.register_converters()  # <id:...>: ids spelled once (core.names.IdConverter)
 urlpatterns: list[URLPattern] = [
-    re_path(r"^v1/experiments/(?P<xid>[0-9]{1,18})/workUnits:summarize$", SummarizeView.as_view(),
+    path("v1/experiments/<id:xid>/workUnits:summarize", SummarizeView.as_view(),
             name="rest-sweep-summarize"),
 ]
 
