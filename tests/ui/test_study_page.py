@@ -103,6 +103,8 @@ def test_the_study_page_shows_every_trial_the_best_so_far_and_links_from_the_exp
 
     experiment_page = alice.get(f"/experiments/{study.experiment_id}").content.decode()
     assert f'href="/experiments/{study.experiment_id}/studies/{study.id}"' in experiment_page
+    # Its progress there follows the study's own events (ui.live.publish_study), not only the experiment's.
+    assert f'hx-trigger="sse:experiment, sse:study-{study.id}"' in experiment_page
 
 
 def test_the_trials_table_sorts_by_a_parameter_or_the_objective_and_pages(alice: Client) -> None:
