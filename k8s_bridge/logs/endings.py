@@ -13,8 +13,10 @@ what a failure message says (``notifications.details``), read once, when its bod
 * **Bounded, never failing the message.** Every try of a call has a timeout
   (`REQUEST_TIMEOUT_S`; the client tries a timed-out read up to 4 times, so
   one call can take up to 4 timeouts), an execution gets `BUDGET_S` in all
-  and `MAX_PODS` pods, and an error (unreachable, 404, 400) gives what the
-  archive had. A
+  and `MAX_LOG_READS` log reads (failed containers first: every terminated
+  container's exit code and reason come with the pod listing, so only the
+  last lines of the others past that count are left out), and an error
+  (unreachable, 404, 400) gives what the archive had. A
   cluster that fails is not asked again for `UNREACHABLE_FOR_S` seconds, so a
   batch of messages never waits on it once per unit. A pod that is gone and
   was never archived has no last line anywhere: the message goes without it.
@@ -41,8 +43,8 @@ log = logging.getLogger(__name__)
 #: each try of a call.
 BUDGET_S = 5.0
 REQUEST_TIMEOUT_S = 2.0
-#: Pods read per execution (the first replicas); the lines read per container, and bytes.
-MAX_PODS = 8
+#: Container logs read per execution (failed containers first); the lines read per container, and bytes.
+MAX_LOG_READS = 8
 TAIL_LINES = archive.TAIL_LINES
 TAIL_BYTES = archive.TAIL_BYTES
 #: After a failed read, the cluster is left alone this long (other units of the batch, other batches).
@@ -82,11 +84,12 @@ def _from_cluster(xid: int, wid: int, eid: int) -> dict[tuple[str, str], hooks.T
         deadline = time.monotonic() + BUDGET_S
         jobset = podlogs.execution_jobset(_namespace(xid, wid, eid), xid, wid, eid, timeout_s=REQUEST_TIMEOUT_S)
         live = podlogs.jobset_pods(jobset, timeout_s=_left(deadline)) if jobset is not None else []
-        for pod in live[:MAX_PODS]:
-            for container in pod.containers:
-                ended = _ended(pod.statuses.get(container) or {})
-                if ended is not None:
-                    found[(pod.name, container)] = _read(pod, container, *ended, deadline=deadline)
+        ended = [(pod, container, *e) for pod in live for container in pod.containers
+                 if (e := _ended(pod.statuses.get(container) or {})) is not None]
+        ended.sort(key=lambda x: x[2].get("exitCode") in (None, 0))  # failed first, stable by replica
+        for i, (pod, container, terminated, previous) in enumerate(ended):
+            found[(pod.name, container)] = (_read(pod, container, terminated, previous, deadline=deadline)
+                                            if i < MAX_LOG_READS else _status_only(container, terminated))
     except client.ApiException as exc:  # the cluster answered (forbidden, ...): what was read is kept
         log.warning("logs.ending_unread", extra={"xid": xid, "wid": wid, "eid": eid, "status": exc.status})
     except Exception as exc:  # noqa: BLE001 - unreachable, timed out, no credentials: without it
@@ -100,14 +103,18 @@ def _from_cluster(xid: int, wid: int, eid: int) -> dict[tuple[str, str], hooks.T
 def _read(pod: podlogs.PodRef, container: str, terminated: Mapping[str, Any], previous: bool, *,
           deadline: float) -> hooks.Termination:
     """The container's ending with its last log line ("" when the kubelet no longer has the log)."""
-    code = terminated.get("exitCode")
     try:
         lines = [line.text for line in podlogs.read_lines(pod, container, previous=previous, tail_lines=TAIL_LINES,
                                                           limit_bytes=TAIL_BYTES, timeout_s=_left(deadline))]
     except client.ApiException:  # 404 gone meanwhile, 400 no such instance: the status still says how it ended
         lines = []
+    return _status_only(container, terminated, _last(lines))
+
+
+def _status_only(container: str, terminated: Mapping[str, Any], last_line: str = "") -> hooks.Termination:
+    code = terminated.get("exitCode")
     return hooks.Termination(container, int(code) if code is not None else None, str(terminated.get("reason") or ""),
-                             _last(lines))
+                             last_line)
 
 
 def _left(deadline: float) -> float:
