@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.test import Client
 
 from metrics import tokens
 from tests import factories
+from tests.browsers import chromium, needs_chromium
 from tests.metrics.conftest import experiment_for, fresh_write_buckets
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.mark.django_db
@@ -66,34 +64,26 @@ def test_the_api_browser_runs_only_its_own_script_and_keeps_no_token_for_ever() 
     assert Client().get("/v1/docs")["Content-Security-Policy"] != policy  # a fresh nonce per response
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package")
+@needs_chromium
 @pytest.mark.django_db(transaction=True)
 def test_the_api_browser_works_under_its_policy_and_forgets_the_token_with_the_tab(
     live_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
     violations: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            context = browser.new_context()
-            page = context.new_page()
-            page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
-            page.goto(f"{live_server.url}/")  # an older page version's token, left in localStorage
-            page.evaluate("localStorage.setItem('xmc.token', 'old-token')")
-            page.goto(f"{live_server.url}/v1/docs")
-            page.wait_for_selector("details[data-search]")  # the script ran: the operations are listed
-            page.fill("#token", "pasted-token")
-            page.dispatch_event("#token", "change")
-            assert page.evaluate("sessionStorage.getItem('xmc.token')") == "pasted-token"
-            assert page.evaluate("localStorage.getItem('xmc.token')") is None
-            # A new tab (a new session) starts without it.
-            other = context.new_page()
-            other.goto(f"{live_server.url}/v1/docs")
-            assert other.input_value("#token") == ""
-        finally:
-            connections.close_all()
-            browser.close()
+    with chromium() as browser:
+        context = browser.new_context()
+        page = context.new_page()
+        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+        page.goto(f"{live_server.url}/")  # an older page version's token, left in localStorage
+        page.evaluate("localStorage.setItem('xmc.token', 'old-token')")
+        page.goto(f"{live_server.url}/v1/docs")
+        page.wait_for_selector("details[data-search]")  # the script ran: the operations are listed
+        page.fill("#token", "pasted-token")
+        page.dispatch_event("#token", "change")
+        assert page.evaluate("sessionStorage.getItem('xmc.token')") == "pasted-token"
+        assert page.evaluate("localStorage.getItem('xmc.token')") is None
+        # A new tab (a new session) starts without it.
+        other = context.new_page()
+        other.goto(f"{live_server.url}/v1/docs")
+        assert other.input_value("#token") == ""
     assert violations == []

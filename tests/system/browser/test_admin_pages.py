@@ -6,51 +6,37 @@ the test database; the data comes from the real services.
 """
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
 from django.utils import timezone
 
 from tests import factories
+from tests.browsers import needs_chromium
 from workunits import services
 from workunits.models import WorkUnitExecution
 from workunits.state import ExecutionUpdate
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
+
+
 @pytest.fixture
-def page(live_server: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls
-    # in these tests are plain synchronous set-up, not async code. Only for
-    # these tests: the variable must never reach a deploy check.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
-
+def page(live_server: object, browser: Any) -> object:
+    """Olivia's admin, signed in (Chromium: the ``browser`` fixture of ``tests.browsers``)."""
     User.objects.create_superuser("olivia", "olivia@example.com", "correct horse battery staple 42")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
-        page.goto(f"{live_server}/admin/login/")
-        page.fill("#id_username", "olivia")
-        page.fill("#id_password", "correct horse battery staple 42")
-        page.click("input[type=submit]")
-        page.wait_for_url(f"{live_server}/admin/")
-        yield page
-        # While sync_playwright runs, an event loop runs in this thread, so Django keeps the
-        # test's database connection in a context-local slot (asgiref's Local), apart from
-        # the thread's own that pytest-django closes: close it here, or it holds the test
-        # database open after the session ends.
-        connections.close_all()
-        browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{live_server}/admin/login/")
+    page.fill("#id_username", "olivia")
+    page.fill("#id_password", "correct horse battery staple 42")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server}/admin/")
+    return page
 
 
 def _run_through(wu: object, *states: str) -> None:

@@ -21,20 +21,17 @@ import requests
 
 from core import pb
 from metrics import services, tokens
+from tests.browsers import needs_chromium
 from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixtures
     ALICE,
-    CHROMIUM,
     SHOTS,
     _signed_in,
-    browser,
-    site,
 )
 from tests.ui import pages
-from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
 from workunits.models import WorkUnit
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 M = pb.dashboard

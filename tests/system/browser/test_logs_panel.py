@@ -10,40 +10,33 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests import waiting
+from tests.browsers import needs_chromium
 from tests.system.cli import rest
 from tests.system.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)")
+pytestmark = needs_chromium
 
 CHATTY = "pull=1s;print=hello <b>from</b> main;log=every:1s:step {n} loss {x};run=600s;exit=0"
 
 
 @pytest.fixture
-def page(system: System, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # noqa: F811
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+def page(system: System, browser: Any) -> Any:  # noqa: F811
+    """The admin's session on the system's pages (Chromium: ``tests.browsers``)."""
     ui = system.exports["XMANAGER_UI_URL"]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(f"{ui}/login")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", os.environ.get("XMC_ADMIN_PASSWORD", "admin"))
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{ui}/experiments")
-        yield page
-        browser.close()
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.goto(f"{ui}/login")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", os.environ.get("XMC_ADMIN_PASSWORD", "admin"))
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{ui}/experiments")
+    return page
 
 
 def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, page: Any) -> None:  # noqa: F811

@@ -9,50 +9,26 @@ subscription. Screenshots of the three pages go to docs/screenshots/.
 """
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from core import pb
 from tests import factories
+from tests.browsers import needs_chromium
 from tests.ui import pages
-from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
 from workunits import services as wu_services
 from workunits.models import WorkUnitExecution
 from workunits.state import ExecutionUpdate
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 ALICE, BOB = "alice@example.com", "bob@example.com"
-
-
-@pytest.fixture
-def site(_asgi_server: str) -> str:
-    return _asgi_server
-
-
-@pytest.fixture
-def browser(site: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Chromium, closed before the site stops (it depends on ``site`` for that order only): its pages'
-    open event streams would otherwise hold uvicorn's shutdown for 10 s after every test."""
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls here are plain set-up.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        connections.close_all()
-        chromium.close()
 
 
 def _signed_in(browser: Any, site: str, name: str, width: int = 1440, height: int = 900) -> Any:

@@ -15,17 +15,14 @@ from typing import Any
 import pytest
 from studies import controller
 from studies.models import Trial
+from tests.browsers import needs_chromium
 from tests.system.browser.test_charts import _attribute_at_least, _fits
 from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixtures
     ALICE,
-    CHROMIUM,
     SHOTS,
     _signed_in,
-    browser,
-    site,
 )
 from tests.ui import pages
-from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
 from tests.ui.test_study_page import TRIALS, loss_of, make_study
 from tests.ui.test_sweep_table import _write
 from workunits.models import WorkUnit
@@ -35,7 +32,7 @@ from workunits.models import WorkUnit
 STUDY_EVENT_S = 10
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 

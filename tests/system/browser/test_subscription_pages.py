@@ -15,14 +15,14 @@ import pytest
 
 from notifications.models import Delivery
 from tests import factories
+from tests.browsers import needs_chromium
 from tests.notifications.conftest import Receiver, receiver  # noqa: F401 - fixture
 from tests.notifications.test_worker import broker, start_worker  # noqa: F401 - fixtures
-from tests.system.browser.test_researcher_pages import CHROMIUM, SHOTS, _signed_in, browser, site  # noqa: F401
+from tests.system.browser.test_researcher_pages import SHOTS, _signed_in  # noqa: F401
 from tests.ui import pages
-from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 ALICE = "alice@example.com"

@@ -16,20 +16,17 @@ from typing import Any
 
 import pytest
 
+from tests.browsers import needs_chromium
 from tests.system.browser.test_charts import _attribute_at_least, _fits, _write
 from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixtures
     ALICE,
-    CHROMIUM,
     SHOTS,
     _signed_in,
-    browser,
-    site,
 )
 from tests.ui import pages
-from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 LRS = ("0.1", "0.03", "0.01", "0.003", "0.001", "0.0003")

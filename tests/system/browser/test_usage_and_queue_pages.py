@@ -16,17 +16,17 @@ from django.contrib.auth.models import User
 
 from k8s_bridge import client
 from tests import factories
+from tests.browsers import needs_chromium
 from tests.k8s_bridge.reconciler.conftest import Cluster, make_cluster  # noqa: F401 - fixture
 from tests.k8s_bridge.reconciler.test_end_to_end import small_queue
-from tests.system.browser.test_researcher_pages import CHROMIUM, SHOTS, _signed_in, browser, site  # noqa: F401
+from tests.system.browser.test_researcher_pages import SHOTS, _signed_in  # noqa: F401
 from tests.system.browser.test_subscription_pages import _fits
 from tests.ui import pages
-from tests.ui.asgi_server import asgi_server as _asgi_server  # noqa: F401 - fixture
 from tests.usage.worlds import gpu_unit, move, run
 from tests.waiting import eventually
 
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 ALICE, BOB = "alice@example.com", "bob@example.com"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -38,7 +37,7 @@ from metrics.models import MetricSummary
 from notifications import services as notification_services
 from notifications.models import Event
 from simulators.cluster.controllers.script import GPU_ANNOTATION
-from tests import factories
+from tests import browsers, factories
 from tests.system.e2e.conftest import System, eventually
 from tests.system.e2e.test_walkthrough import _signed_in
 from usage.models import RunningInterval
@@ -50,7 +49,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SYSTEM_ENV = {"XMC_SYSTEM_METRICS_INTERVAL_S": "1", "XMC_IDLE_GPU_AFTER_S": "4", "XMC_PROMETHEUS_SCRAPE_S": "1",
               "XMC_PROMETHEUS_RATE_WINDOW_S": "5"}
 ADMIN = "admin@example.com"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _call(system: System, method: str, url: str, body: Any = None) -> Any:
@@ -154,30 +152,24 @@ def _usage_page_shows(ui: str, xid: int, session: requests.Session) -> None:
         used = re.search(r"\((\d+)%\)", row)
         assert used and 0 < int(used.group(1)) < 90, row
 
-    if CHROMIUM is None:  # the same page as HTML
+    if browsers.CHROMIUM is None:  # the same page as HTML
         html = session.get(f"{ui}/usage", params={"groupBy": "experiment"}, timeout=30).text
         rows = [r for r in re.findall(r"<tr>.*?</tr>", html, re.S) if f'href="/experiments/{xid}"' in r]
         assert len(rows) == 1, html
         check(rows[0])
         return
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = chromium.new_page()
-            page.goto(f"{ui}/login")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", os.environ.get("XMC_ADMIN_PASSWORD", "admin"))
-            page.click("button[type=submit]")
-            page.wait_for_url(f"{ui}/**")
-            page.click("header.top a[href='/usage']")
-            page.wait_for_url(f"{ui}/usage")
-            page.select_option("select[name=groupBy]", "experiment")
-            page.click("#usage-query button[type=submit]")
-            page.wait_for_url(f"{ui}/usage?*")
-            row = page.locator("#usage tbody tr", has=page.locator(f"a[href='/experiments/{xid}']"))
-            assert row.count() == 1
-            check(row.inner_text())
-        finally:
-            chromium.close()
+    with browsers.chromium() as chromium:
+        page = chromium.new_page()
+        page.goto(f"{ui}/login")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", os.environ.get("XMC_ADMIN_PASSWORD", "admin"))
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{ui}/**")
+        page.click("header.top a[href='/usage']")
+        page.wait_for_url(f"{ui}/usage")
+        page.select_option("select[name=groupBy]", "experiment")
+        page.click("#usage-query button[type=submit]")
+        page.wait_for_url(f"{ui}/usage?*")
+        row = page.locator("#usage tbody tr", has=page.locator(f"a[href='/experiments/{xid}']"))
+        assert row.count() == 1
+        check(row.inner_text())

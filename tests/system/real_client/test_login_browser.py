@@ -13,25 +13,23 @@ screenshots go to docs/screenshots/.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from experiments.models import Experiment
 from tests.api.auth.cli_steps import PRINTED_LOGIN_URL, read_until
+from tests.browsers import needs_chromium
 from tests.system.real_client.conftest import ALICE, Client
 from workunits.models import WorkUnit
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
 PASSWORD = "correct horse battery"
 pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
+    needs_chromium,
     pytest.mark.django_db(transaction=True),
 ]
 
@@ -57,18 +55,6 @@ def main(_):
 if __name__ == "__main__":
     app.run(main)
 """
-
-
-@pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")  # Playwright's sync API runs a loop in this thread
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        connections.close_all()
-        chromium.close()
 
 
 @pytest.mark.parametrize(("width", "height", "name"), [(390, 844, "phone"), (1440, 900, "desktop")])
