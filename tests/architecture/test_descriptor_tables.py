@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_metrics_doc_holds_the_tables_the_descriptors_give() -> None:
+def test_it_holds_in_the_metrics_doc_the_tables_the_descriptors_give() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "descriptor_tables.py"), "--check"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr

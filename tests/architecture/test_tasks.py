@@ -40,17 +40,17 @@ def our_tasks() -> dict[str, object]:
             if str(getattr(task, "__module__", "")).split(".")[0] in PACKAGES}
 
 
-def test_no_production_module_declares_a_task_but_through_delivery_declare() -> None:
+def test_it_lets_no_production_module_declare_a_task_but_through_delivery_declare() -> None:
     assert direct_declarations() == []
 
 
-def test_the_check_finds_a_direct_declaration() -> None:
+def test_it_has_the_check_find_a_direct_declaration() -> None:
     # The scan looks for the right thing: the one allowed module is found by it.
     tree = ast.parse((ROOT / "delivery" / "declare.py").read_text())
     assert any(isinstance(n, ast.ImportFrom) and any(a.name == "shared_task" for a in n.names) for n in ast.walk(tree))
 
 
-def test_every_registered_task_is_declared_with_a_time_limit_and_logs_its_runs() -> None:
+def test_it_finds_every_registered_task_declared_with_a_time_limit_and_logging_its_runs() -> None:
     tasks = our_tasks()
     assert "xmc.ping" in tasks and "xmc.delivery.sweep" in tasks and "xmc.notifications.deliver" in tasks
     undeclared = sorted(name for name, task in tasks.items() if not isinstance(task, declare.Task))

@@ -19,14 +19,14 @@ def prepared() -> int:
 
 
 @pytest.mark.django_db(transaction=True)  # outside a test transaction a closed connection is replaced
-def test_the_kept_cursor_is_reused_until_its_connection_is_replaced() -> None:
+def test_it_reuses_the_kept_cursor_until_its_connection_is_replaced() -> None:
     first = db.kept_cursor().cursor
     assert db.kept_cursor().cursor is first
     connection.close()
     assert db.kept_cursor().cursor is not first
 
 
-def test_statements_through_it_are_logged_and_prepared_after_the_threshold(settings: Any) -> None:
+def test_it_logs_the_statements_through_it_and_prepares_them_after_the_threshold(settings: Any) -> None:
     settings.XMC_DB_PREPARE_THRESHOLD = 2
     with CaptureQueriesContext(connection) as queries:
         for _ in range(4):
@@ -37,14 +37,14 @@ def test_statements_through_it_are_logged_and_prepared_after_the_threshold(setti
     assert prepared() == 1
 
 
-def test_a_threshold_of_zero_prepares_nothing(settings: Any) -> None:
+def test_it_prepares_nothing_with_a_threshold_of_zero(settings: Any) -> None:
     settings.XMC_DB_PREPARE_THRESHOLD = 0
     for _ in range(4):
         db.kept_cursor().execute("SELECT %s::int /* xmc-db-test */", [2])
     assert prepared() == 0
 
 
-def test_int_array_is_a_postgres_array_literal() -> None:
+def test_it_makes_int_array_a_postgres_array_literal() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::bigint[]", [db.int_array([3, 1, 2])])
         assert cursor.fetchone()[0] == [3, 1, 2]

@@ -8,7 +8,7 @@ import pytest
 from core.hooks import Hooks, Provider
 
 
-def test_a_listener_registered_twice_hears_each_event_once() -> None:
+def test_it_tells_a_listener_registered_twice_each_event_once() -> None:
     heard: list[int] = []
     hooks: Hooks[[int]] = Hooks("test.failed")
     listener = heard.append
@@ -18,7 +18,7 @@ def test_a_listener_registered_twice_hears_each_event_once() -> None:
     assert heard == [7] and len(hooks) == 1 and listener in hooks
 
 
-def test_a_failing_listener_is_logged_and_the_others_still_hear(caplog: pytest.LogCaptureFixture) -> None:
+def test_it_logs_a_failing_listener_and_the_others_still_hear(caplog: pytest.LogCaptureFixture) -> None:
     heard: list[str] = []
 
     def broken(what: str) -> None:
@@ -33,7 +33,7 @@ def test_a_failing_listener_is_logged_and_the_others_still_hear(caplog: pytest.L
     assert [r.message for r in caplog.records] == ["test.listener_failed"]
 
 
-def test_a_hook_inside_the_callers_transaction_fails_the_caller() -> None:
+def test_it_fails_the_caller_from_a_hook_inside_the_callers_transaction() -> None:
     def broken(xid: int) -> None:
         raise RuntimeError("roll back")
 
@@ -43,7 +43,7 @@ def test_a_hook_inside_the_callers_transaction_fails_the_caller() -> None:
         hooks(1)
 
 
-def test_a_provider_answers_its_default_until_one_is_registered_and_when_it_fails(
+def test_it_answers_a_providers_default_until_one_is_registered_and_when_it_fails(
         caplog: pytest.LogCaptureFixture) -> None:
     provider: Provider[[int, int], str] = Provider("test.provider_failed", str)
     assert provider(1, 2) == ""

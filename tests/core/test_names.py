@@ -32,7 +32,7 @@ def test_it_writes_the_names_it_reads() -> None:
     assert names.parse_experiment(names.experiment_name(12)) == 12
 
 
-def test_the_path_converter_takes_the_same_ids() -> None:
+def test_it_takes_the_same_ids_in_the_path_converter() -> None:
     converter = names.IdConverter()
     assert converter.to_python("42") == 42 and converter.to_url(42) == "42"
     with pytest.raises(ValueError):

@@ -13,7 +13,7 @@ from core.signals import stop_event
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_server_sees_sigterm_as_its_stop_event_and_gets_its_old_handler_back() -> None:
+def test_it_gives_a_server_sigterm_as_its_stop_event_and_its_old_handler_back() -> None:
     before = signal.getsignal(signal.SIGTERM)
     stopping: list[int] = []
     with stop_event(on_stop=stopping.append) as stopped:
@@ -23,7 +23,7 @@ def test_a_server_sees_sigterm_as_its_stop_event_and_gets_its_old_handler_back()
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_a_tool_unwinds_into_its_clean_up_once_however_many_signals_come() -> None:
+def test_it_unwinds_a_tool_into_its_clean_up_once_however_many_signals_come() -> None:
     script = textwrap.dedent("""
         import os, signal, sys
         from core.signals import TERMINATION, raise_on

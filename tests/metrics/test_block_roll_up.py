@@ -43,7 +43,7 @@ def _expected(execution: int, size: int) -> set[tuple[Any, ...]]:
 
 
 @pytest.mark.django_db
-def test_the_collectors_blocks_sum_up_exactly_the_points_once_the_periodic_pass_rolled_them_up(unit: WorkUnit) -> None:
+def test_it_has_the_collectors_blocks_sum_up_exactly_the_points_once_the_periodic_pass_rolled_them_up(unit: WorkUnit) -> None:
     execution = _execution(unit)
     rng = random.Random(11)
     now = dj_timezone.now()
@@ -66,7 +66,7 @@ def test_the_collectors_blocks_sum_up_exactly_the_points_once_the_periodic_pass_
 
 
 @pytest.mark.django_db
-def test_a_chart_at_a_coarse_zoom_right_after_a_collector_write_sees_the_new_point(unit: WorkUnit) -> None:
+def test_it_shows_the_new_point_to_a_chart_at_a_coarse_zoom_right_after_a_collector_write(unit: WorkUnit) -> None:
     execution = _execution(unit)
     now = dj_timezone.now()
     services.write_points_many([(execution, [services.Point("system/gpu_utilization", s, 0.5, now + timedelta(seconds=s))
@@ -87,7 +87,7 @@ def test_a_chart_at_a_coarse_zoom_right_after_a_collector_write_sees_the_new_poi
 
 
 @pytest.mark.django_db
-def test_an_aggregate_across_work_units_at_a_coarse_zoom_counts_every_collector_point() -> None:
+def test_it_counts_every_collector_point_in_an_aggregate_across_work_units_at_a_coarse_zoom() -> None:
     exp = experiment_for(ALICE)
     now = dj_timezone.now()
     executions = [_execution(factories.work_unit(exp, wid=wid)) for wid in (1, 2)]
@@ -102,7 +102,7 @@ def test_an_aggregate_across_work_units_at_a_coarse_zoom_counts_every_collector_
 
 
 @pytest.mark.django_db
-def test_the_listeners_of_a_collector_write_ask_the_database_as_often_for_many_executions_as_for_one() -> None:
+def test_it_has_the_listeners_of_a_collector_write_ask_the_database_as_often_for_many_executions_as_for_one() -> None:
     """The collector writes for every running execution at once (1,000 in bench/system_metrics.py): the
     listeners of `metrics.hooks.written_hooks` (the studies' ring, the pages' live publisher) answer the
     whole write, so its queries do not grow with the executions."""

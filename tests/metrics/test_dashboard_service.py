@@ -113,7 +113,7 @@ def test_it_refuses_bad_specs_naming_the_field(dash: Any, persona: Persona, plot
     assert field.encode() in status.details[0].value
 
 
-def test_a_chart_follows_its_experiments_acls(dash: Any, persona: Persona) -> None:
+def test_it_makes_a_chart_follow_its_experiments_acls(dash: Any, persona: Persona) -> None:
     alice, as_alice = persona("alice")
     bob, as_bob = persona("bob")  # reader
     _, as_eve = persona("eve")  # stranger
@@ -140,7 +140,7 @@ def test_a_chart_follows_its_experiments_acls(dash: Any, persona: Persona) -> No
     dash.DeleteChart(D.DeleteChartRequest(name=own.name), metadata=as_bob)
 
 
-def test_a_dashboard_is_its_owners_and_readable_by_the_experiments_readers(dash: Any, persona: Persona) -> None:
+def test_it_makes_a_dashboard_its_owners_and_readable_by_the_experiments_readers(dash: Any, persona: Persona) -> None:
     alice, as_alice = persona("alice")
     bob, as_bob = persona("bob")
     _, as_eve = persona("eve")
@@ -190,7 +190,7 @@ def test_a_dashboard_is_its_owners_and_readable_by_the_experiments_readers(dash:
     assert code == grpc.StatusCode.NOT_FOUND
 
 
-def test_get_chart_data_answers_series_summaries_and_bounded_downsampling(dash: Any, persona: Persona) -> None:
+def test_it_answers_get_chart_data_with_series_summaries_and_bounded_downsampling(dash: Any, persona: Persona) -> None:
     alice, as_alice = persona("alice")
     exp = experiment_for(alice)
     wu = factories.work_unit(exp, wid=1)
@@ -231,7 +231,7 @@ def test_get_chart_data_answers_series_summaries_and_bounded_downsampling(dash: 
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "chart_width_pixels" in details
 
 
-def test_a_dashboard_shared_through_its_acls_is_readable_by_the_principal(dash: Any, persona: Persona) -> None:
+def test_it_lets_the_principal_read_a_dashboard_shared_through_its_acls(dash: Any, persona: Persona) -> None:
     alice, as_alice = persona("alice")
     carol, as_carol = persona("carol")
     made = dash.CreateDashboard(D.CreateDashboardRequest(dashboard=M.Dashboard(title="Empty")), metadata=as_alice)
@@ -246,7 +246,7 @@ def test_a_dashboard_shared_through_its_acls_is_readable_by_the_principal(dash: 
     assert code == grpc.StatusCode.PERMISSION_DENIED
 
 
-def test_get_chart_data_evaluates_each_stat_and_plot_type(dash: Any, persona: Persona) -> None:
+def test_it_evaluates_each_stat_and_plot_type_in_get_chart_data(dash: Any, persona: Persona) -> None:
     alice, as_alice = persona("alice")
     exp = experiment_for(alice)
     wu = factories.work_unit(exp, wid=1)
@@ -286,7 +286,7 @@ def test_get_chart_data_evaluates_each_stat_and_plot_type(dash: Any, persona: Pe
     assert [(b.category_or_bin, b.value_or_count) for b in got["bar"].bar_data.buckets] == [("wid 1", 3.0)]
 
 
-def test_get_chart_data_groups_work_units_by_an_arg(dash: Any, persona: Persona) -> None:
+def test_it_groups_work_units_by_an_arg_in_get_chart_data(dash: Any, persona: Persona) -> None:
     alice, as_alice = persona("alice")
     exp = experiment_for(alice)
     for wid, lr, values in ((1, "0.1", [1.0, 2.0]), (2, "0.1", [3.0, 4.0]), (3, "0.5", [10.0, 20.0])):

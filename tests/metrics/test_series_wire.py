@@ -32,7 +32,7 @@ def _one_by_one(points: list[tuple[int, float, float, float, float]]) -> object:
 
 
 @given(_points)
-def test_the_bulk_encoding_parses_to_the_message_built_point_by_point(points) -> None:
+def test_it_parses_the_bulk_encoding_to_the_message_built_point_by_point(points) -> None:
     columns = list(zip(*points)) if points else [[]] * 5
     blob = wire.series_points_wire(*columns)
     assert len(blob) == len(points) * wire.POINT_WIRE_LENGTH
@@ -41,7 +41,7 @@ def test_the_bulk_encoding_parses_to_the_message_built_point_by_point(points) ->
     assert parsed == _one_by_one(points)
 
 
-def test_the_extremes_of_each_field_round_trip() -> None:
+def test_it_round_trips_the_extremes_of_each_field() -> None:
     points = [(0, 0.0, 0.0, -0.0, 0.0), (-1, 1.9999999995, -1e308, math.inf, -math.inf),
               (2**63 - 1, 4e9 + 0.5, 5e-324, 1.0, 2.0), (-(2**63), 12.25, 1.0, 1.0, 1.0)]
     parsed = M.ChartData.SeriesData()
@@ -51,7 +51,7 @@ def test_the_extremes_of_each_field_round_trip() -> None:
     assert parsed == _one_by_one(points)
 
 
-def test_a_canonical_answer_goes_out_on_the_wire() -> None:
+def test_it_sends_a_canonical_answer_out_on_the_wire() -> None:
     """Varints are padded in the bulk bytes; the message, once parsed, serializes as protobuf would."""
     points = [(3, 1.5, 0.25, 0.0, 1.0)]
     parsed = M.ChartData.SeriesData()
@@ -61,7 +61,7 @@ def test_a_canonical_answer_goes_out_on_the_wire() -> None:
 
 
 @pytest.mark.django_db
-def test_a_blocked_chart_reads_numpy_arrays_and_answers_every_block() -> None:
+def test_it_reads_numpy_arrays_for_a_blocked_chart_and_answers_every_block() -> None:
     """A series read from blocks comes as numpy arrays straight from the binary rows, and its answer
     is the blocks' values, point for point."""
     unit = factories.work_unit(factories.experiment())

@@ -61,7 +61,7 @@ def _create(*days: date) -> None:
 
 
 @pytest.mark.django_db
-def test_partitions_exist_ahead_and_the_hourly_task_keeps_them_ahead(settings: Any) -> None:
+def test_it_has_partitions_ahead_and_the_hourly_task_keeps_them_ahead(settings: Any) -> None:
     settings.XMC_METRICS_PARTITIONS_AHEAD_DAYS = 7
     entry = settings.CELERY_BEAT_SCHEDULE["metrics-partitions"]
     assert entry["task"] == tasks.maintain_partitions.name and entry["schedule"] == 3600.0
@@ -77,7 +77,7 @@ def test_partitions_exist_ahead_and_the_hourly_task_keeps_them_ahead(settings: A
 
 
 @pytest.mark.django_db
-def test_retention_drops_whole_old_partitions_and_keeps_the_newer_ones(unit: WorkUnit, settings: Any) -> None:
+def test_it_drops_whole_old_partitions_by_retention_and_keeps_the_newer_ones(unit: WorkUnit, settings: Any) -> None:
     now = dj_timezone.now()
     ago = {d: now - timedelta(days=d) for d in (200, 100, 95, 89, 1)}
     _create(_day(ago[100]), _day(ago[95]), _day(ago[89]))
@@ -101,7 +101,7 @@ def test_retention_drops_whole_old_partitions_and_keeps_the_newer_ones(unit: Wor
 
 
 @pytest.mark.django_db
-def test_a_point_outside_every_partition_is_accepted_and_moves_into_its_partition_later(unit: WorkUnit) -> None:
+def test_it_accepts_a_point_outside_every_partition_and_moves_it_into_its_partition_later(unit: WorkUnit) -> None:
     # (Points far ahead are refused: tests/security/test_metric_times.py.)
     body = {"points": [{"metric": "m", "step": 1, "value": 1, "time": "1999-01-01T00:00:00Z"},
                        {"metric": "m", "step": 2, "value": 2, "time": "2001-06-01T12:00:00+02:00"},
@@ -120,7 +120,7 @@ def test_a_point_outside_every_partition_is_accepted_and_moves_into_its_partitio
 
 
 @pytest.mark.django_db
-def test_a_replayed_batch_adds_nothing_with_or_without_client_time(unit: WorkUnit) -> None:
+def test_it_adds_nothing_for_a_replayed_batch_with_or_without_client_time(unit: WorkUnit) -> None:
     timed = {"points": [{"metric": "loss", "step": s, "value": s / 10, "time": "2026-12-01T10:00:00Z"}
                         for s in range(3)]}
     assert _post(unit, timed).json() == {"written": 3, "duplicates": 0}
@@ -169,7 +169,7 @@ def _concurrently(*writes: Any) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_concurrent_writers_of_the_same_batch_store_it_once() -> None:
+def test_it_stores_the_same_batch_once_from_two_concurrent_writers() -> None:
     exp = experiment_for(ALICE)
     for round_number in range(4):
         wu = factories.work_unit(exp, wid=round_number + 1)
@@ -203,7 +203,7 @@ def _blocks_from_points(execution: int, size: int) -> set[tuple[Any, ...]]:
 
 
 @pytest.mark.django_db
-def test_blocks_sum_up_exactly_the_points_stored(unit: WorkUnit) -> None:
+def test_it_has_blocks_that_sum_up_exactly_the_points_stored(unit: WorkUnit) -> None:
     execution = _execution(unit)
     rng = random.Random(7)
     now = dj_timezone.now()
@@ -222,7 +222,7 @@ def test_blocks_sum_up_exactly_the_points_stored(unit: WorkUnit) -> None:
 
 
 @pytest.mark.django_db
-def test_a_long_series_is_read_in_blocks_one_per_bucket_and_bounded_by_the_width(unit: WorkUnit) -> None:
+def test_it_reads_a_long_series_in_blocks_one_per_bucket_and_bounded_by_the_width(unit: WorkUnit) -> None:
     execution = _execution(unit)
     now = dj_timezone.now()
     for start in range(0, 20_000, 5_000):
@@ -245,7 +245,7 @@ def test_a_long_series_is_read_in_blocks_one_per_bucket_and_bounded_by_the_width
     assert len(points) == 100 and points[0].min_value == 100 and points[-1].max_value == 10_099
 
 
-def test_many_series_share_a_budget_of_buckets_per_pixel() -> None:
+def test_it_shares_a_budget_of_buckets_per_pixel_among_many_series() -> None:
     # An overlay of 100 units x 10,000 steps at 1,000 px: 313 blocks of 32 steps a series, not 625 of 16.
     assert data.series_width(1000, 1) == data.series_width(1000, 32) == 1000
     assert data.series_width(1000, 100) == 320 and data.block_size(10_000, data.series_width(1000, 100)) == 32
@@ -253,7 +253,7 @@ def test_many_series_share_a_budget_of_buckets_per_pixel() -> None:
 
 
 @pytest.mark.django_db
-def test_an_overlay_of_many_units_reads_each_in_fewer_blocks_within_the_budget() -> None:
+def test_it_reads_each_unit_of_an_overlay_of_many_in_fewer_blocks_within_the_budget() -> None:
     exp = experiment_for(ALICE)
     now = dj_timezone.now()
     for wid in range(1, 41):
@@ -274,7 +274,7 @@ def test_an_overlay_of_many_units_reads_each_in_fewer_blocks_within_the_budget()
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("how", ["MEAN", "MEDIAN", "MIN", "MAX", "SUM", "MEAN_CI_95"])
-def test_an_aggregate_over_blocks_is_computed_in_sql_as_evaluate_computes_it(how: str) -> None:
+def test_it_computes_an_aggregate_over_blocks_in_sql_as_evaluate_computes_it(how: str) -> None:
     exp = experiment_for(ALICE)
     now = dj_timezone.now()
     for wid in (1, 2, 3):

@@ -55,7 +55,7 @@ def test_it_keeps_the_summary_of_each_metric_as_points_arrive() -> None:
 
 
 @pytest.mark.django_db
-def test_a_restart_gets_a_summary_of_its_own() -> None:
+def test_it_gives_a_restart_a_summary_of_its_own() -> None:
     unit = factories.work_unit(experiment_for(ALICE), wid=1)
     services.write_points(_pk(unit), [_point("loss", s, 1.0 + s) for s in range(3)])
     wu_services.restart_work_units(unit.experiment_id, [1], batch=False)
@@ -66,7 +66,7 @@ def test_a_restart_gets_a_summary_of_its_own() -> None:
 
 
 @pytest.mark.django_db
-def test_random_batches_leave_the_summaries_the_points_say() -> None:
+def test_it_leaves_the_summaries_the_points_say_after_random_batches() -> None:
     exp = experiment_for(ALICE)
     units = [factories.work_unit(exp, wid=w) for w in (1, 2, 3)]
     rng = random.Random(37)
@@ -80,7 +80,7 @@ def test_random_batches_leave_the_summaries_the_points_say() -> None:
 
 
 @pytest.mark.django_db
-def test_the_http_write_path_keeps_them() -> None:
+def test_it_keeps_the_summaries_on_the_http_write_path() -> None:
     unit = factories.work_unit(experiment_for(ALICE), wid=1)
     body = {"points": [{"metric": "loss", "step": s, "value": 1 / (s + 1)} for s in range(4)]}
     answer = Client().post(f"/v1/experiments/{unit.experiment_id}/workUnits/1/metrics:write", json.dumps(body),
@@ -92,7 +92,7 @@ def test_the_http_write_path_keeps_them() -> None:
 
 
 @pytest.mark.django_db
-def test_a_rolled_back_write_leaves_no_summary() -> None:
+def test_it_leaves_no_summary_after_a_rolled_back_write() -> None:
     unit = factories.work_unit(experiment_for(ALICE), wid=1)
     with pytest.raises(RuntimeError), transaction.atomic():
         services.write_points(_pk(unit), [_point("loss", 1, 1.0)])
@@ -101,7 +101,7 @@ def test_a_rolled_back_write_leaves_no_summary() -> None:
 
 
 @pytest.mark.django_db
-def test_the_migration_computes_the_summaries_of_points_written_before_it() -> None:
+def test_it_computes_in_the_migration_the_summaries_of_points_written_before_it() -> None:
     exp = experiment_for(ALICE)
     for wid in (1, 2):
         unit = factories.work_unit(exp, wid=wid)

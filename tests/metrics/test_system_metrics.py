@@ -110,7 +110,7 @@ def series(wu: WorkUnit, metric: str) -> list[tuple[int, float]]:
                 .values_list("step", "value"))
 
 
-def test_a_busy_then_idle_job_gets_its_curve_an_idle_warning_and_a_notification(fast: Any, cluster: SimulatorHandle,
+def test_it_gives_a_busy_then_idle_job_its_curve_an_idle_warning_and_a_notification(fast: Any, cluster: SimulatorHandle,
                                                                                  prometheus: RealPrometheus) -> None:
     wu = running_unit()
     Subscription.objects.create(owner=factories.ALICE, scope=Scope.MINE, events=[EventType.WORK_UNIT_IDLE],
@@ -145,7 +145,7 @@ def test_a_busy_then_idle_job_gets_its_curve_an_idle_warning_and_a_notification(
     assert Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id).count() == 1
 
 
-def test_the_idle_window_is_asked_only_about_executions_whose_gpus_are_all_idle_now(
+def test_it_asks_the_idle_window_only_about_executions_whose_gpus_are_all_idle_now(
         fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus, monkeypatch: pytest.MonkeyPatch) -> None:
     busy, idle = running_unit(), running_unit()
     start_pods(cluster, busy, "pull=0s;run=forever;gpu=util:0.9", gpus=1)
@@ -168,7 +168,7 @@ def test_the_idle_window_is_asked_only_about_executions_whose_gpus_are_all_idle_
     assert execution(busy).system_message is None
 
 
-def test_a_cycle_run_twice_records_nothing_twice(fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus) -> None:
+def test_it_records_nothing_twice_when_a_cycle_runs_twice(fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus) -> None:
     wu = running_unit()
     start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.5", gpus=1)
     prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
@@ -186,7 +186,7 @@ def test_a_cycle_run_twice_records_nothing_twice(fast: Any, cluster: SimulatorHa
     assert series(wu, system_names.GPU_UTILIZATION)[0][1] == 0.5
 
 
-def test_memory_near_its_limit_gets_a_warning_before_the_oom_kill(fast: Any, cluster: SimulatorHandle,
+def test_it_warns_of_memory_near_its_limit_before_the_oom_kill(fast: Any, cluster: SimulatorHandle,
                                                                   prometheus: RealPrometheus) -> None:
     # The simulator's working set climbs from 50% of the limit to 98% over the run, then the kill:
     # a threshold of 60% (the product's setting; 90% by default) is crossed 6 s in, not 25 s.
@@ -200,7 +200,7 @@ def test_memory_near_its_limit_gets_a_warning_before_the_oom_kill(fast: Any, clu
         assert client.CoreV1Api(api).read_namespaced_pod(pod, "default").status.phase == "Running"
 
 
-def test_a_cycle_while_another_runs_does_nothing(fast: Any, cluster: SimulatorHandle) -> None:
+def test_it_does_nothing_in_a_cycle_while_another_runs(fast: Any, cluster: SimulatorHandle) -> None:
     running_unit()
     other = connections.create_connection("default")  # another worker, in the middle of its cycle
     try:
@@ -214,13 +214,13 @@ def test_a_cycle_while_another_runs_does_nothing(fast: Any, cluster: SimulatorHa
         other.close()
 
 
-def test_without_a_prometheus_url_nothing_is_collected(settings: Any) -> None:
+def test_it_collects_nothing_without_a_prometheus_url(settings: Any) -> None:
     settings.XMC_PROMETHEUS_URL = ""
     running_unit()
     assert system.collect().executions == 0
 
 
-def test_a_pod_name_joins_to_its_work_unit() -> None:
+def test_it_joins_a_pod_name_to_its_work_unit() -> None:
     assert system.pod_replica("xmc-12-3-trainer-0-1-x7k2q") == (12, 3, "trainer-0-1")
     assert system.pod_replica("xmc-12-3-worker-2-0") == (12, 3, "worker-2-0")
     assert system.pod_replica("other-12-3-a") is None

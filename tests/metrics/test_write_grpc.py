@@ -64,7 +64,7 @@ def test_it_writes_points_with_the_token_idempotently_and_refuses_the_rest(write
     assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_an_execution_writing_too_often_gets_resource_exhausted(write: Any, settings: Any) -> None:
+def test_it_answers_resource_exhausted_to_an_execution_writing_too_often(write: Any, settings: Any) -> None:
     settings.XMC_METRICS_WRITES_PER_S, settings.XMC_METRICS_WRITES_BURST = 0.001, 1
     exp = experiment_for("alice@example.com")
     fresh_write_buckets(factories.work_unit(exp, wid=1))

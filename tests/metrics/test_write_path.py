@@ -66,7 +66,7 @@ def test_it_writes_points_with_the_executions_token_and_a_replay_adds_nothing(un
     ({"metric": "x" * 300, "step": 1, "value": 1}, "points[0].metric"),
     ({"metric": "x", "step": 1, "value": 1, "extra": 1}, "points[0]"),
 ])
-def test_a_bad_point_is_a_400_naming_it(unit: WorkUnit, point: dict[str, Any], field: str) -> None:
+def test_it_answers_a_bad_point_with_a_400_naming_it(unit: WorkUnit, point: dict[str, Any], field: str) -> None:
     response = _post(unit.experiment_id, 1, {"points": [point]}, tokens.token_for(unit.experiment_id, 1, 1))
     assert response.status_code == 400, response.content
     error = response.json()["error"]
@@ -103,7 +103,7 @@ def test_it_refuses_tokens_of_other_executions_forged_tokens_and_users_without_r
     assert MetricPoint.objects.get().execution == WorkUnitExecution.objects.get(work_unit=other, eid=1)
 
 
-def test_the_token_stops_working_after_its_execution_ended_and_the_grace(unit: WorkUnit, settings: Any) -> None:
+def test_it_stops_taking_the_token_after_its_execution_ended_and_the_grace(unit: WorkUnit, settings: Any) -> None:
     settings.XMC_METRICS_TOKEN_GRACE_S = 60
     token = tokens.token_for(unit.experiment_id, 1, 1)
     body = {"points": [{"metric": "m", "step": 1, "value": 1}]}
@@ -161,7 +161,7 @@ def test_it_never_answers_500_to_any_body(unit: WorkUnit) -> None:
     ({"metric": ["loss"]}, "points[5].metric"),
     ({"other": 1}, "points[5]"),
 ])
-def test_a_bad_point_after_good_ones_is_named_as_before(unit: WorkUnit, bad: dict[str, Any], field: str) -> None:
+def test_it_names_a_bad_point_after_good_ones_as_before(unit: WorkUnit, bad: dict[str, Any], field: str) -> None:
     """The fast path (metric and time already checked in this body) still names the bad point."""
     good = {"metric": "loss", "step": 1, "value": 0.5, "time": "2026-12-01T10:00:00Z"}
     body = {"points": [{**good, "step": i} for i in range(5)] + [{**good, "step": 5, **bad}]}
@@ -171,7 +171,7 @@ def test_a_bad_point_after_good_ones_is_named_as_before(unit: WorkUnit, bad: dic
     assert not _points()
 
 
-def test_what_the_fast_json_parser_refuses_gets_the_same_answers(unit: WorkUnit) -> None:
+def test_it_gives_the_same_answers_to_what_the_fast_json_parser_refuses(unit: WorkUnit) -> None:
     """NaN literals and huge integers (orjson refuses them) go through the standard library: the same 400s."""
     token = tokens.token_for(unit.experiment_id, 1, 1)
     nan = '{"points": [{"metric": "m", "step": 1, "value": 1}, {"metric": "m", "step": 2, "value": NaN}]}'
@@ -185,7 +185,7 @@ def test_what_the_fast_json_parser_refuses_gets_the_same_answers(unit: WorkUnit)
     assert _post(unit.experiment_id, 1, ok.encode(), token).json() == {"written": 1, "duplicates": 0}
 
 
-def test_an_execution_writing_too_often_gets_429_with_retry_after_and_others_still_write(
+def test_it_answers_429_with_retry_after_to_an_execution_writing_too_often_and_others_still_write(
         unit: WorkUnit, settings: Any) -> None:
     """A bucket of XMC_METRICS_WRITES_BURST calls per execution, refilled at XMC_METRICS_WRITES_PER_S
     (here one that never refills in the test's time): the call over it writes nothing."""

@@ -103,7 +103,7 @@ def test_it_retries_with_backoff_and_drops_what_the_server_refuses(flaky: str, c
 
 
 @pytest.mark.django_db(transaction=False)
-def test_a_429_is_retried_no_sooner_than_its_retry_after(flaky: str) -> None:
+def test_it_retries_a_429_no_sooner_than_its_retry_after(flaky: str) -> None:
     _Flaky.answers, _Flaky.bodies, _Flaky.times = [429], [], []
     writer = xmc_metrics.Writer(flaky, 1, 1, 2, "t", flush_interval_s=60, backoff_s=0.01)
     writer.log(1, loss=0.5)

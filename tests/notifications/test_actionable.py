@@ -129,7 +129,7 @@ def test_it_sends_one_message_per_recipient_however_many_subscriptions_match(rec
     assert len(receiver.requests) == 1
 
 
-def test_two_webhook_subscriptions_on_one_url_are_two_endpoints_each_verifying_its_own_secret(receiver, outbox) -> None:
+def test_it_makes_two_webhook_subscriptions_on_one_url_two_endpoints_each_verifying_its_own_secret(receiver, outbox) -> None:
     """A webhook's recipient is the subscription (its URL and the secret made for it): one message
     signed for the other subscription would fail the check of a receiver holding only its own."""
     exp = launched()
@@ -174,7 +174,7 @@ def emails_to(smtp: Any, address: str) -> int:
     return sum(address in envelope for envelope in smtp.recipients)
 
 
-def test_a_member_of_two_subscribed_groups_gets_one_email_per_event(smtp, outbox) -> None:
+def test_it_sends_one_email_per_event_to_a_member_of_two_subscribed_groups(smtp, outbox) -> None:
     exp = launched()
     first, second, _running = unit(exp, seed="1"), unit(exp, seed="2"), unit(exp, seed="3")
     two_teams_sharing("ann", exp)
@@ -194,7 +194,7 @@ def test_a_member_of_two_subscribed_groups_gets_one_email_per_event(smtp, outbox
     assert (Delivery.objects.count(), len(smtp.messages)) == before
 
 
-def test_failures_coalesced_for_two_groups_reach_their_shared_member_once(smtp, outbox, settings) -> None:
+def test_it_sends_failures_coalesced_for_two_groups_to_their_shared_member_once(smtp, outbox, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60
     exp = launched()
     units = [unit(exp, seed=str(i)) for i in range(3)]
@@ -282,7 +282,7 @@ def test_it_keeps_email_and_slack_bodies_readable_on_a_phone(receiver, smtp, out
     assert "exited with code 1 in train" in section
 
 
-def test_a_message_retried_after_the_system_moved_links_to_where_it_is_now(receiver, smtp, outbox, settings) -> None:
+def test_it_links_a_message_retried_after_the_system_moved_to_where_it_is_now(receiver, smtp, outbox, settings) -> None:
     """The body is stored at the first try; its links are paths, made URLs on the origin of each send (issue 39)."""
     exp = launched(title="moved")
     bad = unit(exp, lr="0.1")
@@ -337,7 +337,7 @@ def ended_in_cluster(cluster: Any, wu: WorkUnit, script: str) -> tuple[dict[str,
     return pod["status"]["container_statuses"][0]["state"]["terminated"], log.rstrip("\n").splitlines()[-1]
 
 
-def test_a_failure_message_carries_the_last_line_of_a_log_not_archived_yet(cluster, receiver, outbox) -> None:
+def test_it_carries_in_a_failure_message_the_last_line_of_a_log_not_archived_yet(cluster, receiver, outbox) -> None:
     """The archiver works on its own (and may be behind, or its store down): a message built before
     the log is archived reads the container's ending and last line from the cluster."""
     exp = launched()
@@ -354,7 +354,7 @@ def test_a_failure_message_carries_the_last_line_of_a_log_not_archived_yet(clust
     assert failed["reason"] == f"exited with code {ending['exit_code']} in main"
 
 
-def test_a_cluster_that_does_not_answer_delays_a_failure_message_once_and_never_loses_it(cluster, receiver,
+def test_it_delays_a_failure_message_once_when_the_cluster_does_not_answer_and_never_loses_it(cluster, receiver,
                                                                                           outbox) -> None:
     """The cluster hangs: the messages go (the reason from the system message, no last line) after
     one bounded wait; the next unit does not ask the hanging cluster again."""

@@ -45,7 +45,7 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.django_db
-def test_a_batch_holds_a_subscribers_rate_limit_and_records_each_outcome(receiver, no_broker, settings) -> None:
+def test_it_holds_a_subscribers_rate_limit_in_a_batch_and_records_each_outcome(receiver, no_broker, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
     subscribe(receiver, allMyExperiments=True, rateLimitPerHour=4)
     refused = Receiver(statuses=[500] * 10).start()
@@ -71,7 +71,7 @@ def test_a_batch_holds_a_subscribers_rate_limit_and_records_each_outcome(receive
 
 
 @pytest.mark.django_db(transaction=True)
-def test_workers_racing_over_the_same_batch_send_every_message_once(receiver, no_broker, settings) -> None:
+def test_it_sends_every_message_once_when_workers_race_over_the_same_batch(receiver, no_broker, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
     subscribe(receiver, allMyExperiments=True, rateLimitPerHour=1000)
     failures(40)

@@ -43,7 +43,7 @@ def launched(**kw: Any) -> Experiment:
     return exp
 
 
-def test_a_failed_work_unit_gives_exactly_one_verified_delivery_per_subscription(receiver, smtp, outbox) -> None:
+def test_it_gives_exactly_one_verified_delivery_per_subscription_for_a_failed_work_unit(receiver, smtp, outbox) -> None:
     exp = launched()
     wu, _other = factories.work_unit(exp), factories.work_unit(exp)
     webhook_sub(receiver, exp)
@@ -73,7 +73,7 @@ def test_a_failed_work_unit_gives_exactly_one_verified_delivery_per_subscription
     assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 2
 
 
-def test_a_retry_sends_the_same_webhook_id_and_body_with_backoff(receiver, outbox) -> None:
+def test_it_retries_with_backoff_sending_the_same_webhook_id_and_body(receiver, outbox) -> None:
     exp = launched()
     wu = factories.work_unit(exp)
     webhook_sub(receiver, exp)
@@ -96,7 +96,7 @@ def test_a_retry_sends_the_same_webhook_id_and_body_with_backoff(receiver, outbo
     assert first_wait > d.create_time
 
 
-def test_a_receiver_down_for_a_while_gets_the_event_after_it_comes_back(receiver, outbox) -> None:
+def test_it_gets_the_event_to_a_receiver_down_for_a_while_after_it_comes_back(receiver, outbox) -> None:
     exp = launched()
     wu = factories.work_unit(exp)
     webhook_sub(receiver, exp)
@@ -133,7 +133,7 @@ def _dead_delivery(receiver: Any, outbox: Any, settings: Any, *, attempts: int, 
     return d
 
 
-def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> None:
+def test_it_makes_a_dead_letter_of_the_last_failed_try(receiver, outbox, settings) -> None:
     d = _dead_delivery(receiver, outbox, settings, attempts=3, status=500)
     assert d.status == DeliveryStatus.DEAD and d.attempts == 3
     assert len(receiver.requests) == 3
@@ -146,7 +146,7 @@ def test_the_last_failed_try_makes_a_dead_letter(receiver, outbox, settings) -> 
     assert {r.headers["webhook-id"] for r in receiver.requests} == {d.message_id}
 
 
-def test_a_dead_delivery_is_in_the_one_dead_letter_list_and_sending_it_again_there_delivers_it(
+def test_it_lists_a_dead_delivery_with_the_dead_letters_and_delivers_it_when_sent_again_there(
         receiver, outbox, settings, django_capture_on_commit_callbacks) -> None:
     """Every exhausted retry is one kind of record (the actuator's, the outbox's, a notification's):
     the operators' list shows the dead delivery, and its "send again" goes through the notifications'
@@ -188,7 +188,7 @@ def test_a_dead_delivery_is_in_the_one_dead_letter_list_and_sending_it_again_the
     second.refresh_from_db()
     assert second.requeued_time is not None
 
-def test_a_subscription_that_keeps_failing_opens_its_circuit(receiver, outbox, settings) -> None:
+def test_it_opens_the_circuit_of_a_subscription_that_keeps_failing(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_BREAKER_FAILURES = 2
     settings.XMC_NOTIFY_BREAKER_OPEN_S = 3600
     receiver.statuses = [500] * 10
@@ -202,7 +202,7 @@ def test_a_subscription_that_keeps_failing_opens_its_circuit(receiver, outbox, s
     assert waiting.last_error.startswith("circuit open") and waiting.status == DeliveryStatus.PENDING
 
 
-def test_nothing_reaches_a_subscriber_who_cannot_read_the_experiment(receiver, outbox) -> None:
+def test_it_sends_nothing_to_a_subscriber_who_cannot_read_the_experiment(receiver, outbox) -> None:
     exp = launched()
     Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"user": BOB}]})
     wu = factories.work_unit(exp)
@@ -217,7 +217,7 @@ def test_nothing_reaches_a_subscriber_who_cannot_read_the_experiment(receiver, o
     assert not Delivery.objects.filter(status=DeliveryStatus.DELIVERED).exists()
 
 
-def test_access_is_checked_again_at_send_time(receiver, outbox, settings) -> None:
+def test_it_checks_access_again_at_send_time(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60
     exp = launched()
     Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"user": BOB}]})
@@ -232,7 +232,7 @@ def test_access_is_checked_again_at_send_time(receiver, outbox, settings) -> Non
     assert receiver.requests == []
 
 
-def test_an_ssrf_target_is_refused_at_send_time_too(receiver, outbox, settings) -> None:
+def test_it_refuses_an_ssrf_target_at_send_time_too(receiver, outbox, settings) -> None:
     exp = launched()
     webhook_sub(receiver, exp)
     settings.XMC_WEBHOOK_ALLOWED_HOSTS = []  # e.g. the DNS name now resolves to loopback
@@ -243,7 +243,7 @@ def test_an_ssrf_target_is_refused_at_send_time_too(receiver, outbox, settings) 
     assert receiver.requests == []
 
 
-def test_a_500_unit_sweep_that_fails_gives_one_coalesced_message(receiver, smtp, outbox, settings) -> None:
+def test_it_gives_one_coalesced_message_for_a_500_unit_sweep_that_fails(receiver, smtp, outbox, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60
     exp = launched(title="sweep")
     units = [factories.work_unit(exp) for _ in range(500)]
@@ -262,7 +262,7 @@ def test_a_500_unit_sweep_that_fails_gives_one_coalesced_message(receiver, smtp,
     assert "... and 490 more" in smtp.messages[0].get_payload()
 
 
-def test_the_experiment_finishing_says_how_its_work_units_ended(receiver, outbox) -> None:
+def test_it_says_how_its_work_units_ended_when_the_experiment_finishes(receiver, outbox) -> None:
     exp = launched()
     ok, bad = factories.work_unit(exp), factories.work_unit(exp)
     webhook_sub(receiver, exp, events=["EXPERIMENT_FINISHED"])
@@ -277,7 +277,7 @@ def test_the_experiment_finishing_says_how_its_work_units_ended(receiver, outbox
     assert body["data"]["stateCounts"] == {"COMPLETED": 1, "FAILED": 1}
 
 
-def test_slack_gets_blocks_with_title_counts_and_a_link(receiver, outbox, settings) -> None:
+def test_it_gives_slack_blocks_with_title_counts_and_a_link(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 30
     exp = launched(title="resnet")
     subscribe(experiment=f"experiments/{exp.id}", slack={"url": receiver.url})
@@ -294,7 +294,7 @@ def test_slack_gets_blocks_with_title_counts_and_a_link(receiver, outbox, settin
     assert message["blocks"][-1]["elements"][0]["url"] == f"http://127.0.0.1:8000/experiments/{exp.id}"
 
 
-def test_quiet_hours_hold_messages_until_they_end(receiver, outbox) -> None:
+def test_it_holds_messages_in_quiet_hours_until_they_end(receiver, outbox) -> None:
     exp = launched()
     sid = webhook_sub(receiver, exp)
     now = timezone.now()
@@ -312,7 +312,7 @@ def test_quiet_hours_hold_messages_until_they_end(receiver, outbox) -> None:
     assert len(receiver.requests) == 1 and receiver.requests[0].json["data"]["count"] == 2
 
 
-def test_a_subscriber_over_the_rate_limit_waits(receiver, outbox) -> None:
+def test_it_makes_a_subscriber_over_the_rate_limit_wait(receiver, outbox) -> None:
     exps = [launched() for _ in range(3)]
     sid, secret = subscribe(allMyExperiments=True, webhook={"url": receiver.url}, rateLimitPerHour=2)
     receiver.secret = secret
@@ -326,7 +326,7 @@ def test_a_subscriber_over_the_rate_limit_waits(receiver, outbox) -> None:
     assert len(receiver.requests) == 3
 
 
-def test_a_test_event_and_the_staff_scheduling_events(receiver, smtp, outbox) -> None:
+def test_it_delivers_a_test_event_and_the_staff_scheduling_events(receiver, smtp, outbox) -> None:
     from django.contrib.auth.models import User
 
     from workunits import scheduling
@@ -347,7 +347,7 @@ def test_a_test_event_and_the_staff_scheduling_events(receiver, smtp, outbox) ->
     assert scheduling is not None
 
 
-def test_the_previous_secret_still_verifies_during_the_rotation_overlap(receiver, outbox) -> None:
+def test_it_still_verifies_with_the_previous_secret_during_the_rotation_overlap(receiver, outbox) -> None:
     exp = launched()
     sid = webhook_sub(receiver, exp)
     old = receiver.secret
@@ -359,7 +359,7 @@ def test_the_previous_secret_still_verifies_during_the_rotation_overlap(receiver
     assert len(receiver.requests[0].headers["webhook-signature"].split(" ")) == 2
 
 
-def test_staff_may_subscribe_a_group_whose_members_get_the_email(smtp, outbox) -> None:
+def test_it_lets_staff_subscribe_a_group_whose_members_get_the_email(smtp, outbox) -> None:
     from django.contrib.auth.models import Group, User
 
     team = Group.objects.create(name="ml-team")
@@ -387,7 +387,7 @@ def test_staff_may_subscribe_a_group_whose_members_get_the_email(smtp, outbox) -
     assert smtp.recipients == [["ann@example.com", "ben@example.com"]]
 
 
-def test_a_member_subscribed_on_their_own_and_through_their_group_gets_one_email_per_failure(smtp, outbox) -> None:
+def test_it_sends_one_email_per_failure_to_a_member_subscribed_on_their_own_and_through_their_group(smtp, outbox) -> None:
     from django.contrib.auth.models import Group, User
 
     from xmc.auth.identity import identity_for_email

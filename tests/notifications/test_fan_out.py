@@ -31,7 +31,7 @@ def failed(exp: Any, wid: int) -> Event:
 
 
 @pytest.mark.django_db
-def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, monkeypatch) -> None:
+def test_it_matches_every_scope_in_one_batch_and_coalesces_per_experiment(settings, monkeypatch) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60.0
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
     monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
@@ -56,7 +56,7 @@ def test_one_batch_matches_every_scope_and_coalesces_per_experiment(settings, mo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_workers_fanning_out_the_same_events_at_once_record_each_pair_once(monkeypatch) -> None:
+def test_it_records_each_pair_once_when_workers_fan_out_the_same_events_at_once(monkeypatch) -> None:
     monkeypatch.setattr(services, "enqueue", lambda ids, countdown=None: None)
     monkeypatch.setattr(notify_outbox, "enqueue", lambda ids, countdown=None: None)
     exps = [factories.experiment(creator=ALICE) for _ in range(3)]

@@ -17,7 +17,7 @@ BEFORE = [("notifications", "0005_work_unit_idle")]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_upgrade_with_messages_in_flight_keeps_every_row_and_still_sends_what_was_due() -> None:
+def test_it_keeps_every_row_of_an_upgrade_with_messages_in_flight_and_still_sends_what_was_due() -> None:
     executor = MigrationExecutor(connection)
     executor.migrate(BEFORE)
     old = executor.loader.project_state(BEFORE).apps

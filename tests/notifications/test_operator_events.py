@@ -27,12 +27,12 @@ def waiting_create(seconds: float) -> int:
     return create
 
 
-def test_only_staff_may_subscribe_to_operator_events() -> None:
+def test_it_lets_only_staff_subscribe_to_operator_events() -> None:
     with pytest.raises(PermissionDenied, match=KIND):
         services.create(Identity(factories.ALICE), {"events": [KIND], "email": {}})
 
 
-def test_staff_hear_once_per_backlog_when_work_waits_for_a_worker(receiver: Any, outbox: Any, settings: Any) -> None:
+def test_it_tells_staff_once_per_backlog_when_work_waits_for_a_worker(receiver: Any, outbox: Any, settings: Any) -> None:
     settings.XMC_DEGRADED_AFTER_S = 120
     User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
     created = services.create(Identity("olivia@example.com", is_staff=True),

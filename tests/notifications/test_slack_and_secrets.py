@@ -110,7 +110,7 @@ def test_it_says_until_when_a_rotated_secret_keeps_signing(receiver) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_migration_encrypts_the_slack_urls_of_existing_subscriptions_and_keeps_them() -> None:
+def test_it_encrypts_the_slack_urls_of_existing_subscriptions_in_the_migration_and_keeps_them() -> None:
     call_command("migrate", "notifications", "0002", verbosity=0)
     try:
         with connection.cursor() as cursor:

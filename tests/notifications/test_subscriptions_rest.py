@@ -38,7 +38,7 @@ def bob() -> Api:
     return Api(BOB)
 
 
-def test_create_answers_the_secret_once_and_stores_it_encrypted(alice: Api, receiver) -> None:
+def test_it_answers_the_secret_once_on_create_and_stores_it_encrypted(alice: Api, receiver) -> None:
     exp = factories.experiment()
     status, body = alice.call("POST", "/v1/subscriptions", {
         "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED", "EXPERIMENT_FINISHED"],
@@ -57,7 +57,7 @@ def test_create_answers_the_secret_once_and_stores_it_encrypted(alice: Api, rece
     assert all("webhookSecret" not in s for s in listed["subscriptions"])
 
 
-def test_a_subscriber_sees_and_manages_only_their_own(alice: Api, bob: Api, receiver) -> None:
+def test_it_lets_a_subscriber_see_and_manage_only_their_own(alice: Api, bob: Api, receiver) -> None:
     exp = factories.experiment()
     _, body = alice.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
                                                       "events": ["WORK_UNIT_FAILED"], "email": {}})
@@ -75,7 +75,7 @@ def test_a_subscriber_sees_and_manages_only_their_own(alice: Api, bob: Api, rece
     assert alice.call("GET", f"/v1/{name}")[0] == 404
 
 
-def test_a_subscription_named_with_other_digits_is_not_found_not_a_500(alice: Api) -> None:
+def test_it_answers_not_found_not_a_500_for_a_subscription_named_with_other_digits(alice: Api) -> None:
     # "¹" and "٣" are digits to str.isdigit() but not to int(): the fuzz's PATCH of /v1/subscriptions/¹ was a 500.
     for sid in ("%C2%B9", "%D9%A3", "1%C2%B9"):
         for method, suffix, payload in (("GET", "", None), ("PATCH", "", {"enabled": False}), ("DELETE", "", None),
@@ -84,7 +84,7 @@ def test_a_subscription_named_with_other_digits_is_not_found_not_a_500(alice: Ap
             assert status == 404 and err["error"]["status"] == "NOT_FOUND", (method, sid, suffix, err)
 
 
-def test_subscribing_to_an_experiment_one_cannot_read_is_denied_like_a_missing_one(bob: Api) -> None:
+def test_it_denies_subscribing_to_an_experiment_one_cannot_read_like_a_missing_one(bob: Api) -> None:
     exp = factories.experiment()  # Alice's, Bob has no role
     denied = bob.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
                                                      "events": ["WORK_UNIT_FAILED"], "email": {}})
@@ -104,7 +104,7 @@ def test_subscribing_to_an_experiment_one_cannot_read_is_denied_like_a_missing_o
     ("http://user:pw@example.com/x", "user name"),
     ("not a url", "http or https"),
 ])
-def test_an_ssrf_target_is_refused_with_a_clear_error_naming_the_field(alice: Api, url: str, fragment: str) -> None:
+def test_it_refuses_an_ssrf_target_with_a_clear_error_naming_the_field(alice: Api, url: str, fragment: str) -> None:
     status, body = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True,
                                                              "events": ["WORK_UNIT_FAILED"], "webhook": {"url": url}})
     assert status == 400, body
@@ -114,7 +114,7 @@ def test_an_ssrf_target_is_refused_with_a_clear_error_naming_the_field(alice: Ap
     assert Subscription.objects.count() == 0
 
 
-def test_allowed_hosts_let_a_listed_internal_host_through(alice: Api, settings) -> None:
+def test_it_lets_a_listed_internal_host_through_by_the_allowed_hosts(alice: Api, settings) -> None:
     settings.XMC_WEBHOOK_ALLOWED_HOSTS = ["10.1.2.3"]
     status, _ = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
                                                           "slack": {"url": "http://10.1.2.3/services/T/B/x"}})
@@ -140,14 +140,14 @@ def test_allowed_hosts_let_a_listed_internal_host_through(alice: Api, settings) 
     ("[1, 2]", None),
     ("{not json", None),
 ])
-def test_bad_input_is_a_400_naming_the_field(alice: Api, body: Any, field: str | None) -> None:
+def test_it_answers_bad_input_with_a_400_naming_the_field(alice: Api, body: Any, field: str | None) -> None:
     status, answer = alice.call("POST", "/v1/subscriptions", body)
     assert status in (400, 403), answer
     if field is not None:
         assert answer["error"]["details"][0]["fieldViolations"][0]["field"] == field
 
 
-def test_staff_may_subscribe_to_the_scheduling_switch(db) -> None:
+def test_it_lets_staff_subscribe_to_the_scheduling_switch(db) -> None:
     from django.contrib.auth.models import User
 
     User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
@@ -157,7 +157,7 @@ def test_staff_may_subscribe_to_the_scheduling_switch(db) -> None:
     assert "experiment" not in body
 
 
-def test_rotation_returns_a_new_secret_and_keeps_the_old_one_signing(alice: Api, receiver) -> None:
+def test_it_returns_a_new_secret_on_rotation_and_keeps_the_old_one_signing(alice: Api, receiver) -> None:
     _, body = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
                                                         "webhook": {"url": receiver.url}})
     status, rotated = alice.call("POST", f"/v1/{body['name']}:rotateSecret")

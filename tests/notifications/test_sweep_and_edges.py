@@ -22,7 +22,7 @@ from xmc.auth.tokens import issue_token
 pytestmark = pytest.mark.django_db
 
 
-def test_events_whose_fan_out_never_reached_the_broker_are_sent_by_the_sweep(receiver, outbox) -> None:
+def test_it_sends_by_the_sweep_the_events_whose_fan_out_never_reached_the_broker(receiver, outbox) -> None:
     exp = launched()
     webhook_sub(receiver, exp)
     fail(factories.work_unit(exp))
@@ -35,7 +35,7 @@ def test_events_whose_fan_out_never_reached_the_broker_are_sent_by_the_sweep(rec
     assert len(receiver.requests) == 1 and receiver.requests[0].verified
 
 
-def test_deliveries_the_broker_lost_are_sent_by_the_sweep(receiver, outbox) -> None:
+def test_it_sends_by_the_sweep_the_deliveries_the_broker_lost(receiver, outbox) -> None:
     exp = launched()
     webhook_sub(receiver, exp)
     fail(factories.work_unit(exp))
@@ -49,7 +49,7 @@ def test_deliveries_the_broker_lost_are_sent_by_the_sweep(receiver, outbox) -> N
     assert Delivery.objects.get().status == DeliveryStatus.DELIVERED and len(receiver.requests) == 1
 
 
-def test_a_work_unit_waiting_in_the_queue_too_long_is_told_once(receiver, outbox) -> None:
+def test_it_tells_once_of_a_work_unit_waiting_in_the_queue_too_long(receiver, outbox) -> None:
     exp = launched()
     waiting, fresh = factories.work_unit(exp), factories.work_unit(exp)
     webhook_sub(receiver, exp, events=["WORK_UNIT_QUEUED_TOO_LONG"], queuedMinutes=30)
@@ -67,7 +67,7 @@ def test_a_work_unit_waiting_in_the_queue_too_long_is_told_once(receiver, outbox
     assert body["data"]["workUnits"][0]["queuedMinutes"] == 30
 
 
-def test_a_disabled_subscription_gets_nothing(receiver, outbox, settings) -> None:
+def test_it_sends_nothing_to_a_disabled_subscription(receiver, outbox, settings) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 60
     exp = launched()
     sid = webhook_sub(receiver, exp)
@@ -104,7 +104,7 @@ def test_a_disabled_subscription_gets_nothing(receiver, outbox, settings) -> Non
     ("POST", "/v1/subscriptions", {"events": [None], "allMyExperiments": True, "email": {}}),
     ("POST", "/v1/subscriptions", "\x00\xff"),
 ])
-def test_odd_input_is_answered_in_the_error_shape_never_a_500(method: str, url: str, body: object) -> None:
+def test_it_answers_odd_input_in_the_error_shape_never_a_500(method: str, url: str, body: object) -> None:
     client = Client()
     data = "" if body is None else (body if isinstance(body, str) else json.dumps(body))
     r = client.generic(method, url, data, content_type="application/json",
@@ -113,12 +113,12 @@ def test_odd_input_is_answered_in_the_error_shape_never_a_500(method: str, url: 
     assert "error" in json.loads(r.content)
 
 
-def test_without_a_token_it_is_401() -> None:
+def test_it_answers_401_without_a_token() -> None:
     r = Client().get("/v1/subscriptions")
     assert r.status_code == 401 and json.loads(r.content)["error"]["status"] == "UNAUTHENTICATED"
 
 
-def test_an_experiment_whose_launch_completes_after_its_units_ended_is_told_by_the_sweep(receiver, outbox) -> None:
+def test_it_tells_by_the_sweep_of_an_experiment_whose_launch_completes_after_its_units_ended(receiver, outbox) -> None:
     from experiments import services as experiment_services
     from core import pb
 
@@ -137,7 +137,7 @@ def test_an_experiment_whose_launch_completes_after_its_units_ended_is_told_by_t
     assert receiver.requests[0].json["data"]["stateCounts"] == {"FAILED": 1}
 
 
-def test_a_long_wait_is_sent_as_hops_shorter_than_the_brokers_visibility_timeout(monkeypatch) -> None:
+def test_it_sends_a_long_wait_as_hops_shorter_than_the_brokers_visibility_timeout(monkeypatch) -> None:
     from xmc.celery import app
 
     sent: list[dict] = []
@@ -149,7 +149,7 @@ def test_a_long_wait_is_sent_as_hops_shorter_than_the_brokers_visibility_timeout
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_message_whose_row_is_locked_when_it_arrives_is_looked_at_again_soon(
+def test_it_looks_again_soon_at_a_message_whose_row_was_locked_when_it_arrived(
         receiver, monkeypatch: pytest.MonkeyPatch) -> None:
     """The publisher records that the broker took a message (an UPDATE of its row) while the worker
     that already received it claims the row: the worker must not drop it and leave it to the sweep."""

@@ -52,7 +52,7 @@ def _sweep() -> dict[str, int]:
     return sweep.sweep()
 
 
-def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no_second_event(
+def test_it_retries_with_the_same_webhook_id_and_no_second_event_when_a_worker_is_killed_mid_delivery(
         broker: Any, receiver: Any, start_worker: Any, tmp_path: Path) -> None:
     exp = factories.experiment()
     created = services.create(Identity(factories.ALICE), {"experiment": f"experiments/{exp.id}",
@@ -81,7 +81,7 @@ def test_a_worker_killed_mid_delivery_is_retried_with_the_same_webhook_id_and_no
     assert Delivery.objects.count() == 1 and Delivery.objects.get().attempts == 2
 
 
-def test_a_work_unit_failing_in_the_simulator_gives_exactly_one_delivery_per_subscription(
+def test_it_gives_exactly_one_delivery_per_subscription_for_a_work_unit_failing_in_the_simulator(
         broker: Any, receiver: Any, smtp: Any, start_worker: Any, cluster: Any, reconciler: Any) -> None:
     from tests.k8s_bridge.reconciler.conftest import state_of
     from workunits.choices import WorkUnitState

@@ -39,7 +39,7 @@ def _code(call: Callable[[], Any]) -> grpc.StatusCode:
     return info.value.code()
 
 
-def test_creating_a_dashboard_with_anothers_id_reveals_nothing_and_takes_nothing(
+def test_it_reveals_nothing_and_takes_nothing_when_a_dashboard_is_created_with_anothers_id(
     dash: Any, persona: Persona  # noqa: F811
 ) -> None:
     alice, as_alice = persona("alice")
@@ -61,7 +61,7 @@ def test_creating_a_dashboard_with_anothers_id_reveals_nothing_and_takes_nothing
         dashboard=M.Dashboard(title="again"), dashboard_id=taken), metadata=as_eve)) == grpc.StatusCode.ALREADY_EXISTS
 
 
-def test_an_id_taken_first_by_a_stranger_is_still_free_for_its_owner(dash: Any, persona: Persona) -> None:  # noqa: F811
+def test_it_still_keeps_free_for_its_owner_an_id_taken_first_by_a_stranger(dash: Any, persona: Persona) -> None:  # noqa: F811
     alice, as_alice = persona("alice")
     _, as_eve = persona("eve")
     exp = experiment_for(alice)
@@ -74,7 +74,7 @@ def test_an_id_taken_first_by_a_stranger_is_still_free_for_its_owner(dash: Any, 
     assert made.owner == alice and made.name == f"dashboards/{planned}"
 
 
-def test_a_dashboard_or_chart_the_caller_may_not_read_is_not_found_like_a_missing_one(
+def test_it_answers_not_found_like_a_missing_one_for_a_dashboard_or_chart_the_caller_may_not_read(
     dash: Any, persona: Persona  # noqa: F811
 ) -> None:
     alice, as_alice = persona("alice")
@@ -101,7 +101,7 @@ def test_a_dashboard_or_chart_the_caller_may_not_read_is_not_found_like_a_missin
     assert dash.GetChart(D.GetChartRequest(name=short), metadata=as_alice) == chart
 
 
-def test_chart_ids_are_per_work_unit(dash: Any, persona: Persona) -> None:  # noqa: F811
+def test_it_scopes_chart_ids_per_work_unit(dash: Any, persona: Persona) -> None:  # noqa: F811
     alice, as_alice = persona("alice")
     bob, as_bob = persona("bob")
     alices, bobs = experiment_for(alice), experiment_for(bob)

@@ -88,7 +88,7 @@ def test_it_refuses_a_point_from_year_9999_over_grpc(channel: grpc.Channel) -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_shipped_writer_on_a_clock_far_ahead_stores_its_points_at_the_servers_time(
+def test_it_stores_the_points_of_the_shipped_writer_on_a_clock_far_ahead_at_the_servers_time(
     live_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     work_unit = factories.work_unit(experiment_for("alice@example.com"), wid=1)
@@ -115,7 +115,7 @@ def _blocks(execution: int) -> set[tuple[Any, ...]]:
 
 
 @pytest.mark.django_db
-def test_maintenance_deletes_future_points_stored_before_the_bound(unit: WorkUnit, settings: Any) -> None:
+def test_it_deletes_in_maintenance_future_points_stored_before_the_bound(unit: WorkUnit, settings: Any) -> None:
     execution = WorkUnitExecution.objects.get(work_unit=unit, eid=1).pk
     now = dj_timezone.now()
     far = datetime(9000, 6, 1, tzinfo=timezone.utc)
@@ -146,7 +146,7 @@ def test_maintenance_deletes_future_points_stored_before_the_bound(unit: WorkUni
     {"metric": "lo\u0000ss", "step": 1, "value": 1.0},
     {"metric": "loss", "step": 1, "value": 1.0, "label\u0000": 1},
 ])
-def test_a_nul_anywhere_in_a_metrics_write_is_refused_as_nul(unit: WorkUnit, point: dict[str, Any]) -> None:
+def test_it_refuses_a_nul_anywhere_in_a_metrics_write_as_nul(unit: WorkUnit, point: dict[str, Any]) -> None:
     """The orjson fast path took ``\\u0000`` into strings that every other JSON body refuses by name."""
     response = _post(unit, [point])
     assert response.status_code == 400, response.content

@@ -24,7 +24,7 @@ from tests.metrics.conftest import experiment_for, fresh_write_buckets
 
 
 @pytest.mark.django_db
-def test_a_metrics_token_with_zero_padded_ids_does_not_verify() -> None:
+def test_it_does_not_verify_a_metrics_token_with_zero_padded_ids() -> None:
     unit = factories.work_unit(experiment_for("alice@example.com"), wid=1)
     fresh_write_buckets(unit)
     issued = tokens.token_for(unit.experiment_id, 1, 1)
@@ -37,7 +37,7 @@ def test_a_metrics_token_with_zero_padded_ids_does_not_verify() -> None:
     assert response.status_code == 401 and response.json()["error"]["status"] == "UNAUTHENTICATED"
 
 
-def test_metrics_answers_only_the_scraper_when_a_scrape_token_is_set(settings: Any) -> None:
+def test_it_answers_metrics_only_to_the_scraper_when_a_scrape_token_is_set(settings: Any) -> None:
     settings.XMC_METRICS_SCRAPE_TOKEN = "scrape-secret-0123456789"
     for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": "scrape-secret-0123456789"}):
         response = Client().get("/metrics", **headers)
@@ -49,7 +49,7 @@ def test_metrics_answers_only_the_scraper_when_a_scrape_token_is_set(settings: A
     assert Client().get("/metrics").status_code == 200  # unset: open, as documented
 
 
-def test_the_api_browser_runs_only_its_own_script_and_keeps_no_token_for_ever() -> None:
+def test_it_runs_only_the_api_browsers_own_script_and_keeps_no_token_for_ever() -> None:
     response = Client().get("/v1/docs")
     policy = response["Content-Security-Policy"]
     nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'", policy)
@@ -66,7 +66,7 @@ def test_the_api_browser_runs_only_its_own_script_and_keeps_no_token_for_ever() 
 
 @needs_chromium
 @pytest.mark.django_db(transaction=True)
-def test_the_api_browser_works_under_its_policy_and_forgets_the_token_with_the_tab(
+def test_it_has_the_api_browser_work_under_its_policy_and_forget_the_token_with_the_tab(
     live_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     violations: list[str] = []

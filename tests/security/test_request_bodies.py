@@ -79,7 +79,7 @@ def _closed(sock: socket.socket, timeout: float = 10.0) -> bool:
 
 
 @pytest.mark.parametrize("path", ROUTES)
-def test_a_huge_declared_body_without_credentials_is_refused_before_it_is_sent(server: str, path: str) -> None:
+def test_it_refuses_a_huge_declared_body_without_credentials_before_it_is_sent(server: str, path: str) -> None:
     sock = _connect(server, "POST", path, {"Content-Length": str(64 * 1024 * 1024),
                                            "Content-Type": "application/x-www-form-urlencoded"})
     with sock:
@@ -89,7 +89,7 @@ def test_a_huge_declared_body_without_credentials_is_refused_before_it_is_sent(s
 
 
 @pytest.mark.parametrize("path", ROUTES)
-def test_a_chunked_body_without_credentials_is_cut_off_at_the_budget(server: str, path: str) -> None:
+def test_it_cuts_off_a_chunked_body_without_credentials_at_the_budget(server: str, path: str) -> None:
     sock = _connect(server, "POST", path, {"Transfer-Encoding": "chunked",
                                            "Content-Type": "application/x-www-form-urlencoded"})
     with sock:
@@ -100,7 +100,7 @@ def test_a_chunked_body_without_credentials_is_cut_off_at_the_budget(server: str
         assert status == 413 and b"without credentials" in body, body
 
 
-def test_a_body_that_never_arrives_is_answered_408_and_the_connection_closed(server: str) -> None:
+def test_it_answers_408_to_a_body_that_never_arrives_and_closes_the_connection(server: str) -> None:
     sock = _connect(server, "POST", "/api/cli/signin", {"Content-Length": "1000",
                                                         "Content-Type": "application/x-www-form-urlencoded"})
     with sock:
@@ -110,7 +110,7 @@ def test_a_body_that_never_arrives_is_answered_408_and_the_connection_closed(ser
         assert headers.get("connection") == "close" and _closed(sock)
 
 
-def test_the_process_budget_of_unauthenticated_bytes_answers_429(server: str) -> None:
+def test_it_answers_429_by_the_process_budget_of_unauthenticated_bytes(server: str) -> None:
     size = 60_000  # each under the per-request budget; two of them over the process's
     socks = [_connect(server, "POST", "/api/cli/signin", {"Content-Length": str(size + 10),
                                                           "Content-Type": "application/x-www-form-urlencoded"})
@@ -133,7 +133,7 @@ def test_the_process_budget_of_unauthenticated_bytes_answers_429(server: str) ->
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_client_with_a_token_sends_a_large_body_and_one_without_cannot(server: str) -> None:
+def test_it_takes_a_large_body_from_a_client_with_a_token_and_not_from_one_without(server: str) -> None:
     body = json.dumps({"title": "x" * (1024 * 1024)}).encode()  # 16 times the pre-authentication budget
 
     def post(headers: dict[str, str]) -> tuple[int, bytes]:

@@ -26,7 +26,7 @@ def open_units(s: Study) -> int:
 
 
 @pytest.mark.django_db
-def test_a_step_starts_parallel_trials_as_clones_of_the_template_with_their_arguments() -> None:
+def test_it_starts_parallel_trials_in_a_step_as_clones_of_the_template_with_their_arguments() -> None:
     exp, unit = template()
     s = study(exp, unit)
     controller.step(s.id)
@@ -46,7 +46,7 @@ def test_a_step_starts_parallel_trials_as_clones_of_the_template_with_their_argu
 
 
 @pytest.mark.django_db
-def test_an_ended_unit_completes_its_trial_with_the_objective_and_frees_its_slot() -> None:
+def test_it_completes_the_trial_of_an_ended_unit_with_the_objective_and_frees_its_slot() -> None:
     exp, unit = template()
     s = study(exp, unit, objective={"metric": "loss", "stat": "min", "goal": "MINIMIZE"})
     controller.step(s.id)
@@ -64,7 +64,7 @@ def test_an_ended_unit_completes_its_trial_with_the_objective_and_frees_its_slot
 
 
 @pytest.mark.django_db
-def test_a_completed_unit_without_the_metric_is_a_failed_trial() -> None:
+def test_it_fails_the_trial_of_a_completed_unit_without_the_metric() -> None:
     exp, unit = template()
     s = study(exp, unit, maxTrials=1, parallelTrials=1)
     controller.step(s.id)
@@ -79,7 +79,7 @@ def test_a_completed_unit_without_the_metric_is_a_failed_trial() -> None:
 
 
 @pytest.mark.django_db
-def test_the_study_completes_at_max_trials_with_the_best_trial() -> None:
+def test_it_completes_the_study_at_max_trials_with_the_best_trial() -> None:
     exp, unit = template()
     s = study(exp, unit, maxTrials=5, parallelTrials=2)
     values = iter([3.0, 1.5, 2.0, 0.7, 1.1])
@@ -98,7 +98,7 @@ def test_the_study_completes_at_max_trials_with_the_best_trial() -> None:
 
 
 @pytest.mark.django_db
-def test_a_trial_worse_than_the_median_is_pruned_its_unit_stopped_with_why_and_its_slot_held_until_stopped() -> None:
+def test_it_prunes_a_trial_worse_than_the_median_stops_its_unit_with_why_and_holds_its_slot_until_stopped() -> None:
     exp, unit = template()
     s = study(exp, unit, maxTrials=4, parallelTrials=2, pruner={"median": {"warmupSteps": 3, "startupTrials": 1}})
     controller.step(s.id)
@@ -129,7 +129,7 @@ def test_a_trial_worse_than_the_median_is_pruned_its_unit_stopped_with_why_and_i
 
 
 @pytest.mark.django_db
-def test_stop_stops_the_running_trials_and_ends_the_study_stopped() -> None:
+def test_it_stops_the_running_trials_on_stop_and_ends_the_study_stopped() -> None:
     exp, unit = template()
     s = study(exp, unit)
     controller.step(s.id)
@@ -147,7 +147,7 @@ def test_stop_stops_the_running_trials_and_ends_the_study_stopped() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_each_committed_trial_change_is_heard_after_its_commit_and_a_step_that_changes_nothing_is_silent() -> None:
+def test_it_makes_each_committed_trial_change_heard_after_its_commit_and_a_step_that_changes_nothing_silent() -> None:
     """The pages' live updates hang on this (``ui.live.publish_study``): a listener hears of a trial started,
     completed, pruned or stopped once its row is committed (it reads the row as it is), and not of a
     change that rolled back."""
@@ -188,7 +188,7 @@ def test_each_committed_trial_change_is_heard_after_its_commit_and_a_step_that_c
 
 
 @pytest.mark.django_db
-def test_a_step_that_died_before_creating_the_unit_is_finished_by_the_next_with_the_reserved_wid() -> None:
+def test_it_finishes_a_step_that_died_before_creating_the_unit_in_the_next_with_the_reserved_wid() -> None:
     exp, unit = template()
     s = study(exp, unit)
     started = controller.start_trials(s)  # the step died here: rows written, no unit created
@@ -200,7 +200,7 @@ def test_a_step_that_died_before_creating_the_unit_is_finished_by_the_next_with_
 
 
 @pytest.mark.django_db
-def test_a_step_that_died_after_creating_the_unit_creates_no_second_one() -> None:
+def test_it_creates_no_second_unit_after_a_step_that_died_after_creating_the_unit() -> None:
     exp, unit = template()
     s = study(exp, unit)
     started = controller.start_trials(s)
@@ -214,7 +214,7 @@ def test_a_step_that_died_after_creating_the_unit_creates_no_second_one() -> Non
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_steps_at_once_start_parallel_trials_once() -> None:
+def test_it_starts_parallel_trials_once_in_two_steps_at_once() -> None:
     exp, unit = template()
     s = study(exp, unit, parallelTrials=3, maxTrials=10)
     barrier, errors = threading.Barrier(3), []
@@ -242,7 +242,7 @@ def test_two_steps_at_once_start_parallel_trials_once() -> None:
 
 
 @pytest.mark.django_db
-def test_a_trial_units_points_and_its_end_ring_the_study_once() -> None:
+def test_it_rings_the_study_once_for_a_trial_units_points_and_its_end() -> None:
     exp, unit = template()
     s = study(exp, unit)
     OutboxMessage.objects.filter(task_name=doorbell.STEP_TASK).update(done=True)  # the creation's ring, answered
@@ -264,7 +264,7 @@ def test_a_trial_units_points_and_its_end_ring_the_study_once() -> None:
 
 
 @pytest.mark.django_db
-def test_one_write_for_many_executions_rings_the_study_of_the_trial_units_among_them_once() -> None:
+def test_it_rings_once_the_study_of_the_trial_units_among_the_many_executions_of_one_write() -> None:
     exp, unit = template()
     s = study(exp, unit)
     OutboxMessage.objects.filter(task_name=doorbell.STEP_TASK).update(done=True)  # the creation's ring, answered
@@ -281,7 +281,7 @@ def test_one_write_for_many_executions_rings_the_study_of_the_trial_units_among_
 
 
 @pytest.mark.django_db
-def test_a_delivered_step_runs_once_and_a_second_copy_is_dropped() -> None:
+def test_it_runs_a_delivered_step_once_and_drops_a_second_copy() -> None:
     exp, unit = template()
     s = study(exp, unit)
     message = OutboxMessage.objects.get(task_name=doorbell.STEP_TASK, args=[s.id])
@@ -300,7 +300,7 @@ def test_a_delivered_step_runs_once_and_a_second_copy_is_dropped() -> None:
 
 
 @pytest.mark.django_db
-def test_successive_halving_keeps_its_rungs_on_our_rows_between_decisions() -> None:
+def test_it_keeps_the_rungs_of_successive_halving_on_our_rows_between_decisions() -> None:
     exp, unit = template()
     s = study(exp, unit, maxTrials=6, parallelTrials=3,
               pruner={"successiveHalving": {"minResource": 1, "reductionFactor": 2}})
@@ -319,7 +319,7 @@ def test_successive_halving_keeps_its_rungs_on_our_rows_between_decisions() -> N
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("sampler", ["tpe", "cmaes", "grid", "random"])
-def test_every_sampler_chooses_within_the_space(sampler: str) -> None:
+def test_it_has_every_sampler_choose_within_the_space(sampler: str) -> None:
     exp, unit = template()
     space = ({"layers": {"int": [1, 2]}, "act": {"choice": ["relu", "gelu"]}} if sampler == "grid"
              else {"lr": {"logUniform": [1e-4, 1.0]}, "layers": {"int": [1, 4]}, "act": {"choice": ["relu", "gelu"]}})
@@ -341,7 +341,7 @@ def test_every_sampler_chooses_within_the_space(sampler: str) -> None:
 
 
 @pytest.mark.django_db
-def test_a_parameter_named_job_dot_arg_sets_only_that_jobs_argument() -> None:
+def test_it_sets_only_that_jobs_argument_for_a_parameter_named_job_dot_arg() -> None:
     exp, _ = template()
     message = factories.work_unit_message()
     second = message.executable.jobset.jobs.add()
@@ -358,7 +358,7 @@ def test_a_parameter_named_job_dot_arg_sets_only_that_jobs_argument() -> None:
 
 
 @pytest.mark.django_db
-def test_a_trial_whose_unit_is_refused_fails_with_the_reason_and_frees_its_slot() -> None:
+def test_it_fails_a_trial_whose_unit_is_refused_with_the_reason_and_frees_its_slot() -> None:
     exp, unit = template()
     s = study(exp, unit, maxTrials=3, parallelTrials=1)
     Study.objects.filter(id=s.id).update(template={**s.template, "tags": ["x" * 300]})  # over the tag limit
@@ -370,7 +370,7 @@ def test_a_trial_whose_unit_is_refused_fails_with_the_reason_and_frees_its_slot(
 
 
 @pytest.mark.django_db
-def test_a_trials_unit_is_created_for_the_studys_creator() -> None:
+def test_it_creates_a_trials_unit_for_the_studys_creator() -> None:
     exp, unit = template()
     s = study(exp, unit)
     controller.step(s.id)
@@ -379,7 +379,7 @@ def test_a_trials_unit_is_created_for_the_studys_creator() -> None:
 
 
 @pytest.mark.django_db
-def test_a_study_stopped_before_its_trials_had_units_creates_none_and_stops_what_a_dead_step_made() -> None:
+def test_it_creates_no_unit_for_a_study_stopped_before_its_trials_had_units_and_stops_what_a_dead_step_made() -> None:
     exp, unit = template()
     s = study(exp, unit)
     first, second = controller.start_trials(s)  # the step died here: rows, no units ...

@@ -51,7 +51,7 @@ def exp() -> Any:
     return exp
 
 
-def test_a_created_study_is_running_with_its_request_and_rings_the_controller(exp: Any) -> None:
+def test_it_creates_a_study_running_with_its_request_and_rings_the_controller(exp: Any) -> None:
     status, body = call("POST", f"/v1/experiments/{exp.id}/studies", request())
     assert status == 200, body
     assert body["state"] == "RUNNING" and body["name"] == f"experiments/{exp.id}/studies/{body['id']}"
@@ -106,7 +106,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("overrides", "field"), BAD, ids=[f for _, f in BAD])
-def test_an_unusable_field_is_a_400_naming_it_and_nothing_is_created(exp: Any, overrides: dict[str, Any],
+def test_it_answers_an_unusable_field_with_a_400_naming_it_and_creates_nothing(exp: Any, overrides: dict[str, Any],
                                                                      field: str) -> None:
     status, body = call("POST", f"/v1/experiments/{exp.id}/studies", request(**overrides))
     assert status == 400, body
@@ -115,20 +115,20 @@ def test_an_unusable_field_is_a_400_naming_it_and_nothing_is_created(exp: Any, o
     assert not Study.objects.exists() and not OutboxMessage.objects.filter(task_name="xmc.studies.step").exists()
 
 
-def test_a_body_that_is_not_json_or_not_an_object_is_a_400(exp: Any) -> None:
+def test_it_answers_a_400_to_a_body_that_is_not_json_or_not_an_object(exp: Any) -> None:
     for body in ("{", "[1]"):
         status, answer = call("POST", f"/v1/experiments/{exp.id}/studies", body)
         assert status == 400 and answer["error"]["details"][0]["fieldViolations"][0]["field"] == "body"
     assert not Study.objects.exists()
 
 
-def test_a_grid_study_takes_int_and_choice_parameters(exp: Any) -> None:
+def test_it_takes_int_and_choice_parameters_for_a_grid_study(exp: Any) -> None:
     status, body = call("POST", f"/v1/experiments/{exp.id}/studies", request(
         sampler="grid", parameters={"layers": {"int": [2, 4]}, "act": {"choice": ["relu", "gelu"]}}))
     assert status == 200 and body["sampler"] == "grid"
 
 
-def test_a_stranger_may_not_read_create_or_stop(exp: Any) -> None:
+def test_it_refuses_a_stranger_reading_creating_or_stopping(exp: Any) -> None:
     status, body = call("POST", f"/v1/experiments/{exp.id}/studies", request(maxTrials=0), BOB)
     assert status == 403 and body["error"]["status"] == "PERMISSION_DENIED"
     _, created = call("POST", f"/v1/experiments/{exp.id}/studies", request())
@@ -138,19 +138,19 @@ def test_a_stranger_may_not_read_create_or_stop(exp: Any) -> None:
     assert Client().get(f"/v1/experiments/{exp.id}/studies").status_code == 401
 
 
-def test_an_unknown_study_is_404(exp: Any) -> None:
+def test_it_answers_404_for_an_unknown_study(exp: Any) -> None:
     assert call("GET", f"/v1/experiments/{exp.id}/studies/999")[0] == 404
     assert call("POST", f"/v1/experiments/{exp.id}/studies/999:stop")[0] == 404
 
 
-def test_stop_asks_the_controller_and_is_idempotent(exp: Any) -> None:
+def test_it_asks_the_controller_on_stop_and_is_idempotent(exp: Any) -> None:
     _, created = call("POST", f"/v1/experiments/{exp.id}/studies", request())
     for _ in range(2):
         status, body = call("POST", f"/v1/experiments/{exp.id}/studies/{created['id']}:stop")
         assert status == 200 and body["stopRequested"] is True and body["state"] == "RUNNING"
 
 
-def test_the_list_is_newest_first_and_paginated_in_the_database(exp: Any) -> None:
+def test_it_lists_newest_first_and_paginates_in_the_database(exp: Any) -> None:
     ids = [call("POST", f"/v1/experiments/{exp.id}/studies", request())[1]["id"] for _ in range(5)]
     seen: list[int] = []
     token = ""
@@ -166,7 +166,7 @@ def test_the_list_is_newest_first_and_paginated_in_the_database(exp: Any) -> Non
     assert status == 400 and body["error"]["details"][0]["fieldViolations"][0]["field"] == "pageToken"
 
 
-def test_a_studys_trials_come_by_number_a_page_at_a_time_with_the_best(exp: Any) -> None:
+def test_it_gives_a_studys_trials_by_number_a_page_at_a_time_with_the_best(exp: Any) -> None:
     from django.utils import timezone
 
     _, created = call("POST", f"/v1/experiments/{exp.id}/studies", request())
@@ -191,7 +191,7 @@ def test_it_is_in_the_openapi_document() -> None:
     assert "post" in paths["/v1/experiments/{xid}/studies/{study_id}:stop"]
 
 
-def test_a_study_is_found_only_under_its_own_experiment(exp: Any) -> None:
+def test_it_finds_a_study_only_under_its_own_experiment(exp: Any) -> None:
     other = factories.experiment(ALICE, title="other")
     factories.work_unit(other)
     _, created = call("POST", f"/v1/experiments/{exp.id}/studies", request())

@@ -58,7 +58,7 @@ def test_it_chooses_the_next_trial_optuna_itself_would_from_the_same_rows(n: int
         assert search.next_parameters(SPACE, goal, "tpe", seed, rows) == _optunas_own(rows, goal, seed)
 
 
-def test_a_worker_pool_process_keeps_its_startup_heap_out_of_full_collections() -> None:
+def test_it_keeps_the_startup_heap_of_a_worker_pool_process_out_of_full_collections() -> None:
     """The decisions run in Celery's pool processes: each freezes what it started with (``xmc.celery``),
     so the full collections a decision's 1,000 rebuilt trials set off scan only what tasks allocated."""
     import gc

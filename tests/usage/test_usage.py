@@ -46,7 +46,7 @@ def utilisation(unit: Any, value: float, start: float, end: float, eid: int = 1)
         metric_services.Point(GPU_UTILIZATION, i, value, hours(start) + timedelta(seconds=15 * i)) for i in range(n)])
 
 
-def test_a_preempted_job_counts_only_its_running_time_and_the_period_clips_it() -> None:
+def test_it_counts_only_the_running_time_of_a_preempted_job_and_clips_it_to_the_period() -> None:
     unit = gpu_unit(factories.experiment(ALICE), gpus=8)
     run(unit, hours(1))
     move(unit, "DESCHEDULING", hours(3))         # preempted: 2 h of running
@@ -62,7 +62,7 @@ def test_a_preempted_job_counts_only_its_running_time_and_the_period_clips_it() 
     assert get(ALICE, **period(3.2, 3.9)).json()["rows"] == []   # queued again, nothing ran
 
 
-def test_a_restart_ends_the_running_interval_of_the_old_execution() -> None:
+def test_it_ends_the_running_interval_of_the_old_execution_on_a_restart() -> None:
     exp = factories.experiment(ALICE)
     unit = gpu_unit(exp, gpus=2, replicas=2)
     run(unit, hours(0))
@@ -76,7 +76,7 @@ def test_a_restart_ends_the_running_interval_of_the_old_execution() -> None:
     assert row["executions"] == 2
 
 
-def test_gpu_hours_used_weighs_by_the_recorded_utilisation_before_and_after_settling() -> None:
+def test_it_weighs_gpu_hours_used_by_the_recorded_utilisation_before_and_after_settling() -> None:
     unit = gpu_unit(factories.experiment(ALICE), gpus=4, cpu_millicores=3000)
     run(unit, hours(1), hours(3))
     utilisation(unit, 0.25, 1, 3)
@@ -94,7 +94,7 @@ def test_gpu_hours_used_weighs_by_the_recorded_utilisation_before_and_after_sett
     assert services.settle(now=hours(10)) == 0    # nothing left to settle
 
 
-def test_a_running_job_counts_up_to_now() -> None:
+def test_it_counts_a_running_job_up_to_now() -> None:
     unit = cpu_unit(factories.experiment(ALICE))
     run(unit, T0)
     result = services.usage(services_identity(ALICE), "queue", services.Period(hours(0), hours(10)), now=hours(1.5))
@@ -106,7 +106,7 @@ def services_identity(email: str, staff: bool = False) -> Any:
     return Identity(email=email, is_staff=staff)
 
 
-def test_researchers_see_their_own_usage_and_staff_see_everyones() -> None:
+def test_it_shows_researchers_their_own_usage_and_staff_everyones() -> None:
     User.objects.create_user("olivia", email=OLIVIA, is_staff=True)
     run(gpu_unit(factories.experiment(ALICE), gpus=1), hours(0), hours(1))
     run(gpu_unit(factories.experiment(BOB), gpus=2, queue="demo-queue"), hours(0), hours(1))
@@ -120,7 +120,7 @@ def test_researchers_see_their_own_usage_and_staff_see_everyones() -> None:
     assert {k: v["gpuHours"] for k, v in queues.items()} == {"demo-queue": 2, "gpu-queue": 1}
 
 
-def test_pages_of_groups_follow_the_next_page_token() -> None:
+def test_it_follows_the_next_page_token_through_pages_of_groups() -> None:
     User.objects.create_user("olivia", email=OLIVIA, is_staff=True)
     for n in range(5):
         run(gpu_unit(factories.experiment(ALICE), gpus=n + 1), hours(0), hours(1))
@@ -144,18 +144,18 @@ def test_pages_of_groups_follow_the_next_page_token() -> None:
     ({"pageToken": "-1"}, "pageToken"),
     ({"owner": ALICE}, "owner"),
 ])
-def test_bad_input_is_a_400_naming_the_field(params: dict[str, str], field: str) -> None:
+def test_it_answers_bad_input_with_a_400_naming_the_field(params: dict[str, str], field: str) -> None:
     response = get(ALICE, **params)
     assert response.status_code == 400
     violations = response.json()["error"]["details"][0]["fieldViolations"]
     assert violations[0]["field"] == field
 
 
-def test_without_a_token_the_usage_is_not_shown() -> None:
+def test_it_shows_no_usage_without_a_token() -> None:
     assert Client().get("/v1/usage").status_code == 401
 
 
-def test_the_migration_back_fills_the_intervals_the_history_records() -> None:
+def test_it_back_fills_in_the_migration_the_intervals_the_history_records() -> None:
     import importlib
     migration = importlib.import_module("usage.migrations.0001_initial")
     exp = factories.experiment(ALICE)
@@ -174,7 +174,7 @@ def test_the_migration_back_fills_the_intervals_the_history_records() -> None:
     assert sorted(RunningInterval.objects.values_list(*fields)) == kept
 
 
-def test_the_beat_settles_ended_intervals_every_minute(settings: Any) -> None:
+def test_it_settles_ended_intervals_on_the_beat_every_minute(settings: Any) -> None:
     from usage import tasks
 
     entry = next(e for e in settings.CELERY_BEAT_SCHEDULE.values() if e["task"] == "xmc.usage.settle")

@@ -81,7 +81,7 @@ def test_it_gives_the_app_the_request_as_wsgi_and_sends_its_answer(serve) -> Non
                    "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http", "body": '{"a":1}'}
 
 
-def test_an_ordinary_response_is_one_hand_off_to_the_pool(serve) -> None:
+def test_it_makes_an_ordinary_response_one_hand_off_to_the_pool(serve) -> None:
     base, bridge = serve(_echo)
     submitted = []
     submit = bridge.pool.submit
@@ -90,13 +90,13 @@ def test_an_ordinary_response_is_one_hand_off_to_the_pool(serve) -> None:
     assert len(submitted) == 1
 
 
-def test_a_chunked_request_body_arrives_whole(serve) -> None:
+def test_it_delivers_a_chunked_request_body_whole(serve) -> None:
     base, _ = serve(_echo)
     answer = requests.post(f"{base}/x", data=(part for part in (b"ab", b"cd", b"ef")), timeout=10)
     assert answer.json()["body"] == "abcdef"
 
 
-def test_a_body_over_the_bound_is_refused_before_the_app_runs(serve) -> None:
+def test_it_refuses_a_body_over_the_bound_before_the_app_runs(serve) -> None:
     calls = []
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> _Response:
@@ -111,7 +111,7 @@ def test_a_body_over_the_bound_is_refused_before_the_app_runs(serve) -> None:
     assert len(calls) == 1
 
 
-def test_a_streaming_response_goes_out_chunk_by_chunk_and_closes_when_the_client_leaves(serve) -> None:
+def test_it_sends_a_streaming_response_chunk_by_chunk_and_closes_it_when_the_client_leaves(serve) -> None:
     produced: list[int] = []
     closed = threading.Event()
     release = threading.Event()
@@ -141,7 +141,7 @@ def test_a_streaming_response_goes_out_chunk_by_chunk_and_closes_when_the_client
     assert len(produced) < 1000
 
 
-def test_a_response_started_by_its_first_chunk_is_sent(serve) -> None:
+def test_it_sends_a_response_started_by_its_first_chunk(serve) -> None:
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
         start_response("200 OK", [("Content-Type", "text/plain")])  # inside the generator (PEP 3333)
         yield b"late "
