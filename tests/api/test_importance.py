@@ -82,7 +82,7 @@ def test_it_ranks_the_arguments_by_how_much_of_the_metric_they_explain(sweep: An
     assert again["importances"] == importances  # seeded: the same sweep, the same answer
 
 
-def test_too_few_completed_units_is_a_clear_answer() -> None:
+def test_it_gives_a_clear_answer_for_too_few_completed_units() -> None:
     exp = factories.experiment(ALICE)
     for wid, lr in ((1, "0.1"), (2, "0.2")):
         _write(_unit(exp, wid, {"lr": lr}), "loss", [float(lr)])
@@ -92,7 +92,7 @@ def test_too_few_completed_units_is_a_clear_answer() -> None:
     assert "at least 4 completed work units" in body["error"]["message"] and "has 2" in body["error"]["message"]
 
 
-def test_a_sweep_whose_arguments_never_vary_has_nothing_to_rank() -> None:
+def test_it_has_nothing_to_rank_for_a_sweep_whose_arguments_never_vary() -> None:
     exp = factories.experiment(ALICE)
     for wid in range(1, 6):
         _write(_unit(exp, wid, {"lr": "0.1"}), "loss", [float(wid)])
@@ -105,12 +105,12 @@ def test_a_sweep_whose_arguments_never_vary_has_nothing_to_rank() -> None:
     ({}, "metric"), ({"metric": "nope"}, "metric"), ({"metric": "loss", "stat": "median"}, "stat"),
     ({"metric": "loss", "goal": "BEST"}, "goal"),
 ])
-def test_bad_requests_name_the_field(sweep: Any, params: dict[str, str], field: str) -> None:
+def test_it_names_the_field_in_bad_requests(sweep: Any, params: dict[str, str], field: str) -> None:
     status, body = _get(f"/v1/experiments/{sweep.id}:importance", **params)
     assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT"
     assert field in body["error"]["message"]
 
 
-def test_a_stranger_may_not_ask(sweep: Any) -> None:
+def test_it_does_not_let_a_stranger_ask(sweep: Any) -> None:
     status, body = _get(f"/v1/experiments/{sweep.id}:importance", BOB, metric="nope")
     assert status == 403

@@ -154,7 +154,7 @@ def test_it_lists_work_units_with_their_current_execution_exactly_as_the_model_p
         [w.SerializeToString(deterministic=True) for w in expected]
 
 
-def test_a_list_in_one_statement_still_answers_permission_first() -> None:
+def test_it_still_answers_permission_first_for_a_list_in_one_statement() -> None:
     exp, _ = _rich_world()
     stranger = Caller(Identity("mallory@example.com"))
     with pytest.raises(PermissionDenied):  # rows were read, none is returned

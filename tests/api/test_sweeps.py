@@ -101,7 +101,7 @@ def test_it_answers_each_unit_with_its_args_and_metric_summaries(sweep: Any) -> 
     assert body["metrics"] == ["loss"] and set(body["workUnits"][0]["metrics"]) == {"loss"}
 
 
-def test_ordering_by_a_metric_puts_the_best_unit_first_across_pages(sweep: Any) -> None:
+def test_it_puts_the_best_unit_first_across_pages_when_ordering_by_a_metric(sweep: Any) -> None:
     quiet = _unit(sweep, 9, {"lr": "0.5", "batch_size": "16", "epochs": "10"})  # no metrics: sorts last
     expected = sorted(((loss_of(lr, b), i * 2 + j + 1) for i, lr in enumerate(LRS) for j, b in enumerate(BATCHES)))
     seen: list[int] = []
@@ -119,7 +119,7 @@ def test_ordering_by_a_metric_puts_the_best_unit_first_across_pages(sweep: Any) 
     assert body["totalSize"] == 9
 
 
-def test_ordering_by_an_argument_is_numeric_when_every_value_is_a_number(sweep: Any) -> None:
+def test_it_orders_by_an_argument_numerically_when_every_value_is_a_number(sweep: Any) -> None:
     status, body = summarize(sweep, orderBy="args.lr desc, args.batch_size", metrics="loss")
     lrs = [(row["args"]["lr"], row["args"]["batch_size"]) for row in body["workUnits"]]
     assert lrs == sorted(lrs, key=lambda p: (-float(p[0]), int(p[1])))
@@ -154,7 +154,7 @@ def test_it_filters_by_arguments_and_metrics_in_the_database(sweep: Any, text: s
     assert body["totalSize"] == len(wids)
 
 
-def test_an_argument_that_is_text_compares_as_text(sweep: Any) -> None:
+def test_it_compares_an_argument_that_is_text_as_text(sweep: Any) -> None:
     _unit(sweep, 30, {"lr": "0.01", "optimizer": "adam"})
     _unit(sweep, 31, {"lr": "0.010", "optimizer": "sgd"})
     assert [r["workUnitId"] for r in summarize(sweep, filter="args.optimizer = adam")[1]["workUnits"]] == [30]
@@ -163,7 +163,7 @@ def test_an_argument_that_is_text_compares_as_text(sweep: Any) -> None:
     assert [r["workUnitId"] for r in summarize(sweep, filter="args.lr = 0.01 args.optimizer:*")[1]["workUnits"]] == [30, 31]
 
 
-def test_list_work_units_takes_the_same_fields(sweep: Any) -> None:
+def test_it_takes_the_same_fields_in_list_work_units(sweep: Any) -> None:
     status, body = _get(f"/v1/experiments/{sweep.id}/workUnits", filter="args.lr = 0.1",
                         orderBy="metrics.loss.last desc")
     assert status == 200, body
@@ -171,7 +171,7 @@ def test_list_work_units_takes_the_same_fields(sweep: Any) -> None:
     assert names == [f"experiments/{sweep.id}/workUnits/6", f"experiments/{sweep.id}/workUnits/5"]
 
 
-def test_a_units_summary_is_its_current_executions(sweep: Any) -> None:
+def test_it_makes_a_units_summary_its_current_executions(sweep: Any) -> None:
     wu_services.restart_work_units(sweep.id, [1], batch=False)
     status, body = summarize(sweep, filter="wid = 1")
     assert body["workUnits"][0]["metrics"] == {}  # execution 2 has written nothing yet
@@ -195,7 +195,7 @@ def test_a_units_summary_is_its_current_executions(sweep: Any) -> None:
     ({"pageSize": "-1"}, "pageSize", "page_size"),
     ({"pageSize": "ten"}, "pageSize", "'ten'"),
 ])
-def test_unknown_names_and_bad_values_are_invalid_argument_naming_the_field(
+def test_it_answers_invalid_argument_naming_the_field_for_unknown_names_and_bad_values(
         sweep: Any, params: dict[str, str], field: str, words: str) -> None:
     status, body = summarize(sweep, **params)
     assert status == 400, body
@@ -206,7 +206,7 @@ def test_unknown_names_and_bad_values_are_invalid_argument_naming_the_field(
         assert status == 400 and words in body["error"]["message"], body
 
 
-def test_a_stranger_is_refused_before_anything_else(sweep: Any) -> None:
+def test_it_refuses_a_stranger_before_anything_else(sweep: Any) -> None:
     for params in ({}, {"filter": "args.nope = 1"}, {"metrics": "nope"}):
         status, body = summarize(sweep, BOB, **params)
         assert status == 403 and body["error"]["status"] == "PERMISSION_DENIED"
@@ -218,7 +218,7 @@ def test_it_is_in_the_openapi_document() -> None:
     assert "get" in document["paths"]["/v1/experiments/{xid}/workUnits:summarize"]
 
 
-def test_job_names_follow_the_xmanager_job_or_group() -> None:
+def test_it_names_jobs_after_the_xmanager_job_or_group() -> None:
     exp = factories.experiment(ALICE)
     message = factories.work_unit_message(name="server")
     message.executable.jobset.jobs.append(pb.work_unit.KubernetesJob(name="client", replicas=1, spec=message.executable.jobset.jobs[0].spec))
@@ -231,7 +231,7 @@ def test_job_names_follow_the_xmanager_job_or_group() -> None:
     assert [row["jobName"] for row in body["workUnits"]] == ["server+client", "pair"]
 
 
-def test_the_migration_fills_the_args_of_units_created_before_it(sweep: Any) -> None:
+def test_it_has_the_migration_fill_the_args_of_units_created_before_it(sweep: Any) -> None:
     migration: Any = importlib.import_module("workunits.migrations.0007_work_unit_args")
     WorkUnit.objects.filter(experiment=sweep).update(args={})
     migration.fill_args(apps, None)
@@ -239,13 +239,13 @@ def test_the_migration_fills_the_args_of_units_created_before_it(sweep: Any) -> 
         3: {"lr": "0.01", "batch_size": "16", "epochs": "10"}}
 
 
-def test_only_finite_decimal_numbers_count_as_numbers() -> None:
+def test_it_counts_only_finite_decimal_numbers_as_numbers() -> None:
     args = {"a": "0.01", "b": "-3", "c": ".5", "d": "1e-4", "e": "nan", "f": "inf", "g": "1_000", "h": "0x10",
             "i": "1e999", "j": "", "k": "12abc"}
     assert arguments.numbers(args) == {"a": 0.01, "b": -3.0, "c": 0.5, "d": 1e-4}
 
 
-def test_an_argument_that_is_not_a_number_compares_as_text_with_a_number_literal(sweep: Any) -> None:
+def test_it_compares_an_argument_that_is_not_a_number_as_text_with_a_number_literal(sweep: Any) -> None:
     _unit(sweep, 40, {"lr": "nan"})
     _unit(sweep, 41, {"lr": "1_000"})
     # No numeric lr of the sweep is above 0.5; "nan" and "1_000" are text, and as text both sort after "0.5".
@@ -253,7 +253,7 @@ def test_an_argument_that_is_not_a_number_compares_as_text_with_a_number_literal
     assert [r["workUnitId"] for r in summarize(sweep, filter="args.lr < 0.5 args.lr > 0.05")[1]["workUnits"]] == [5, 6]
 
 
-def test_metric_names_with_a_slash_filter_and_order_as_any_other(sweep: Any) -> None:
+def test_it_filters_and_orders_by_metric_names_with_a_slash_as_any_other(sweep: Any) -> None:
     # Trackers name metrics by path (``train/loss``); system metrics are ``system/gpu_utilization``.
     units = list(WorkUnit.objects.filter(experiment=sweep).order_by("wid"))
     for n, unit in enumerate(units):

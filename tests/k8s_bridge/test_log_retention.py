@@ -46,7 +46,7 @@ def test_it_deletes_what_was_archived_or_lost_before_the_cut_and_keeps_the_rest(
     assert Path(new.url.removeprefix("file://")).read_text().endswith("line of pod 2\n")
 
 
-def test_an_object_the_store_cannot_delete_keeps_its_row_for_the_next_run(tmp_path: Path,
+def test_it_keeps_the_row_of_an_object_the_store_cannot_delete_for_the_next_run(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     stuck, fine = row(tmp_path, 1, ARCHIVED, 40), row(tmp_path, 2, ARCHIVED, 40)
     real = archive.delete_object
@@ -64,7 +64,7 @@ def test_an_object_the_store_cannot_delete_keeps_its_row_for_the_next_run(tmp_pa
     assert not PodLogArchive.objects.exists() and fine.id != stuck.id
 
 
-def test_the_beat_task_keeps_everything_by_default_and_honours_the_setting(tmp_path: Path, settings) -> None:
+def test_it_has_the_beat_task_keep_everything_by_default_and_honour_the_setting(tmp_path: Path, settings) -> None:
     old = row(tmp_path, 1, ARCHIVED, 400)
     assert settings.XMC_LOG_ARCHIVE_RETENTION_DAYS == 0
     assert tasks.purge_log_archive() == 0 and PodLogArchive.objects.filter(id=old.id).exists()

@@ -95,7 +95,7 @@ def test_it_records_an_update_operation_sent_after_commit_on_attach_to_a_running
         api_handlers.get_operation(pb.longrunning.GetOperationRequest(name=op.name), caller)
 
 
-def test_an_update_whose_message_is_lost_stays_due_for_the_sweep(
+def test_it_keeps_an_update_whose_message_is_lost_due_for_the_sweep(
     lifecycle_on: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     wu = running_work_unit()

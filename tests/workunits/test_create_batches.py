@@ -50,7 +50,7 @@ def rows(exp: Experiment) -> dict[str, Any]:
     }
 
 
-def test_a_batch_writes_and_answers_as_the_same_creates_one_by_one() -> None:
+def test_it_writes_and_answers_a_batch_as_the_same_creates_one_by_one() -> None:
     batched, sequential = factories.experiment(), factories.experiment()
     # Already there: wid 2 (a client retry will ask again) and wid 4 (its CREATE operation deleted).
     for exp in (batched, sequential):
@@ -75,7 +75,7 @@ def test_a_batch_writes_and_answers_as_the_same_creates_one_by_one() -> None:
     assert batched.child_state_counts == {"INITIALIZING": 7} and batched.last_wid == 10
 
 
-def test_creates_that_queue_behind_a_busy_experiment_share_one_transaction() -> None:
+def test_it_shares_one_transaction_among_creates_that_queue_behind_a_busy_experiment() -> None:
     exp = factories.experiment()
     db = connection.settings_dict
     with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"],
@@ -101,7 +101,7 @@ def test_creates_that_queue_behind_a_busy_experiment_share_one_transaction() -> 
         assert cursor.fetchone()[0] == 2  # the first create alone, then the eleven that queued
 
 
-def test_a_wid_committed_while_a_batch_waited_for_the_lock_is_answered_not_written_twice() -> None:
+def test_it_answers_and_does_not_write_twice_a_wid_committed_while_a_batch_waited_for_the_lock() -> None:
     exp = factories.experiment()
     db = connection.settings_dict
     answers: list[int] = []
@@ -130,7 +130,7 @@ def test_a_wid_committed_while_a_batch_waited_for_the_lock_is_answered_not_writt
     assert exp.child_state_counts == {"INITIALIZING": 1}
 
 
-def test_a_create_inside_a_transaction_of_the_callers_own_is_refused_and_writes_nothing() -> None:
+def test_it_refuses_a_create_inside_a_transaction_of_the_callers_own_and_writes_nothing() -> None:
     """Its commit is the caller's (durable): it never joins another thread's batch either."""
     exp = factories.experiment()
     from django.db import transaction
@@ -141,7 +141,7 @@ def test_a_create_inside_a_transaction_of_the_callers_own_is_refused_and_writes_
     assert not WorkUnit.objects.filter(experiment=exp).exists()
 
 
-def test_the_create_statement_stays_short_enough_for_psycopg_to_cache_its_conversion() -> None:
+def test_it_keeps_the_create_statement_short_enough_for_psycopg_to_cache_its_conversion() -> None:
     """psycopg re-parses a longer statement's placeholders on every call (see `_create_sql`)."""
     from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 

@@ -32,12 +32,12 @@ def _move(unit: WorkUnit, state: str, at: object, eid: int = 1, **kw: object) ->
                          state_update_time_ns=int(at.timestamp() * 1e9), **kw)], now=at)  # type: ignore[attr-defined]
 
 
-def test_a_new_work_unit_reads_initializing_since_its_creation() -> None:
+def test_it_reads_initializing_since_its_creation_for_a_new_work_unit() -> None:
     unit = factories.work_unit(factories.experiment())
     assert _copy(unit) == _current(unit) == ("INITIALIZING", unit.create_time, None)
 
 
-def test_the_copy_follows_every_state_change_and_ends_when_the_execution_does() -> None:
+def test_it_follows_every_state_change_and_ends_when_the_execution_does() -> None:
     unit = factories.work_unit(factories.experiment())
     at = timezone.now()
     for n, state in enumerate(("SCHEDULING", "RUNNING", "COMPLETED"), 1):
@@ -46,7 +46,7 @@ def test_the_copy_follows_every_state_change_and_ends_when_the_execution_does() 
     assert _copy(unit)[2] == at + timedelta(seconds=3)
 
 
-def test_a_dropped_update_leaves_the_copy_as_the_execution_is() -> None:
+def test_it_leaves_the_copy_as_the_execution_is_on_a_dropped_update() -> None:
     unit = factories.work_unit(factories.experiment())
     at = timezone.now()
     _move(unit, "RUNNING", at + timedelta(seconds=10))
@@ -55,7 +55,7 @@ def test_a_dropped_update_leaves_the_copy_as_the_execution_is() -> None:
     assert _copy(unit) == _current(unit) and _copy(unit)[0] == "RUNNING"
 
 
-def test_a_restart_starts_the_copy_again_from_the_new_execution() -> None:
+def test_it_starts_the_copy_again_from_the_new_execution_on_a_restart() -> None:
     unit = factories.work_unit(factories.experiment())
     at = timezone.now()
     _move(unit, "FAILED", at + timedelta(seconds=1))

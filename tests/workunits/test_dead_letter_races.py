@@ -103,7 +103,7 @@ def in_thread(body: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return t, out
 
 
-def test_a_stop_committed_while_the_dead_letter_waited_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_lets_a_stop_committed_while_the_dead_letter_waited_win(monkeypatch: pytest.MonkeyPatch) -> None:
     exp = factories.experiment()
     wu = factories.work_unit(exp)
     create = Operation.objects.get(work_unit=wu, task_type="CREATE").id
@@ -120,7 +120,7 @@ def test_a_stop_committed_while_the_dead_letter_waited_wins(monkeypatch: pytest.
     assert Operation.objects.get(id=create).error is not None
 
 
-def test_a_late_success_after_the_dead_letter_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_changes_nothing_on_a_late_success_after_the_dead_letter(monkeypatch: pytest.MonkeyPatch) -> None:
     exp = factories.experiment()
     wu = factories.work_unit(exp)
     create = Operation.objects.get(work_unit=wu, task_type="CREATE").id
@@ -140,7 +140,7 @@ def test_a_late_success_after_the_dead_letter_changes_nothing(monkeypatch: pytes
     assert Operation.objects.get(id=create).error["message"] == REFUSAL.message
 
 
-def test_a_requeue_racing_a_stop_stops_the_new_execution(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_stops_the_new_execution_of_a_requeue_racing_a_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     exp = factories.experiment()
     wu = factories.work_unit(exp)
     create = Operation.objects.get(work_unit=wu, task_type="CREATE").id
@@ -160,7 +160,7 @@ def test_a_requeue_racing_a_stop_stops_the_new_execution(monkeypatch: pytest.Mon
     assert not restart.done  # its task will find STOPPING and skip (preconditions.execution_skip_reason)
 
 
-def test_a_stop_before_the_requeue_is_refused_and_the_requeue_still_brings_it_back() -> None:
+def test_it_refuses_a_stop_before_the_requeue_and_the_requeue_still_brings_it_back() -> None:
     exp = factories.experiment()
     wu = factories.work_unit(exp)
     create = Operation.objects.get(work_unit=wu, task_type="CREATE").id

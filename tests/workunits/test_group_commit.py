@@ -72,7 +72,7 @@ def queue_behind_a_held_batch(max_batch: int, queued: list[int]) -> tuple[Record
     return run, results
 
 
-def test_a_caller_alone_runs_at_once_in_a_batch_of_its_own() -> None:
+def test_it_runs_a_caller_alone_at_once_in_a_batch_of_its_own() -> None:
     run = Recorder()
     group = GroupCommit(run, max_batch=8)
     assert group.submit("a", 1) == 10
@@ -81,19 +81,19 @@ def test_a_caller_alone_runs_at_once_in_a_batch_of_its_own() -> None:
     assert group._queues == {}  # noqa: SLF001 - nothing left behind
 
 
-def test_callers_that_arrive_while_a_batch_runs_share_the_next_one_in_arrival_order() -> None:
+def test_it_has_callers_that_arrive_while_a_batch_runs_share_the_next_one_in_arrival_order() -> None:
     run, results = queue_behind_a_held_batch(8, [2, 3, 4, 5])
     assert run.batches == [("a", [1]), ("a", [2, 3, 4, 5])]
     assert results == {1: 10, 2: 20, 3: 30, 4: 40, 5: 50}
 
 
-def test_a_batch_holds_at_most_max_batch_callers() -> None:
+def test_it_holds_at_most_max_batch_callers_in_a_batch() -> None:
     run, results = queue_behind_a_held_batch(2, [2, 3, 4, 5, 6])
     assert [items for _, items in run.batches] == [[1], [2, 3], [4, 5], [6]]
     assert results == {i: i * 10 for i in range(1, 7)}
 
 
-def test_other_keys_neither_wait_nor_share() -> None:
+def test_it_makes_other_keys_neither_wait_nor_share() -> None:
     run = Recorder(hold=True)
     group = GroupCommit(run, max_batch=8)
     results: dict[int, Any] = {}
@@ -105,14 +105,14 @@ def test_other_keys_neither_wait_nor_share() -> None:
     assert run.batches == [("a", [1]), ("b", [7])]
 
 
-def test_a_failing_batch_is_run_again_one_by_one_so_only_the_failing_caller_gets_the_error() -> None:
+def test_it_runs_a_failing_batch_again_one_by_one_so_only_the_failing_caller_gets_the_error() -> None:
     run, results = queue_behind_a_held_batch(8, [2, -3, 4])
     assert [items for _, items in run.batches] == [[1], [2, -3, 4], [2], [-3], [4]]
     assert (results[1], results[2], results[4]) == (10, 20, 40)
     assert isinstance(results[-3], ValueError) and "[-3]" in str(results[-3])
 
 
-def test_the_followers_have_their_results_before_the_leaders_after_work_runs() -> None:
+def test_it_gives_the_followers_their_results_before_the_leaders_after_work_runs() -> None:
     follower_done = threading.Event()
     saw: list[bool] = []
     gate = threading.Event()
@@ -144,12 +144,12 @@ def test_the_followers_have_their_results_before_the_leaders_after_work_runs() -
     assert saw == [True]
 
 
-def test_max_batch_must_be_positive() -> None:
+def test_it_requires_a_positive_max_batch() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         GroupCommit(Recorder(), max_batch=0)
 
 
-def test_a_run_that_answers_the_wrong_number_of_items_is_an_error_not_a_silent_none() -> None:
+def test_it_makes_a_run_that_answers_the_wrong_number_of_items_an_error_not_a_silent_none() -> None:
     group: GroupCommit[str, int, int] = GroupCommit(lambda key, items: ([], None), max_batch=8)
     with pytest.raises(RuntimeError, match="0 results for a batch of 1"):
         group.submit("a", 1)

@@ -69,7 +69,7 @@ def test_it_reads_the_case_once_into_the_line_and_a_structured_reason() -> None:
     assert explain("RUNNING", None, None, "q") == ("", {"code": "RUNNING"})
 
 
-def test_the_sentence_is_the_line_capitalised_with_a_queued_units_estimate_only() -> None:
+def test_it_makes_the_sentence_the_line_capitalised_with_a_queued_units_estimate_only() -> None:
     queued = {"auxiliaryInfo": {"queueInfo": {"positionInQueue": 2}}}
     assert describe("SCHEDULING", None, queued, "q", "Estimated start within 2 min")["sentence"] == (
         "Waiting for quota in q: position 2. Estimated start within 2 min")

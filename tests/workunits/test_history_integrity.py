@@ -31,7 +31,7 @@ def at(wu, st: str, eid: int | None = None) -> ExecutionUpdate:
                            state=st, state_update_time_ns=convert.ns_from_datetime(timezone.now()) + 10**9)
 
 
-def test_the_database_no_longer_checks_the_history_execution() -> None:
+def test_it_no_longer_has_the_database_check_the_history_execution() -> None:
     # Why the tests below exist: the database accepts a dangling execution id.
     with connection.cursor() as cursor:
         cursor.execute(

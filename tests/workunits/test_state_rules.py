@@ -185,7 +185,7 @@ def test_it_replaces_an_existing_error_when_forced() -> None:
     assert merge.new_messages == (("system", ERROR2),)
 
 
-def test_a_repair_writes_its_message_only_with_its_state() -> None:
+def test_it_writes_a_repairs_message_only_with_its_state() -> None:
     """A sweep repair's message explains its state change: it loses the race together with it."""
     repair = dict(mask=(state.STATE, state.SYSTEM_MESSAGE), st=S.FAILED, system_message=ERROR2,
                   force_status_message_update=True, messages_need_state=True)

@@ -42,7 +42,7 @@ def test_it_says_so_when_there_is_no_history() -> None:
     assert "no status history" in timeline.svg([], title="empty")
 
 
-def test_a_pod_retry_and_a_requeue_are_told_apart() -> None:
+def test_it_tells_a_pod_retry_and_a_requeue_apart() -> None:
     """RUNNING -> STARTING is the Job trying a failed pod again (quota held); SCHEDULING after a run is a re-queue."""
     at = [T0 + timedelta(seconds=10 * i) for i in range(8)]
     rows = [(at[0], "SCHEDULING"), (at[1], "STARTING"), (at[2], "RUNNING"), (at[3], "STARTING"), (at[4], "RUNNING"),
@@ -56,7 +56,7 @@ def test_a_pod_retry_and_a_requeue_are_told_apart() -> None:
     ElementTree.fromstring(svg)
 
 
-def test_the_legend_says_every_band_in_words_for_a_phone() -> None:
+def test_it_says_every_band_in_words_in_the_legend_for_a_phone() -> None:
     rows = [(T0, "SCHEDULING"), (T0 + timedelta(seconds=10), "RUNNING"), (T0 + timedelta(seconds=70), "FAILED")]
     legend = timeline.legend(timeline.segments(rows, T0 + timedelta(seconds=70)))
     items = ElementTree.fromstring(legend).findall("li")

@@ -81,7 +81,7 @@ def test_it_spends_a_lease_locally_a_round_trip_per_lease(fresh_email: Callable[
     assert {args[0] for args in calls} == {"EVALSHA"}
 
 
-def test_a_lease_lapses_unspent_after_lease_s(fresh_email: Callable[[str], str], monkeypatch: Any) -> None:
+def test_it_lets_a_lease_lapse_unspent_after_lease_s(fresh_email: Callable[[str], str], monkeypatch: Any) -> None:
     limiter = RateLimiter(settings.REDIS_URL, rate_per_s=NEVER_REFILLS * 40_000, burst=40)  # 40/s: leases of 4
     assert limiter.lease_size == 4
     caller = fresh_email("lapsing")
@@ -94,7 +94,7 @@ def test_a_lease_lapses_unspent_after_lease_s(fresh_email: Callable[[str], str],
     assert len(calls) == 1  # the 2 left had lapsed: back to the shared bucket
 
 
-def test_leases_never_let_the_processes_together_past_the_bucket(fresh_email: Callable[[str], str]) -> None:
+def test_it_never_lets_the_processes_together_past_the_bucket_with_leases(fresh_email: Callable[[str], str]) -> None:
     # Two limiters stand for two server processes; 40/s leases 4 tokens at a time.
     web, grpc_server = (RateLimiter(settings.REDIS_URL, rate_per_s=40, burst=40) for _ in range(2))
     caller = fresh_email("leased")

@@ -140,7 +140,7 @@ def test_it_verifies_a_token_once_and_still_refuses_it_once_expired(monkeypatch:
             decode_token(token)
 
 
-def test_a_token_verified_under_one_key_is_not_accepted_under_another() -> None:
+def test_it_does_not_accept_under_another_key_a_token_verified_under_one() -> None:
     token = issue_token("alice@example.com")
     decode_token(token)
     with override_settings(SECRET_KEY="another-secret-key-" + "x" * 40):

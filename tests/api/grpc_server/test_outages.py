@@ -50,7 +50,7 @@ def _create_request(parent: str) -> Any:
 
 
 @pytest.mark.parametrize("mode", ["refused", "stalled"])
-def test_while_postgres_is_down_calls_answer_unavailable_fast_and_health_says_not_serving(
+def test_it_answers_calls_unavailable_fast_and_health_says_not_serving_while_postgres_is_down(
     ess: Any, channel: grpc.Channel, grpc_server: tuple[grpc.Server, int], health_watch: None,
     fresh_email: Any, settings: Any, mode: str,
 ) -> None:
@@ -91,7 +91,7 @@ def _use_broker(url: str | None) -> None:
     kombu_pools.reset()
 
 
-def test_while_redis_is_down_a_create_commits_and_answers_ok(
+def test_it_commits_a_create_and_answers_ok_while_redis_is_down(
     ess: Any, fresh_email: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
     monkeypatch.setattr("workunits.outbox.deliver_committed", REAL_DELIVER_COMMITTED)  # really publish

@@ -36,7 +36,7 @@ def test_it_refuses_someone_elses_experiment_as_the_api_does(world: World, bob_a
     assert "error" in response.json()
 
 
-def test_a_queued_unit_carries_its_estimated_start_when_the_method_is_shown(
+def test_it_carries_a_queued_units_estimated_start_when_the_method_is_shown(
         world: World, alice_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """``xmc why`` and ``xmc status`` print this headline: the estimate reaches the command line too."""
     from experiments.models import Experiment

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.parametrize("mode", ["refused", "stalled"])
-def test_while_postgres_is_down_the_api_answers_503_fast_and_readyz_says_so(settings: Any, mode: str) -> None:
+def test_it_answers_503_fast_and_readyz_says_so_while_postgres_is_down(settings: Any, mode: str) -> None:
     exp = factories.experiment(ALICE)
     api = Api(ALICE)
     newcomer = Api("someone-new@example.com")  # no identity cached for this one
@@ -63,7 +63,7 @@ def _use_broker(url: str | None) -> None:
     kombu_pools.reset()
 
 
-def test_while_redis_is_down_creates_stops_and_restarts_commit_and_answer_ok(
+def test_it_commits_creates_stops_and_restarts_and_answers_ok_while_redis_is_down(
     settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("workunits.outbox.deliver_committed", REAL_DELIVER_COMMITTED)  # really publish

@@ -43,7 +43,7 @@ def faulty_api(cluster: Any) -> Iterator[Any]:
     cluster.faults.clear()
 
 
-def test_creates_stops_and_restarts_ride_through_api_faults(workers: Workers, cluster: Any, faulty_api: Any) -> None:
+def test_it_rides_creates_stops_and_restarts_through_api_faults(workers: Workers, cluster: Any, faulty_api: Any) -> None:
     workers.start(concurrency=2)
     exp = factories.experiment()
     with FinalizerPath(cluster):

@@ -100,7 +100,7 @@ class FinalizerPath:
                         pass
 
 
-def test_with_the_defaults_a_worker_killed_holding_creates_stops_and_restarts_heals(
+def test_it_heals_with_the_defaults_a_worker_killed_holding_creates_stops_and_restarts(
     workers: Workers, cluster: Any
 ) -> None:
     first = workers.start(concurrency=2, beat=True, **DEFAULTS)
@@ -146,7 +146,7 @@ def test_with_the_defaults_a_worker_killed_holding_creates_stops_and_restarts_he
         assert get_jobset(cluster, exp.id, wid)["metadata"]["labels"][LABEL_EID] == "2"
 
 
-def test_a_worker_killed_while_a_restart_waits_is_taken_over(workers: Workers, cluster: Any) -> None:
+def test_it_takes_over_a_worker_killed_while_a_restart_waits(workers: Workers, cluster: Any) -> None:
     """A short lease: the mechanism itself, quickly (the defaults are the test above)."""
     short = {"XMC_OPERATION_LEASE_S": "3", "XMC_OUTBOX_SWEEP_INTERVAL_S": "1"}
     first = workers.start(concurrency=1, beat=True, **short)
@@ -183,7 +183,7 @@ def test_a_worker_killed_while_a_restart_waits_is_taken_over(workers: Workers, c
     assert get_jobset(cluster, exp.id, 1)["metadata"]["labels"][LABEL_EID] == "2"
 
 
-def test_duplicates_of_every_task_change_nothing(workers: Workers, cluster: Any) -> None:
+def test_it_changes_nothing_on_duplicates_of_every_task(workers: Workers, cluster: Any) -> None:
     """Each create sent three times, to two worker processes at once: each JobSet created once."""
     from workunits import outbox
 
@@ -297,7 +297,7 @@ def test_it_carries_out_a_create_committed_while_redis_was_down(
     assert get_jobset(cluster, exp.id, 1) is not None
 
 
-def test_with_the_defaults_redis_restarted_empty_with_creates_queued_loses_nothing(
+def test_it_loses_nothing_with_the_defaults_when_redis_restarts_empty_with_creates_queued(
     workers: Workers, cluster: Any, private_broker: PrivateRedis
 ) -> None:
     exp = factories.experiment()

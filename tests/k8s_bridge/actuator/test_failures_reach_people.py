@@ -104,7 +104,7 @@ def test_it_says_a_permanent_refusal_will_not_be_retried(cluster: Any) -> None:
     assert ex.system_message["userFacingText"].endswith("will not be retried: correct the job and launch it again")
 
 
-def test_a_stop_that_came_first_wins_over_the_dead_letter(refusing: Any) -> None:
+def test_it_lets_a_stop_that_came_first_win_over_the_dead_letter(refusing: Any) -> None:
     xid, create = launch()
     services.stop_work_units(xid, [1], batch=False)
     # The create's last try was already past its re-read when the stop committed.
@@ -114,7 +114,7 @@ def test_a_stop_that_came_first_wins_over_the_dead_letter(refusing: Any) -> None
     assert Operation.objects.get(id=create).error is not None
 
 
-def test_a_late_jobset_after_the_dead_letter_is_not_adopted(refusing: Any) -> None:
+def test_it_does_not_adopt_a_late_jobset_after_the_dead_letter(refusing: Any) -> None:
     """The last create reached the cluster though its answer was lost: the record says FAILED and stays so."""
     xid, create = launch()
     run(create)
@@ -145,7 +145,7 @@ def operator() -> Client:
     return c
 
 
-def test_a_requeue_brings_the_work_unit_back_as_a_new_execution(
+def test_it_brings_the_work_unit_back_as_a_new_execution_on_a_requeue(
         refusing: Any, operator: Client, django_capture_on_commit_callbacks: Any, delivered: list[list[int]]) -> None:
     xid, create = launch()
     run(create)
@@ -165,7 +165,7 @@ def test_a_requeue_brings_the_work_unit_back_as_a_new_execution(
     assert get_jobset(refusing, xid, 1)["metadata"]["labels"]["xmc.google.com/execution-id"] == "2"
 
 
-def test_a_requeue_after_the_person_restarted_is_refused(refusing: Any) -> None:
+def test_it_refuses_a_requeue_after_the_person_restarted(refusing: Any) -> None:
     xid, create = launch()
     run(create)
     services.restart_work_units(xid, [1], batch=False)  # Rosa restarted it herself

@@ -43,7 +43,7 @@ def test_it_builds_a_create_task_from_the_row(monkeypatch: pytest.MonkeyPatch) -
     assert work_unit.executable.jobset.jobs[0].name == "trainer"
 
 
-def test_the_runner_reads_the_operation_name_as_the_api_does(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_has_the_runner_read_the_operation_name_as_the_api_does(monkeypatch: pytest.MonkeyPatch) -> None:
     """core.names owns the operation name's shape: a task names its operation in it, or links none."""
     from k8s_bridge.actuator import runner
 
@@ -109,7 +109,7 @@ def test_it_marks_everything_one_delivery_sent_in_one_statement(monkeypatch: pyt
     assert {op.id: op.dispatched_time for op in Operation.objects.filter(id__in=ids)} == first
 
 
-def test_the_broker_keeps_one_redis_client_per_channel_and_still_delivers() -> None:
+def test_it_keeps_one_redis_client_per_channel_in_the_broker_and_still_delivers() -> None:
     with app.connection_for_write() as conn:
         assert isinstance(conn.transport, broker.Transport)
         channel = conn.default_channel
@@ -168,7 +168,7 @@ def test_it_sweeps_what_never_left_and_what_outlived_its_lease_without_a_live_cl
     assert sorted(delivered[0]) == sorted([old, lost, expired_claim])
 
 
-def test_a_resend_restarts_the_lease(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+def test_it_restarts_the_lease_on_a_resend(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     exp = factories.experiment()
     op_id = services.create_work_unit(exp.id, factories.work_unit_message()).id
     long_ago = timezone.now() - timedelta(minutes=5)
@@ -182,7 +182,7 @@ def test_a_resend_restarts_the_lease(monkeypatch: pytest.MonkeyPatch, settings: 
     assert outbox.due_operations(later).filter(id=op_id).exists()
 
 
-def test_while_paused_it_resends_only_deletes(delivered: list[list[int]]) -> None:
+def test_it_resends_only_deletes_while_paused(delivered: list[list[int]]) -> None:
     from workunits import scheduling
 
     exp = factories.experiment()

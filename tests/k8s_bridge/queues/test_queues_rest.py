@@ -61,7 +61,7 @@ def busy(make_cluster: Callable[..., Cluster]) -> dict[str, Any]:  # noqa: F811
     return {"alice": alice, "bob": bob, "a": a, "b": b}
 
 
-def test_the_queues_show_kueues_quota_usage_and_counts(busy: dict[str, Any]) -> None:
+def test_it_shows_kueues_quota_usage_and_counts_for_the_queues(busy: dict[str, Any]) -> None:
     response = get(ALICE, "/v1/queues")
     assert response.status_code == 200
     (cq,) = [q for q in response.json()["clusterQueues"] if q["name"] == "cluster-queue"]
@@ -80,7 +80,7 @@ def test_the_queues_show_kueues_quota_usage_and_counts(busy: dict[str, Any]) -> 
     assert {"flavor": "default-flavor", "resource": "cpu", "total": "2"} in lq["usage"]
 
 
-def test_pending_workloads_come_in_kueues_order_joined_to_what_the_caller_may_read(busy: dict[str, Any]) -> None:
+def test_it_lists_pending_workloads_in_kueues_order_joined_to_what_the_caller_may_read(busy: dict[str, Any]) -> None:
     a, b = busy["a"], busy["b"]
     raw = client.get_json(client.VISIBILITY_PATH, {"cq": "cluster-queue"})
     assert raw["kind"] == "PendingWorkloadsSummary" and raw["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta1"
@@ -102,7 +102,7 @@ def test_pending_workloads_come_in_kueues_order_joined_to_what_the_caller_may_re
     assert theirs[1]["workUnit"] == f"experiments/{b.experiment_id}/workUnits/{b.wid}" and "owner" not in theirs[0]
 
 
-def test_pending_workloads_page_and_filter_by_local_queue(busy: dict[str, Any]) -> None:
+def test_it_pages_and_filters_pending_workloads_by_local_queue(busy: dict[str, Any]) -> None:
     page = get(ALICE, "/v1/queues/cluster-queue/pendingWorkloads", pageSize="2").json()
     assert [i["positionInClusterQueue"] for i in page["pendingWorkloads"]] == [0, 1] and page["nextPageToken"] == "2"
     rest = get(ALICE, "/v1/queues/cluster-queue/pendingWorkloads", pageSize="2", pageToken="2").json()
@@ -123,7 +123,7 @@ def test_pending_workloads_page_and_filter_by_local_queue(busy: dict[str, Any]) 
     ("/v1/queues/Not_A_Queue/pendingWorkloads", {}, 400, "clusterQueue"),
     ("/v1/queues/no-such-queue/pendingWorkloads", {}, 404, "name"),
 ])
-def test_bad_input_is_refused_naming_the_field(make_cluster: Callable[..., Cluster], url: str,  # noqa: F811
+def test_it_refuses_bad_input_naming_the_field(make_cluster: Callable[..., Cluster], url: str,  # noqa: F811
                                                params: dict[str, str], status: int, field: str) -> None:
     make_cluster()
     response = get(ALICE, url, **params)
@@ -132,7 +132,7 @@ def test_bad_input_is_refused_naming_the_field(make_cluster: Callable[..., Clust
 
 
 
-def test_a_cluster_that_cannot_be_reached_is_unavailable_not_an_internal_error(settings: Any, tmp_path: Any) -> None:
+def test_it_answers_unavailable_not_an_internal_error_when_the_cluster_cannot_be_reached(settings: Any, tmp_path: Any) -> None:
     settings.KUBECONFIG = str(tmp_path / "no-such-kubeconfig")
     client.reset()
     try:

@@ -156,7 +156,7 @@ def test_it_writes_nothing_without_the_lease() -> None:
     assert batcher.flush() and execution(wu).state == S.INITIALIZING
 
 
-def test_without_the_lease_it_asks_again_each_interval_not_in_a_busy_loop() -> None:
+def test_it_asks_again_each_interval_without_the_lease_not_in_a_busy_loop() -> None:
     wu = factories.work_unit(factories.experiment())
     asked = [0]
 
@@ -193,7 +193,7 @@ def test_it_clears_queue_information_when_scheduling_and_running_meet_in_one_flu
 
 
 @pytest.mark.parametrize("order", ["workload_first", "jobset_first"])
-def test_a_queue_position_never_survives_the_move_out_of_scheduling_in_one_flush(order: str) -> None:
+def test_it_never_lets_a_queue_position_survive_the_move_out_of_scheduling_in_one_flush(order: str) -> None:
     """The Workload's observation (queue position, information only) and the JobSet's move
     to STARTING land in the same flush, put in either order: the position must not stay."""
     wu = factories.work_unit(factories.experiment())
@@ -213,7 +213,7 @@ def test_a_queue_position_never_survives_the_move_out_of_scheduling_in_one_flush
     assert ex.state == S.STARTING and ex.scheduling_information is None
 
 
-def test_a_late_observation_of_scheduling_leaves_no_position_on_a_running_execution() -> None:
+def test_it_leaves_no_position_on_a_running_execution_from_a_late_observation_of_scheduling() -> None:
     """An observation computed while SCHEDULING but written after a newer RUNNING one (its
     state is refused as older): its queue position is refused with it."""
     wu = factories.work_unit(factories.experiment())
@@ -227,7 +227,7 @@ def test_a_late_observation_of_scheduling_leaves_no_position_on_a_running_execut
     assert execution(wu).scheduling_information is None
 
 
-def test_with_two_connections_a_failed_part_keeps_its_slots_and_the_committed_part_is_reported() -> None:
+def test_it_keeps_the_slots_of_a_failed_part_and_reports_the_committed_part_with_two_connections() -> None:
     from django.db import connection
 
     first, second = factories.experiment(), factories.experiment()
@@ -273,7 +273,7 @@ def two_experiments_in_two_shards():
     return factories.work_unit(first), factories.work_unit(second)
 
 
-def test_each_shard_flushes_on_its_own_and_never_twice_at_once() -> None:
+def test_it_flushes_each_shard_on_its_own_and_never_twice_at_once() -> None:
     slow, quick = two_experiments_in_two_shards()
     release = threading.Event()
     calls: list[tuple[int, ...]] = []
@@ -317,7 +317,7 @@ def test_each_shard_flushes_on_its_own_and_never_twice_at_once() -> None:
         batcher.stop(drain=False)
 
 
-def test_what_committed_before_a_failure_in_the_same_flush_is_settled_and_reported_once() -> None:
+def test_it_settles_and_reports_once_what_committed_before_a_failure_in_the_same_flush() -> None:
     exp = factories.experiment()
     a, b = factories.work_unit(exp), factories.work_unit(exp)
     calls: list[list[int]] = []
@@ -344,7 +344,7 @@ def test_what_committed_before_a_failure_in_the_same_flush_is_settled_and_report
     assert calls[-1] == [b.wid] and reported == [[a.wid], [b.wid]]
 
 
-def test_hooks_of_different_shards_run_one_at_a_time() -> None:
+def test_it_runs_the_hooks_of_different_shards_one_at_a_time() -> None:
     first, second = two_experiments_in_two_shards()
     inside = [0]
     most = [0]

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 S = WorkUnitState
 
 
-def test_a_failing_pod_between_its_tries_says_crash_looping_and_never_looks_queued(cluster: Cluster, reconciler) -> None:
+def test_it_says_crash_looping_for_a_failing_pod_between_its_tries_and_never_makes_it_look_queued(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=1s;exit=3", backoff_limit=3)
 

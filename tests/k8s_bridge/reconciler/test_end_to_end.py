@@ -241,7 +241,7 @@ def test_it_explains_a_stopped_queue(cluster: Cluster, reconciler) -> None:
     assert "cpu-queue" in eventually(explained, what="SCHEDULING, queue stopped")
 
 
-def test_the_finalizer_and_sweep_write_terminal_states_even_with_a_clock_behind(cluster: Cluster, make_reconciler) -> None:
+def test_it_writes_terminal_states_from_the_finalizer_and_sweep_even_with_a_clock_behind(cluster: Cluster, make_reconciler) -> None:
     from datetime import timedelta
 
     from workunits import services

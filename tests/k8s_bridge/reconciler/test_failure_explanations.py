@@ -38,7 +38,7 @@ def failed_text(wu: Any, needle: str, timeout: float = 90) -> str:
                       detail=lambda: repr((execution(wu).state, execution(wu).system_message)))
 
 
-def test_an_exit_code_names_the_replica_pod_and_container(cluster: Cluster, reconciler) -> None:
+def test_it_names_the_replica_pod_and_container_of_an_exit_code(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=2s;exit=3", backoff_limit=0)
     text = failed_text(wu, "exited with code 3")
@@ -47,14 +47,14 @@ def test_an_exit_code_names_the_replica_pod_and_container(cluster: Cluster, reco
     assert execution(wu).system_message["severity"] == "ERROR"
 
 
-def test_a_signal_is_named(cluster: Cluster, reconciler) -> None:
+def test_it_names_a_signal(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=2s;exit=139", backoff_limit=0)
     text = failed_text(wu, "signal 11")
     assert "was killed by signal 11 (Error, SIGSEGV, exit code 139)" in text
 
 
-def test_the_backoff_limit_is_named_with_the_number_of_failed_pods(cluster: Cluster, reconciler) -> None:
+def test_it_names_the_backoff_limit_with_the_number_of_failed_pods(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=1s;exit=1", backoff_limit=2)
     text = failed_text(wu, "BackoffLimitExceeded", timeout=120)
@@ -63,21 +63,21 @@ def test_the_backoff_limit_is_named_with_the_number_of_failed_pods(cluster: Clus
     assert "JobSet failed (FailedJobs)" in text
 
 
-def test_a_deadline_is_named(cluster: Cluster, reconciler) -> None:
+def test_it_names_a_deadline(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=forever", active_deadline_s=3)
     text = failed_text(wu, "DeadlineExceeded")
     assert "DeadlineExceeded, active longer than its deadline (activeDeadlineSeconds 3)" in text
 
 
-def test_an_image_that_cannot_be_pulled_is_named_when_the_deadline_fails_the_job(cluster: Cluster, reconciler) -> None:
+def test_it_names_an_image_that_cannot_be_pulled_when_the_deadline_fails_the_job(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=fail:ErrImagePull", active_deadline_s=5, image="ghcr.io/nope/missing:1")
     text = failed_text(wu, "DeadlineExceeded")
     assert "ghcr.io/nope/missing:1" in text and ("ErrImagePull" in text or "ImagePullBackOff" in text), text
 
 
-def test_max_restarts_are_named_with_their_count(cluster: Cluster, reconciler) -> None:
+def test_it_names_max_restarts_with_their_count(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=1s;exit=5", failure_policy={"maxRestarts": 1})
     text = failed_text(wu, "ReachedMaxRestarts", timeout=120)
@@ -85,7 +85,7 @@ def test_max_restarts_are_named_with_their_count(cluster: Cluster, reconciler) -
     assert "exited with code 5" in text
 
 
-def test_a_rejected_admission_check_is_explained(make_cluster, make_reconciler) -> None:
+def test_it_explains_a_rejected_admission_check(make_cluster, make_reconciler) -> None:
     cluster = make_cluster(clusterQueues=CQ_WITH_CHECK, admissionChecks=[{"name": "capacity"}])
     make_reconciler()
     wu = factories.work_unit(factories.experiment())
@@ -115,7 +115,7 @@ def test_a_rejected_admission_check_is_explained(make_cluster, make_reconciler) 
     assert ex.state == S.SCHEDULING and ex.system_message["severity"] == "ERROR"
 
 
-def test_a_deactivated_workload_gets_an_error(cluster: Cluster, reconciler) -> None:
+def test_it_gives_a_deactivated_workload_an_error(cluster: Cluster, reconciler) -> None:
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;run=300s;exit=0")
     eventually(lambda: state_of(wu) == S.RUNNING, what="RUNNING")

@@ -45,7 +45,7 @@ def shared_running(cluster: Cluster) -> Any:
     return wu
 
 
-def test_bobs_rest_follow_ends_once_the_share_is_taken_back(cluster: Cluster, logs_reconciler: Any,  # noqa: F811
+def test_it_ends_bobs_rest_follow_once_the_share_is_taken_back(cluster: Cluster, logs_reconciler: Any,  # noqa: F811
                                                              settings: Any) -> None:
     settings.XMC_STREAM_RECHECK_S = 0  # every line checked (else a line may go out up to that long after)
     logs_reconciler()
@@ -61,7 +61,7 @@ def test_bobs_rest_follow_ends_once_the_share_is_taken_back(cluster: Cluster, lo
     assert slots.held() == 0
 
 
-def test_bobs_follow_in_the_logs_panel_ends_with_denied(cluster: Cluster, logs_reconciler: Any,  # noqa: F811
+def test_it_ends_bobs_follow_in_the_logs_panel_with_denied(cluster: Cluster, logs_reconciler: Any,  # noqa: F811
                                                          asgi_server: str) -> None:  # noqa: F811
     logs_reconciler()
     wu = shared_running(cluster)

@@ -36,7 +36,7 @@ def _no_slots_held() -> Any:
     slots.reset()
 
 
-def test_one_user_following_his_logs_leaves_a_slot_for_another(cluster: Cluster, logs_reconciler: Any,  # noqa: F811
+def test_it_leaves_a_slot_for_another_when_one_user_follows_his_logs(cluster: Cluster, logs_reconciler: Any,  # noqa: F811
                                                                settings: Any) -> None:
     settings.XMC_LOGS_MAX_FOLLOWS = 2
     logs_reconciler()
@@ -60,7 +60,7 @@ def test_one_user_following_his_logs_leaves_a_slot_for_another(cluster: Cluster,
     assert slots.held() == 0
 
 
-def test_a_user_alone_may_hold_half_the_cap_and_a_newcomer_always_gets_one() -> None:
+def test_it_lets_a_user_alone_hold_half_the_cap_and_always_gives_a_newcomer_one() -> None:
     cap = 8
     assert [slots.fair_share(cap, others) for others in range(5)] == [4, 2, 2, 1, 1]
     assert slots.fair_share(1, 0) == 1 and slots.fair_share(2, 0) == 1

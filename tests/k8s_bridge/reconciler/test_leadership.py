@@ -109,7 +109,7 @@ def test_it_stops_cleanly_on_sigterm_and_hands_the_lease_over(cluster: Cluster, 
     eventually(lambda: holder() == "rec-b", timeout=10, what="released lease taken at once")
 
 
-def test_a_leader_that_loses_its_lease_stops_writing_at_once(cluster: Cluster, make_reconciler) -> None:
+def test_it_stops_writing_at_once_when_it_loses_its_lease_as_leader(cluster: Cluster, make_reconciler) -> None:
     elector = LeaderElector("default", LEASE, "me", lease_duration_s=30, renew_period_s=0.2)
     elector.start()
     try:
@@ -135,7 +135,7 @@ def test_a_leader_that_loses_its_lease_stops_writing_at_once(cluster: Cluster, m
         elector.release()
 
 
-def test_a_restarted_reconciler_converges_within_one_resync(cluster: Cluster, make_reconciler) -> None:
+def test_it_converges_within_one_resync_when_restarted(cluster: Cluster, make_reconciler) -> None:
     rec = make_reconciler()
     exp = factories.experiment()
     quick, stopped, long = (factories.work_unit(exp) for _ in range(3))
@@ -158,7 +158,7 @@ def test_a_restarted_reconciler_converges_within_one_resync(cluster: Cluster, ma
     assert state_of(long) == S.RUNNING
 
 
-def test_a_lease_left_by_a_dead_process_of_this_host_is_taken_at_once(cluster: Cluster) -> None:
+def test_it_takes_at_once_a_lease_left_by_a_dead_process_of_this_host(cluster: Cluster) -> None:
     """A reconciler killed under ./dev run is started again on the same host: it must not wait the old lease out."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

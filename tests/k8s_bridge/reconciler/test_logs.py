@@ -74,7 +74,7 @@ def running(cluster: Cluster, script: str, **kw: Any) -> Any:
     return wu
 
 
-def test_tail_text_and_ndjson_with_replica_and_container(cluster: Cluster, logs_reconciler) -> None:
+def test_it_tails_text_and_ndjson_with_replica_and_container(cluster: Cluster, logs_reconciler) -> None:
     logs_reconciler()
     wu = running(cluster, "pull=0s;log=every:1s:step {n} loss {x};run=forever", replicas=2)
     eventually(lambda: "step 3 loss" in body(get(url(wu, query="replica=main-1"))), timeout=60, what="3 steps")
@@ -104,7 +104,7 @@ def test_tail_text_and_ndjson_with_replica_and_container(cluster: Cluster, logs_
     assert [r["timestamp"] for r in both] == sorted(r["timestamp"] for r in both)  # interleaved by time
 
 
-def test_bad_parameters_are_400_naming_them_and_unknown_names_404(cluster: Cluster, logs_reconciler) -> None:
+def test_it_answers_400_naming_bad_parameters_and_404_for_unknown_names(cluster: Cluster, logs_reconciler) -> None:
     logs_reconciler()
     wu = running(cluster, "pull=0s;run=forever")
     for query, field in [("tailLines=-1", "tailLines"), ("tailLines=ten", "tailLines"), ("sinceTime=yesterday", "sinceTime"),
@@ -123,7 +123,7 @@ def test_bad_parameters_are_400_naming_them_and_unknown_names_404(cluster: Clust
     assert wrong.status_code == 404 and "sidecar" in wrong.json()["error"]["message"]
 
 
-def test_a_stranger_gets_the_404_of_a_missing_execution(cluster: Cluster, logs_reconciler) -> None:
+def test_it_gives_a_stranger_the_404_of_a_missing_execution(cluster: Cluster, logs_reconciler) -> None:
     logs_reconciler()
     wu = running(cluster, "pull=0s;run=forever")
     stranger = get(url(wu), email=factories.BOB)
@@ -137,7 +137,7 @@ def test_a_stranger_gets_the_404_of_a_missing_execution(cluster: Cluster, logs_r
     assert get(url(wu)).status_code == 200  # the owner reads it
 
 
-def test_follow_sends_a_new_line_while_the_request_is_open(cluster: Cluster, logs_reconciler, live_server) -> None:
+def test_it_follows_by_sending_a_new_line_while_the_request_is_open(cluster: Cluster, logs_reconciler, live_server) -> None:
     logs_reconciler()
     wu = running(cluster, "pull=0s;log=every:1s:step {n};run=forever")
     eventually(lambda: "step 1" in body(get(url(wu))), timeout=60, what="a first step")
@@ -161,7 +161,7 @@ def test_follow_sends_a_new_line_while_the_request_is_open(cluster: Cluster, log
     assert seen[-1][0] > seen[0][0] + 0.1  # the later ones arrived while the request was open
 
 
-def test_previous_gives_the_restarted_containers_log(cluster: Cluster, logs_reconciler) -> None:
+def test_it_gives_the_restarted_containers_log_with_previous(cluster: Cluster, logs_reconciler) -> None:
     logs_reconciler()
     wu = factories.work_unit(factories.experiment())
     cluster.create_jobset(wu, script="pull=0s;crash=every:3s;exit=3;log=every:1s:attempt {attempt} step {n}",
@@ -179,7 +179,7 @@ def test_previous_gives_the_restarted_containers_log(cluster: Cluster, logs_reco
     assert current[0].endswith(f"attempt={prev_attempt + 1}")
 
 
-def test_a_deleted_pods_log_is_served_from_the_archive_and_the_failure_explained(
+def test_it_serves_a_deleted_pods_log_from_the_archive_and_explains_the_failure(
         cluster: Cluster, logs_reconciler) -> None:
     rec = logs_reconciler()
     wu = factories.work_unit(factories.experiment())
@@ -215,7 +215,7 @@ def test_a_deleted_pods_log_is_served_from_the_archive_and_the_failure_explained
     assert rec.archiver is not None and rec.archiver.writes == 1
 
 
-def test_the_archive_is_not_written_twice_when_the_reconciler_restarts(
+def test_it_does_not_write_the_archive_twice_when_the_reconciler_restarts(
         cluster: Cluster, logs_reconciler, archive_url: str) -> None:
     first = logs_reconciler()
     wu = factories.work_unit(factories.experiment())
@@ -239,7 +239,7 @@ def test_the_archive_is_not_written_twice_when_the_reconciler_restarts(
     assert path in row.url
 
 
-def test_an_archive_store_failing_for_a_while_never_blocks_a_state_write(
+def test_it_never_blocks_a_state_write_on_an_archive_store_failing_for_a_while(
         cluster: Cluster, logs_reconciler, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = threading.Event()
     broken.set()
@@ -276,7 +276,7 @@ def test_an_archive_store_failing_for_a_while_never_blocks_a_state_write(
 
 
 
-def test_the_archive_keeps_the_last_bytes_and_the_console_link(cluster: Cluster, logs_reconciler,
+def test_it_keeps_the_last_bytes_and_the_console_link_in_the_archive(cluster: Cluster, logs_reconciler,
                                                                settings: Any) -> None:
     settings.XMC_LOGS_CONSOLE_URL_TEMPLATE = "https://logs.example/q?ns={namespace}&pod={pod}&c={container}&x={xid}-{wid}-{eid}"
     logs_reconciler(max_bytes=300)
@@ -302,7 +302,7 @@ def test_the_archive_keeps_the_last_bytes_and_the_console_link(cluster: Cluster,
     assert kept[-1] == "[sim] main: exiting with code 0"
 
 
-def test_which_container_instances_can_be_archived() -> None:
+def test_it_tells_which_container_instances_can_be_archived() -> None:
     def pod(**cs: Any) -> dict[str, Any]:
         return {"metadata": {"name": "p", "uid": "u1", "namespace": "ns",
                              "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "w", "jobset.sigs.k8s.io/job-index": "2"}},
@@ -324,7 +324,7 @@ def test_which_container_instances_can_be_archived() -> None:
     assert inst.replica == "w-2" and inst.key == ("u1", "main", 0)
 
 
-def test_only_the_last_whole_lines_within_the_limit_are_kept() -> None:
+def test_it_keeps_only_the_last_whole_lines_within_the_limit() -> None:
     from k8s_bridge.logs.pods import RawLine
 
     lines = [RawLine(f"2026-01-01T00:00:{i:02d}Z", f"line {i}") for i in range(50)]
@@ -337,7 +337,7 @@ def test_only_the_last_whole_lines_within_the_limit_are_kept() -> None:
     assert not cut and whole.decode().count("\n") == 2
 
 
-def test_a_web_process_follows_a_bounded_number_of_logs(cluster: Cluster, logs_reconciler, settings: Any,
+def test_it_follows_a_bounded_number_of_logs_in_a_web_process(cluster: Cluster, logs_reconciler, settings: Any,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from k8s_bridge.logs import slots
 
@@ -356,7 +356,7 @@ def test_a_web_process_follows_a_bounded_number_of_logs(cluster: Cluster, logs_r
     third.close()
 
 
-def test_a_cluster_out_of_reach_is_503_and_a_pod_not_started_says_why(cluster: Cluster, logs_reconciler,
+def test_it_answers_503_for_a_cluster_out_of_reach_and_says_why_a_pod_is_not_started(cluster: Cluster, logs_reconciler,
                                                                       settings: Any, tmp_path: Path) -> None:
     logs_reconciler()
     wu = factories.work_unit(factories.experiment())
@@ -378,7 +378,7 @@ def test_a_cluster_out_of_reach_is_503_and_a_pod_not_started_says_why(cluster: C
     assert unreachable.status_code == 503 and unreachable.json()["error"]["status"] == "UNAVAILABLE"
 
 
-def test_the_archive_wins_when_the_pod_cannot_serve_the_executions_log(
+def test_it_lets_the_archive_win_when_the_pod_cannot_serve_the_executions_log(
         cluster: Cluster, logs_reconciler, archive_url: str) -> None:
     # As after a restart of the simulator: the execution's pod is there again but its container has
     # not started in this cluster life ("waiting to start"), and its log was archived before.

@@ -59,7 +59,7 @@ def _write(env: dict[str, str], step: int) -> int:
         return int(exc.code)
 
 
-def test_a_container_gets_its_metrics_env_and_its_token_writes_until_the_execution_ended(
+def test_it_gives_a_container_its_metrics_env_and_a_token_that_writes_until_the_execution_ended(
         cluster: Cluster, reconciler: Any, live_server: Any, settings: Any) -> None:
     settings.XMC_METRICS_URL = live_server.url
     settings.XMC_METRICS_TOKEN_GRACE_S = 1.0
@@ -82,7 +82,7 @@ def test_a_container_gets_its_metrics_env_and_its_token_writes_until_the_executi
     eventually(lambda: _write(env, 100) == 403, timeout=60, what="the token refused after the grace")
 
 
-def test_a_scripted_pod_reports_its_curve_through_the_write_path(
+def test_it_reports_a_scripted_pods_curve_through_the_write_path(
         cluster: Cluster, reconciler: Any, live_server: Any, settings: Any) -> None:
     """``metrics=every:1s:loss=exp(-t/30)``: the simulated container writes with its own token."""
     settings.XMC_METRICS_URL = live_server.url

@@ -129,7 +129,7 @@ def test_it_spares_the_jobset_of_a_work_unit_created_between_its_snapshot_and_it
 
 
 @pytest.mark.parametrize("after_queries", [1, 2, 3, 4])
-def test_its_snapshot_is_one_point_in_time_for_a_work_unit_committed_while_it_reads(
+def test_it_takes_its_snapshot_at_one_point_in_time_for_a_work_unit_committed_while_it_reads(
         cluster: Cluster, make_reconciler, after_queries: int) -> None:
     """A work unit (with its pending create) committed between the snapshot's queries is seen whole
     or not at all: its execution without its operation read as a create done without JobSet."""

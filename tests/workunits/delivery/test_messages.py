@@ -69,7 +69,7 @@ def _clean_queues() -> None:
         brokers.purge(q)
 
 
-def test_an_event_is_a_row_first_then_a_message_naming_it() -> None:
+def test_it_writes_an_event_as_a_row_first_then_a_message_naming_it() -> None:
     assert events.publish(EVENT)
     row = OutboxMessage.objects.get()
     assert (row.queue, row.task_name, row.done) == ("lifecycle", events.TASK_NAME, False)
@@ -78,7 +78,7 @@ def test_an_event_is_a_row_first_then_a_message_naming_it() -> None:
     assert name == events.TASK_NAME and events.decode(args[0]) == EVENT
 
 
-def test_an_event_the_broker_refused_is_sent_by_the_sweep(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+def test_it_sends_by_the_sweep_an_event_the_broker_refused(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     real = app.send_task
     monkeypatch.setattr(app, "send_task", lambda *a, **k: (_ for _ in ()).throw(ConnectionError("redis down")))
     assert events.publish(EVENT)  # the row is written: nothing is lost
@@ -91,7 +91,7 @@ def test_an_event_the_broker_refused_is_sent_by_the_sweep(monkeypatch: pytest.Mo
     assert delivery.sweep_messages() == 0  # sent: its lease runs now
 
 
-def test_a_message_redis_lost_is_sent_again_after_its_lease(settings: Any) -> None:
+def test_it_sends_a_message_redis_lost_again_after_its_lease(settings: Any) -> None:
     events.publish(EVENT)
     brokers.purge("lifecycle")  # Redis restarted empty
     assert delivery.sweep_messages() == 0
@@ -100,7 +100,7 @@ def test_a_message_redis_lost_is_sent_again_after_its_lease(settings: Any) -> No
     assert len(brokers.drain("lifecycle")) == 1
 
 
-def test_a_copy_is_dropped_while_another_run_holds_the_claim_and_taken_over_after() -> None:
+def test_it_drops_a_copy_while_another_run_holds_the_claim_and_takes_it_over_after() -> None:
     row = message()
     ran: list[str] = []
     assert leases.claim(OutboxMessage, row.id, "other-worker")
@@ -114,7 +114,7 @@ def test_a_copy_is_dropped_while_another_run_holds_the_claim_and_taken_over_afte
     assert ran == ["copy"]  # done: a late copy does nothing
 
 
-def test_a_retry_keeps_the_claim_past_its_countdown_and_the_last_try_is_dead_lettered() -> None:
+def test_it_keeps_the_claim_of_a_retry_past_its_countdown_and_dead_letters_the_last_try() -> None:
     row = message()
 
     def fails() -> None:
@@ -135,14 +135,14 @@ def test_a_retry_keeps_the_claim_past_its_countdown_and_the_last_try_is_dead_let
         ("xmc.test.task", row.id, "DEADLINE_EXCEEDED", 3)
 
 
-def test_an_unexpected_error_is_dead_lettered_at_once() -> None:
+def test_it_dead_letters_an_unexpected_error_at_once() -> None:
     row = message()
     delivery.consume(FakeTask(), row.id, lambda: 1 / 0, retry_for=(DatabaseError,), max_retries=5)
     assert OutboxMessage.objects.get(id=row.id).done
     assert DeadLetter.objects.get().error_code == "INTERNAL"
 
 
-def test_the_lifecycle_consumer_handles_an_event_once_whatever_the_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_has_the_lifecycle_consumer_handle_an_event_once_whatever_the_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     handled: list[events.LifecycleEvent] = []
     monkeypatch.setattr("lifecycle.services.handle_event", handled.append)
     events.publish(EVENT)
@@ -154,7 +154,7 @@ def test_the_lifecycle_consumer_handles_an_event_once_whatever_the_copies(monkey
     assert OutboxMessage.objects.get(id=row.id).done
 
 
-def test_a_malformed_event_is_dead_lettered_not_retried() -> None:
+def test_it_dead_letters_a_malformed_event_and_does_not_retry_it() -> None:
     row = OutboxMessage.objects.create(queue="lifecycle", task_name=events.TASK_NAME, args=["not base64!"],
                                        create_time=timezone.now())
     lifecycle_tasks.handle_event.apply(args=["not base64!"], kwargs={"delivery_id": row.id})
@@ -162,7 +162,7 @@ def test_a_malformed_event_is_dead_lettered_not_retried() -> None:
     assert DeadLetter.objects.get().error_code == "INVALID_ARGUMENT"
 
 
-def test_a_resume_records_its_run_in_the_outbox(django_capture_on_commit_callbacks: Any) -> None:
+def test_it_records_a_resumes_run_in_the_outbox(django_capture_on_commit_callbacks: Any) -> None:
     scheduling.pause(reason="maintenance", by="ops@example.com")
     with django_capture_on_commit_callbacks(execute=True):
         result = scheduling.resume(by="ops@example.com", batch_size=10)
@@ -172,7 +172,7 @@ def test_a_resume_records_its_run_in_the_outbox(django_capture_on_commit_callbac
     assert (name, args) == ("xmc.resumption.run", [str(result.run_id), 10])
 
 
-def test_the_admin_shows_messages_and_their_dead_letters_and_requeues_them(
+def test_it_shows_messages_and_their_dead_letters_in_the_admin_and_requeues_them(
     client: Client, django_capture_on_commit_callbacks: Any
 ) -> None:
     User.objects.create_superuser("olivia", "olivia@example.com", "pw")

@@ -62,7 +62,7 @@ def test_it_adds_latency(core: client.CoreV1Api, ns: str, faults: Any) -> None:
     assert time.monotonic() - started >= 0.5
 
 
-def test_a_connection_dropped_after_the_request_leaves_it_done(
+def test_it_leaves_the_request_done_for_a_connection_dropped_after_it(
     core: client.CoreV1Api, ns: str, faults: Any, sim: SimulatorHandle
 ) -> None:
     faults.add(action="drop_after", verb="create", resource="pods", times=1)
@@ -71,7 +71,7 @@ def test_a_connection_dropped_after_the_request_leaves_it_done(
     assert sim.store.get("pods", ns, "half")["metadata"]["name"] == "half"  # it happened all the same
 
 
-def test_a_connection_dropped_before_the_request_changes_nothing(
+def test_it_changes_nothing_for_a_connection_dropped_before_the_request(
     core: client.CoreV1Api, ns: str, faults: Any, sim: SimulatorHandle
 ) -> None:
     faults.add(action="drop", verb="create", resource="pods", times=1)
@@ -122,7 +122,7 @@ def test_it_is_controlled_over_http_and_counts_what_fired(core: client.CoreV1Api
     assert call("DELETE")[1]["rules"] == []
 
 
-def test_a_seeded_rate_is_replayable() -> None:
+def test_it_replays_a_seeded_rate() -> None:
     from simulators.cluster.faults import Faults
 
     def run() -> list[bool]:

@@ -72,7 +72,7 @@ def logged(core: client.CoreV1Api, name: str, needle: str, **kw: Any) -> str:
     return eventually(look, timeout=20, what=f"{needle!r} in the log of {name}")
 
 
-def test_a_template_step_prints_progress_lines_and_fixed_text(core: client.CoreV1Api) -> None:
+def test_it_prints_progress_lines_and_fixed_text_for_a_template_step(core: client.CoreV1Api) -> None:
     name = start_pod(core, "pull=0s;print=hello from the trainer;log=every:1s:step {n} loss {x};run=forever")
     text = logged(core, name, "step 3 loss")
     lines = text.splitlines()
@@ -84,7 +84,7 @@ def test_a_template_step_prints_progress_lines_and_fixed_text(core: client.CoreV
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_tail_since_time_and_timestamps(core: client.CoreV1Api, live: SimulatorHandle) -> None:
+def test_it_honours_tail_since_time_and_timestamps(core: client.CoreV1Api, live: SimulatorHandle) -> None:
     name = start_pod(core, "pull=0s;log=every:1s:step {n};run=forever")
     logged(core, name, "step 6\n")
     assert log(core, name, tail_lines=2).splitlines() == log(core, name).splitlines()[-2:]
@@ -106,7 +106,7 @@ def test_tail_since_time_and_timestamps(core: client.CoreV1Api, live: SimulatorH
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_stdout_and_stderr_are_both_in_the_log_and_can_be_chosen(core: client.CoreV1Api, live: SimulatorHandle) -> None:
+def test_it_has_both_stdout_and_stderr_in_the_log_and_lets_one_choose(core: client.CoreV1Api, live: SimulatorHandle) -> None:
     name = start_pod(core, "pull=0s;run=2s;exit=3;stderr=Traceback (most recent call last):;stderr=RuntimeError: boom")
     text = logged(core, name, "exiting with code 3")
     assert text.splitlines()[-3:] == ["Traceback (most recent call last):", "RuntimeError: boom",
@@ -119,7 +119,7 @@ def test_stdout_and_stderr_are_both_in_the_log_and_can_be_chosen(core: client.Co
     assert "RuntimeError" not in out.data.decode() and "started image" in out.data.decode()
 
 
-def test_follow_streams_new_lines_while_the_request_is_open(core: client.CoreV1Api) -> None:
+def test_it_follows_by_streaming_new_lines_while_the_request_is_open(core: client.CoreV1Api) -> None:
     name = start_pod(core, "pull=0s;log=every:1s:step {n};run=6s;exit=0")
     logged(core, name, "started image")
     arrivals: list[tuple[float, str]] = []
@@ -136,7 +136,7 @@ def test_follow_streams_new_lines_while_the_request_is_open(core: client.CoreV1A
     assert arrivals[-1][0] < 10
 
 
-def test_previous_gives_the_restarted_containers_log(core: client.CoreV1Api) -> None:
+def test_it_gives_the_restarted_containers_log_with_previous(core: client.CoreV1Api) -> None:
     name = start_pod(core, "pull=0s;crash=every:2s;exit=1;log=every:1s:attempt {attempt} line {n}", restart="Always")
 
     def restarted() -> bool:
@@ -154,7 +154,7 @@ def test_previous_gives_the_restarted_containers_log(core: client.CoreV1Api) -> 
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_a_container_without_a_previous_instance_says_so(core: client.CoreV1Api) -> None:
+def test_it_says_so_for_a_container_without_a_previous_instance(core: client.CoreV1Api) -> None:
     name = start_pod(core, "pull=0s;run=forever")
     logged(core, name, "started image")
     with pytest.raises(ApiException) as err:
@@ -173,7 +173,7 @@ def test_a_container_without_a_previous_instance_says_so(core: client.CoreV1Api)
     ("stream=Both", 422, 'stream: Unsupported value: "Both"'),
     ("follow=maybe", 400, "follow"),
 ])
-def test_bad_options_are_refused_naming_the_parameter(core: client.CoreV1Api, live: SimulatorHandle, query: str,
+def test_it_refuses_bad_options_naming_the_parameter(core: client.CoreV1Api, live: SimulatorHandle, query: str,
                                                        status: int, needle: str) -> None:
     name = start_pod(core, "pull=0s;run=forever")
     logged(core, name, "started image")
@@ -183,7 +183,7 @@ def test_bad_options_are_refused_naming_the_parameter(core: client.CoreV1Api, li
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_kubectl_logs_follow_tail_and_previous(core: client.CoreV1Api, live: SimulatorHandle,
+def test_it_serves_kubectl_logs_follow_tail_and_previous(core: client.CoreV1Api, live: SimulatorHandle,
                                                tmp_path: Path) -> None:
     env = dict(os.environ, KUBECACHEDIR=str(tmp_path))
     env.pop("KUBECONFIG", None)

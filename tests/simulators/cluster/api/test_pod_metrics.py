@@ -61,7 +61,7 @@ def scrape(live: SimulatorHandle, path: str) -> dict[str, list[tuple[dict[str, s
     return out
 
 
-def test_a_gpu_pod_shows_its_scripted_utilisation_as_the_dcgm_exporter_does(live: SimulatorHandle,
+def test_it_shows_a_gpu_pods_scripted_utilisation_as_the_dcgm_exporter_does(live: SimulatorHandle,
                                                                             api: client.ApiClient) -> None:
     start_pod(api, "gpu-busy", "pull=0s;run=forever;gpu=util:0.75,mem:0.25", gpus=2)
     start_pod(api, "cpu-only", "pull=0s;run=forever")
@@ -95,7 +95,7 @@ def test_a_gpu_pod_shows_its_scripted_utilisation_as_the_dcgm_exporter_does(live
     assert working["gpu-busy"] == 2 * 2**30  # half the 4Gi requested
 
 
-def test_the_utilisation_follows_the_script_over_time(live: SimulatorHandle, api: client.ApiClient) -> None:
+def test_it_makes_the_utilisation_follow_the_script_over_time(live: SimulatorHandle, api: client.ApiClient) -> None:
     start_pod(api, "busy-then-idle", "pull=0s;run=forever;gpu=util:max(0,min(0.9,(2-t)*10))", gpus=1)
 
     def util() -> float:
@@ -107,7 +107,7 @@ def test_the_utilisation_follows_the_script_over_time(live: SimulatorHandle, api
     assert eventually(lambda: util() == 0, timeout=20, what="idle after 2 s", retry_on=(ValueError,))
 
 
-def test_a_running_pods_gpu_annotation_changes_its_load_from_then_on(live: SimulatorHandle,
+def test_it_changes_a_running_pods_load_from_then_on_by_its_gpu_annotation(live: SimulatorHandle,
                                                                      api: client.ApiClient) -> None:
     start_pod(api, "told-to-idle", "pull=0s;run=forever;gpu=util:0.9,mem:0.5", gpus=1)
 
@@ -125,7 +125,7 @@ def test_a_running_pods_gpu_annotation_changes_its_load_from_then_on(live: Simul
                       retry_on=(ValueError,))
 
 
-def test_kubectl_top_reads_pod_metrics_through_the_metrics_api(live: SimulatorHandle, api: client.ApiClient) -> None:
+def test_it_lets_kubectl_top_read_pod_metrics_through_the_metrics_api(live: SimulatorHandle, api: client.ApiClient) -> None:
     start_pod(api, "topped", "pull=0s;run=forever", labels={"app": "top-me"})
     metrics = client.CustomObjectsApi(api)
     one = eventually(lambda: metrics.get_namespaced_custom_object("metrics.k8s.io", "v1beta1", NS, "pods", "topped"),
@@ -148,7 +148,7 @@ def test_kubectl_top_reads_pod_metrics_through_the_metrics_api(live: SimulatorHa
         assert "topped" in out.stdout and "2000m" in out.stdout
 
 
-def test_memory_climbs_towards_its_limit_before_an_oom_kill(live: SimulatorHandle, api: client.ApiClient) -> None:
+def test_it_climbs_memory_towards_its_limit_before_an_oom_kill(live: SimulatorHandle, api: client.ApiClient) -> None:
     start_pod(api, "leaky", "pull=0s;run=4s;exit=137;oom", memory_limit="1Gi")
 
     def working() -> float:
@@ -163,11 +163,11 @@ def test_memory_climbs_towards_its_limit_before_an_oom_kill(live: SimulatorHandl
 
 @pytest.mark.parametrize("text", ["gpu=util:", "gpu=mem:0.5", "gpu=util:0.5,util:0.4", "gpu=util:os.system(1)",
                                   "gpu=busy:1"])
-def test_a_bad_gpu_key_is_a_script_error(text: str) -> None:
+def test_it_makes_a_bad_gpu_key_a_script_error(text: str) -> None:
     with pytest.raises(ScriptError):
         parse_script(text)
 
 
-def test_the_gpu_key_reads_container_arguments_like_metrics() -> None:
+def test_it_reads_container_arguments_in_the_gpu_key_like_metrics() -> None:
     script = parse_script("gpu=util:arg('u')*1,mem:0.5", {"u": "0.3"})
     assert script.gpu_util == "0.3 * 1" and script.gpu_mem == "0.5"

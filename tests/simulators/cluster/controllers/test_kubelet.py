@@ -144,7 +144,7 @@ def test_it_falls_back_to_the_default_behaviour_for_an_invalid_script(sim: Sim) 
     assert warning and warning[0]["type"] == "Warning" and "bad duration 'soon'" in warning[0]["message"]
 
 
-def test_a_metrics_expression_reading_a_missing_argument_is_a_script_error_when_the_pod_starts(sim: Sim) -> None:
+def test_it_makes_a_metrics_expression_reading_a_missing_argument_a_script_error_when_the_pod_starts(sim: Sim) -> None:
     job = rjob("main", script="run=1s;metrics=every:1s:loss=log(arg('lr'))")
     job["template"]["spec"]["template"]["spec"]["containers"][0]["args"] = ["--batch_size=32"]
     sim.create_jobset("noarg", [job])

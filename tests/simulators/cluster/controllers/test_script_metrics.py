@@ -33,7 +33,7 @@ def test_it_refuses_anything_but_arithmetic(text: str) -> None:
         parse_script(text)
 
 
-def test_an_expression_reads_the_containers_arguments() -> None:
+def test_it_lets_an_expression_read_the_containers_arguments() -> None:
     args = container_args(["--lr=0.01", "--batch_size=32", "positional", "--name=resnet", "-v"])
     assert args == {"lr": "0.01", "batch_size": "32", "name": "resnet"}
     script = parse_script("metrics=every:1s:loss=(log(arg('lr'))+4.6)**2/10+exp(-t/20),b=arg('batch_size')*n", args)
@@ -48,6 +48,6 @@ def test_an_expression_reads_the_containers_arguments() -> None:
     ("arg(lr)", "write arg('<name>')"),
     ("arg('lr', 1)", "write arg('<name>')"),
 ])
-def test_a_missing_or_non_numeric_argument_is_a_script_error(expression: str, words: str) -> None:
+def test_it_makes_a_missing_or_non_numeric_argument_a_script_error(expression: str, words: str) -> None:
     with pytest.raises(ScriptError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         parse_script(f"metrics=every:1s:x={expression}", {"name": "resnet", "inf": "inf"})

@@ -46,7 +46,7 @@ def _reserved(cluster: Cluster, jobset: str) -> Any:
                               and q["status"] == "True" and w, what=f"{jobset} quota reserved")
 
 
-def test_a_retry_check_evicts_requeues_after_its_delay_and_resets_the_checks(make_cluster: Callable[..., Cluster]) -> None:
+def test_it_evicts_on_a_retry_check_requeues_after_its_delay_and_resets_the_checks(make_cluster: Callable[..., Cluster]) -> None:
     cluster = make_cluster(clusterQueues=CQ_WITH_CHECK, admissionChecks=[{"name": "capacity"}])
     cluster.create_jobset("retried", [rjob("main", script="pull=0s;run=forever")])
     name = _reserved(cluster, "retried")["metadata"]["name"]
@@ -71,7 +71,7 @@ def test_a_retry_check_evicts_requeues_after_its_delay_and_resets_the_checks(mak
     cluster.eventually(lambda: cluster.jobset("retried")["status"]["replicatedJobsStatus"][0]["ready"] == 1, what="running")
 
 
-def test_a_rejected_check_deactivates_the_workload(make_cluster: Callable[..., Cluster]) -> None:
+def test_it_deactivates_the_workload_on_a_rejected_check(make_cluster: Callable[..., Cluster]) -> None:
     cluster = make_cluster(clusterQueues=CQ_WITH_CHECK, admissionChecks=[{"name": "capacity"}])
     cluster.create_jobset("rejected", [rjob("main", script="pull=0s;run=forever")])
     name = _reserved(cluster, "rejected")["metadata"]["name"]
