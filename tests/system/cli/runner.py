@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests import waiting
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"
@@ -28,6 +31,43 @@ class Run:
     @property
     def lines(self) -> list[Any]:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+
+
+class Running:
+    """A command still running, its output read as it comes (a thread per stream), so a test can wait on
+    the line that says the command reached a point (``wait_for``) before it acts, instead of a clock."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                         for stream, into in ((proc.stdout, self.out), (proc.stderr, self.err))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+
+    def wait_for(self, text: str, *, stream: str = "stderr", timeout: float = 120) -> None:
+        """Until ``text`` appears on ``stream`` (the command still running or not)."""
+        lines = self.err if stream == "stderr" else self.out
+        waiting.eventually(lambda: text in "".join(lines), timeout, f"{text!r} on the command's {stream}",
+                           detail=lambda: f"stdout: {''.join(self.out)!r}\nstderr: {''.join(self.err)!r}")
+
+    def finish(self, timeout: float = 180) -> Run:
+        """Wait for the command's end (killed past ``timeout``) and answer what it printed."""
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            for reader in self._readers:
+                reader.join(10)
+        return Run(self.proc.returncode, "".join(self.out), "".join(self.err))
 
 
 class Xmc:
@@ -54,3 +94,7 @@ class Xmc:
     def popen(self, *args: str, token: str | None, **env: str | None) -> subprocess.Popen[str]:
         return subprocess.Popen([str(self.venv / "bin" / "xmc"), *args], env=self.env(token, **env),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def start(self, *args: str, token: str | None, **env: str | None) -> Running:
+        """The command running in the background; see :class:`Running`."""
+        return Running(self.popen(*args, token=token, **env))
