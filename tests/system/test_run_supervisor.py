@@ -95,7 +95,7 @@ def test_it_restarts_a_process_that_died_and_keeps_the_others(run_all: ModuleTyp
         run_all.stop_all(procs)
 
 
-def test_a_crash_loop_stops_it_naming_the_process_and_its_log(run_all: ModuleType, tmp_path: Path) -> None:
+def test_it_stops_on_a_crash_loop_naming_the_process_and_its_log(run_all: ModuleType, tmp_path: Path) -> None:
     broken = run_all.Process("beat", [sys.executable, "-c", "import sys; sys.exit(1)"])
     broken.restarts = run_all.Restarts(limit=2, window_s=60, base_s=0.05, max_delay_s=0.1)
     run_all.start(broken, {})
@@ -104,7 +104,7 @@ def test_a_crash_loop_stops_it_naming_the_process_and_its_log(run_all: ModuleTyp
     assert str(loop.value) == (f"beat keeps dying (3 times in 60 s, last exit code 1); its log: {tmp_path}/beat.log")
 
 
-def test_stopping_it_stops_the_reconciler_while_the_simulator_still_answers(run_all: ModuleType, tmp_path: Path) -> None:
+def test_it_stops_the_reconciler_while_the_simulator_still_answers_when_stopped(run_all: ModuleType, tmp_path: Path) -> None:
     """The reconciler's last act is to give up its lease, which lives in the simulator: the simulator goes last."""
     verdict = tmp_path / "verdict"
     simulator = run_all.Process("simulator", [sys.executable, "-c", "import time; time.sleep(120)"])

@@ -26,12 +26,12 @@ def server():
     proc.wait()
 
 
-def test_runs_long(server):
+def test_it_runs_long(server):
     time.sleep(120)
 '''
 
 
-def test_a_terminated_test_run_stops_what_its_fixtures_started(tmp_path: Path) -> None:
+def test_it_stops_what_a_terminated_test_run_s_fixtures_started(tmp_path: Path) -> None:
     from tests import conftest
 
     assert "tests.sigterm" in conftest.pytest_plugins  # the suite's own runs have it

@@ -66,7 +66,7 @@ def _get_json(client: Client, url: str) -> tuple[int, Any]:
 
 # --- The work unit page's Metrics section ------------------------------------------------------------
 
-def test_a_unit_without_metrics_says_so_and_listens_for_its_first_points(alice: Client) -> None:
+def test_it_says_a_unit_has_no_metrics_and_listens_for_its_first_points(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     body = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
     assert 'id="metrics"' in body and "No metrics yet" in body and "data-chart " not in body
@@ -74,7 +74,7 @@ def test_a_unit_without_metrics_says_so_and_listens_for_its_first_points(alice: 
     assert "uPlot-1.6.32.iife.min.js" in body and "ui/charts.js" in body
 
 
-def test_a_unit_with_points_but_no_charts_gets_one_default_chart_per_metric(alice: Client) -> None:
+def test_it_gives_a_unit_with_points_but_no_charts_one_default_chart_per_metric(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [3.0, 2.0, 1.0])
     _write(exp.id, 1, "val/acc", [0.5, 0.7])
@@ -92,7 +92,7 @@ def test_a_unit_with_points_but_no_charts_gets_one_default_chart_per_metric(alic
     assert 'id="metrics" hx-preserve="true"' in body
 
 
-def test_the_section_asks_for_its_contents_again_only_when_a_metric_or_a_chart_appears(alice: Client) -> None:
+def test_it_asks_for_the_section_s_contents_again_only_when_a_metric_or_a_chart_appears(alice: Client) -> None:
     """The script redraws the charts the section has; on each "metrics" event the section asks for its
     contents with the key of what it shows, answered 204 (htmx swaps nothing) until a metric that
     starts later, or a chart, gives it something new to show."""
@@ -130,7 +130,7 @@ def test_the_section_asks_for_its_contents_again_only_when_a_metric_or_a_chart_a
     assert ask(have(charted.content.decode())).status_code == 204
 
 
-def test_the_units_charts_come_before_its_default_ones_and_print_what_users_wrote_as_text(alice: Client) -> None:
+def test_it_puts_the_units_charts_before_its_default_ones_and_prints_what_users_wrote_as_text(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [3.0, 2.0])
     chart = _chart(exp.id, 1, title=pages.HOSTILE, chart_id="train")
@@ -142,7 +142,7 @@ def test_the_units_charts_come_before_its_default_ones_and_print_what_users_wrot
 
 # --- The data endpoints ---------------------------------------------------------------------------------
 
-def test_a_default_chart_is_the_newest_executions_points_by_step(alice: Client) -> None:
+def test_it_draws_a_default_chart_from_the_newest_executions_points_by_step(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [9.0, 8.0, 7.0])
     wu_services.restart_work_units(exp.id, [1], batch=False)
@@ -154,7 +154,7 @@ def test_a_default_chart_is_the_newest_executions_points_by_step(alice: Client) 
     assert [s["y"] for s in plot["series"]] == [[1.0, 0.5]] and plot["series"][0]["label"] == "loss"
 
 
-def test_the_chart_endpoint_is_get_chart_data_at_the_scripts_width(alice: Client) -> None:
+def test_it_answers_the_chart_endpoint_with_get_chart_data_at_the_scripts_width(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [float(i % 7) for i in range(3000)])
     chart = _chart(exp.id, 1, M.PlotSpec(plot_id="curve", type=M.SCATTER, data=M.DataSpec(metrics=["loss"])),
@@ -176,21 +176,21 @@ def test_the_chart_endpoint_is_get_chart_data_at_the_scripts_width(alice: Client
 
 @pytest.mark.parametrize("width,expected", [("", 600), ("10", plotdata.MIN_WIDTH), ("99999", plotdata.MAX_WIDTH),
                                             ("-5", 600), ("1e9", 600), ("800", 800)])
-def test_the_width_is_clamped_to_what_a_screen_shows(alice: Client, width: str, expected: int) -> None:
+def test_it_clamps_the_width_to_what_a_screen_shows(alice: Client, width: str, expected: int) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [1.0])
     status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?metric=loss&width={width}")
     assert status == 200 and body["width"] == expected
 
 
-def test_a_bad_metric_name_is_a_400_and_never_a_500(alice: Client) -> None:
+def test_it_answers_a_bad_metric_name_with_a_400_and_never_a_500(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     for metric in ("", "a\x01b", "x" * 300):
         status, body = _get_json(alice, f"/experiments/{exp.id}/workUnits/1/metrics/data?metric={metric}")
         assert status == 400 and "metric" in body["error"]
 
 
-def test_bars_histograms_and_hostile_names_come_back_as_data_not_markup(alice: Client) -> None:
+def test_it_returns_bars_histograms_and_hostile_names_as_data_not_markup(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, pages.HOSTILE, [1.0, 2.0, 2.0, 3.0])
     chart = _chart(exp.id, 1, M.PlotSpec(plot_id="h", type=M.HISTOGRAM, data=M.DataSpec(metrics=[pages.HOSTILE])),
@@ -202,7 +202,7 @@ def test_bars_histograms_and_hostile_names_come_back_as_data_not_markup(alice: C
     assert bars["categories"] == ["wu 1 · trainer"] and bars["series"][0]["y"] == [3.0]
 
 
-def test_a_stranger_gets_404_for_the_page_the_data_and_a_missing_chart_alike(alice: Client) -> None:
+def test_it_answers_a_stranger_404_for_the_page_the_data_and_a_missing_chart_alike(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     _write(exp.id, 1, "loss", [1.0])
     chart = _chart(exp.id, 1)
@@ -220,7 +220,7 @@ def test_a_stranger_gets_404_for_the_page_the_data_and_a_missing_chart_alike(ali
     assert alice.get(f"/experiments/{exp.id}/workUnits/1/charts/{chart.chart_id}/data").status_code == 200
 
 
-def test_a_reader_of_the_experiment_reads_its_charts(alice: Client) -> None:
+def test_it_lets_a_reader_of_the_experiment_read_its_charts(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE, acls=_owned_and_shared(ALICE, BOB))
     _write(exp.id, 1, "loss", [1.0, 2.0])
     chart = _chart(exp.id, 1)
@@ -229,7 +229,7 @@ def test_a_reader_of_the_experiment_reads_its_charts(alice: Client) -> None:
     assert status == 200 and body["points"] == 2
 
 
-def test_the_data_endpoints_need_a_session(client: Client) -> None:
+def test_it_requires_a_session_for_the_data_endpoints(client: Client) -> None:
     response = client.get("/experiments/1/workUnits/1/metrics/data?metric=loss")
     assert response.status_code == 302 and response["Location"].startswith("/login?next=")
 
@@ -245,7 +245,7 @@ def _dashboard(owner: str, charts: list[Any], *, dashboard_id: str = "", title: 
     return dashboard
 
 
-def test_the_dashboards_list_shows_mine_and_shared_ones_only(alice: Client) -> None:
+def test_it_lists_only_my_dashboards_and_shared_ones(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     chart = _chart(exp.id, 1)
     _dashboard(ALICE, [chart], dashboard_id="mine", title="my board")
@@ -263,7 +263,7 @@ def test_the_dashboards_list_shows_mine_and_shared_ones_only(alice: Client) -> N
     assert alice.get("/dashboards/no%20such").status_code == 404
 
 
-def test_a_dashboard_lays_its_charts_out_per_its_layout_and_hides_unreadable_ones(alice: Client) -> None:
+def test_it_lays_a_dashboard_s_charts_out_per_its_layout_and_hides_unreadable_ones(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE, acls=_owned_and_shared(ALICE, CAROL))
     first = _chart(exp.id, 1, title="loss", chart_id="loss-1")
     second = _chart(exp.id, 2, title=pages.HOSTILE, chart_id="loss-2")
@@ -301,12 +301,12 @@ def test_a_dashboard_lays_its_charts_out_per_its_layout_and_hides_unreadable_one
         {"itemId": "zzz"}, {"itemId": "a", "x": 0}]}, "grid", 2,
      {"a": plotdata.Cell(1, 2, 2, 4), "b": plotdata.Cell(2, 1, 1, 1)}),
 ])
-def test_layouts(spec: dict[str, Any], kind: str, columns: int, cells: dict[str, Any]) -> None:
+def test_it_computes_layouts(spec: dict[str, Any], kind: str, columns: int, cells: dict[str, Any]) -> None:
     layout = plotdata.layout(spec, ["a", "b", "c"])
     assert (layout.kind, layout.columns, dict(layout.cells)) == (kind, columns, cells)
 
 
-def test_series_of_several_units_share_one_x_with_gaps_as_null() -> None:
+def test_it_gives_series_of_several_units_one_shared_x_with_gaps_as_null() -> None:
     data = M.ChartData()
     for wid, steps in (("1", (0, 1, 2)), ("2", (1, 3))):
         series = M.ChartData.SeriesData(metric_name="loss", work_unit_id=wid)
@@ -336,7 +336,7 @@ def test_series_of_several_units_share_one_x_with_gaps_as_null() -> None:
     (("RIBBON", "VLINE"), "ribbon"),
     (("RIBBON", "LINE"), "line"),  # the line with its band: the default look
 ])
-def test_a_plots_geoms_say_how_its_series_are_drawn(geoms: tuple[str, ...], style: str) -> None:
+def test_it_draws_a_plot_s_series_as_its_geoms_say(geoms: tuple[str, ...], style: str) -> None:
     M = pb.dashboard
     spec = M.PlotSpec(plot_id="p", type=M.SCATTER, data=M.DataSpec(metrics=["loss"]),
                       geoms=[M.GeomSpec(type=M.GeomSpec.GeomType.Value(g)) for g in geoms])
@@ -346,7 +346,7 @@ def test_a_plots_geoms_say_how_its_series_are_drawn(geoms: tuple[str, ...], styl
     assert plot["style"] == style and plot["series"][0]["lo"] == [1] and plot["series"][0]["hi"] == [3]
 
 
-def test_a_chart_that_compares_units_draws_every_unit_of_its_experiment_named_by_wid_and_job(alice: Client) -> None:
+def test_it_draws_every_unit_of_the_experiment_named_by_wid_and_job_in_a_chart_comparing_units(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)  # three units, lr 0.1 / 0.01 / 0.001, job "trainer"
     for wid, final in ((1, 0.9), (2, 0.2), (3, 0.5)):
         _write(exp.id, wid, "loss", [2.0, final])
@@ -396,7 +396,7 @@ def test_it_creates_a_chart_over_all_units_from_the_form_and_puts_it_on_a_new_da
     assert f'charts/{chart.chart_id}/edit">Edit</a>' in page and "/ every work unit</a>" in page
 
 
-def test_the_xdash_preset_dashboard_draws_every_unit_of_the_sweep(alice: Client) -> None:
+def test_it_draws_every_unit_of_the_sweep_on_the_xdash_preset_dashboard(alice: Client) -> None:
     # What `xdash create-dashboard --xids X` sends (xdash.presets.create_standard_experiment_chart): a chart
     # named under work unit 1 (a Chart must name one), two KPI boxes and two curves, no mapping.
     exp, _ = pages.sweep(ALICE)
@@ -447,7 +447,7 @@ def test_it_edits_a_chart_grouping_by_an_argument_and_names_a_refused_field(alic
     assert stranger.get(f"/experiments/{exp.id}/workUnits/1/charts/mine/edit").status_code == 404
 
 
-def test_system_metrics_get_a_system_group_of_their_own(alice: Client) -> None:
+def test_it_gives_system_metrics_a_system_group_of_their_own(alice: Client) -> None:
     """The ``system/*`` series XMC records from the cluster (issue 41 item 3): a "System" group, one chart per
     measure and one for every GPU together, not one default chart each among the job's own metrics."""
     exp, _ = pages.sweep(ALICE)
@@ -470,7 +470,7 @@ def test_system_metrics_get_a_system_group_of_their_own(alice: Client) -> None:
     assert status == 400  # at most 64 overlaid
 
 
-def test_a_dashboard_of_several_charts_of_one_experiment_keeps_each_chart_to_its_unit(alice: Client) -> None:
+def test_it_keeps_each_chart_to_its_unit_on_a_dashboard_of_several_charts_of_one_experiment(alice: Client) -> None:
     exp, _ = pages.sweep(ALICE)
     for wid in (1, 2):
         _write(exp.id, wid, "loss", [2.0, 1.0 / wid])

@@ -75,12 +75,12 @@ def _after_hello(reader: Any) -> list[str]:
 
 
 @pytest.mark.django_db
-def test_the_ui_hears_of_new_points_through_the_metrics_hook() -> None:
+def test_it_hears_of_new_points_through_the_metrics_hook() -> None:
     assert live.publish_metrics in hooks.written_hooks  # ui.apps.UiConfig.ready registered it
 
 
 @pytest.mark.django_db
-def test_a_write_publishes_one_message_per_work_unit_per_window_and_a_replay_none(
+def test_it_publishes_one_message_per_work_unit_per_window_for_a_write_and_none_for_a_replay(
         gate: live._MetricsGate, channel: Any) -> None:
     exp = factories.experiment(creator=ALICE)
     factories.work_unit(exp, wid=1)
@@ -102,7 +102,7 @@ def test_a_write_publishes_one_message_per_work_unit_per_window_and_a_replay_non
 
 
 @pytest.mark.django_db
-def test_one_write_for_many_work_units_publishes_one_message_for_each(
+def test_it_publishes_one_message_for_each_work_unit_of_one_write_for_many(
         gate: live._MetricsGate, channel: Any) -> None:
     exp = factories.experiment(creator=ALICE)
     units = [factories.work_unit(exp, wid=wid) for wid in (1, 2, 3)]
@@ -116,7 +116,7 @@ def test_one_write_for_many_work_units_publishes_one_message_for_each(
 
 
 @pytest.mark.django_db
-def test_another_process_holding_the_gate_delays_this_one_only_until_the_gate_opens(
+def test_it_waits_for_another_process_holding_the_gate_only_until_the_gate_opens(
         gate: live._MetricsGate, channel: Any) -> None:
     exp = factories.experiment(creator=ALICE)
     factories.work_unit(exp, wid=1)
@@ -131,7 +131,7 @@ def test_another_process_holding_the_gate_delays_this_one_only_until_the_gate_op
 
 
 @pytest.mark.django_db
-def test_redis_down_never_fails_nor_slows_the_write_path(gate: live._MetricsGate, settings: Any) -> None:
+def test_it_never_fails_nor_slows_the_write_path_when_redis_is_down(gate: live._MetricsGate, settings: Any) -> None:
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
     exp = factories.experiment(creator=ALICE)
     factories.work_unit(exp, wid=1)
@@ -145,7 +145,7 @@ def test_redis_down_never_fails_nor_slows_the_write_path(gate: live._MetricsGate
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_open_stream_that_asks_for_metrics_gets_them_from_the_http_write_path(
+def test_it_brings_metrics_from_the_http_write_path_to_an_open_stream_that_asks_for_them(
         asgi_server: str, gate: live._MetricsGate) -> None:  # noqa: F811
     exp = factories.experiment(creator=ALICE)
     factories.work_unit(exp, wid=1)

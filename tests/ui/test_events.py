@@ -206,7 +206,7 @@ def test_it_holds_no_database_connection_while_streams_are_open(asgi_server: str
             hang_up(response)
 
 
-def test_the_logs_follow_stream_answers_404_to_a_stranger_and_401_without_credentials(asgi_server: str) -> None:
+def test_it_answers_404_to_a_stranger_and_401_without_credentials_on_the_logs_follow_stream(asgi_server: str) -> None:
     exp = factories.experiment(creator=BOB)
     factories.work_unit(exp)
     url = f"{asgi_server}/experiments/{exp.id}/workUnits/1/logs/follow"
@@ -217,7 +217,7 @@ def test_the_logs_follow_stream_answers_404_to_a_stranger_and_401_without_creden
     assert owner.status_code == 503, owner.text
 
 
-def test_the_logs_follow_stream_sends_only_lines_after_the_page_as_escaped_html_then_ends() -> None:
+def test_it_sends_only_lines_after_the_page_as_escaped_html_on_the_logs_follow_stream_then_ends() -> None:
     import asyncio
     import threading
 
@@ -246,7 +246,7 @@ def test_the_logs_follow_stream_sends_only_lines_after_the_page_as_escaped_html_
 
 
 
-def test_the_follow_keeps_the_last_line_when_the_stream_closes_before_sending_it() -> None:
+def test_it_keeps_the_last_line_of_a_follow_when_the_stream_closes_before_sending_it() -> None:
     """The cluster's followed stream may close as the container stops, before its last line went out:
     the log is read once more from the newest line sent, and only what is new reaches the page."""
     import asyncio
@@ -282,7 +282,7 @@ def test_the_follow_keeps_the_last_line_when_the_stream_closes_before_sending_it
     assert out.index("the last line") < out.index("event: end")
 
 
-def test_a_followed_line_with_a_carriage_return_cannot_break_the_event_framing() -> None:
+def test_it_keeps_a_followed_line_with_a_carriage_return_from_breaking_the_event_framing() -> None:
     """A progress bar's ``\\r`` ends an event-stream line too: it must not end the data field early
     (the rest would be read as a field of its own, e.g. an ``event:``)."""
     import asyncio
@@ -302,7 +302,7 @@ def test_a_followed_line_with_a_carriage_return_cannot_break_the_event_framing()
     assert 'event: line\ndata: <span class="">50%\ndata: event: end\ndata: </span>\n\n' in out
 
 
-def test_a_stop_and_a_restart_made_through_the_services_reach_an_open_stream(asgi_server: str) -> None:
+def test_it_delivers_a_stop_and_a_restart_made_through_the_services_to_an_open_stream(asgi_server: str) -> None:
     from workunits import services
 
     exp = factories.experiment(creator=ALICE)

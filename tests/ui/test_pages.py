@@ -93,7 +93,7 @@ def test_it_answers_404_for_someone_elses_experiment_and_a_missing_work_unit(ali
     assert WorkUnitExecution.objects.get(work_unit__experiment=exp).state == "INITIALIZING"
 
 
-def test_every_route_reads_its_ids_with_the_one_converter_and_answers_404_past_the_largest(alice: Client) -> None:
+def test_it_reads_every_route_s_ids_with_the_one_converter_and_answers_404_past_the_largest(alice: Client) -> None:
     """Ids are spelled once (core.names.IdConverter): an id the database cannot hold never reaches a view."""
     import re
 
@@ -267,7 +267,7 @@ def test_it_estimates_a_queued_units_start_from_its_queues_admissions_and_only_w
     assert "position 3 of 5" in body and "Estimated start" not in body
 
 
-def test_a_log_line_prints_escaped_with_its_matches_timestamp_and_replica_when_asked() -> None:
+def test_it_prints_a_log_line_escaped_with_its_matches_timestamp_and_replica_when_asked() -> None:
     from k8s_bridge.logs.service import LogLine
     from ui.views import log_line_html
 
@@ -280,7 +280,7 @@ def test_a_log_line_prints_escaped_with_its_matches_timestamp_and_replica_when_a
         "step &lt;b&gt;2&lt;/b&gt; <mark>Loss</mark> 0.5 <mark>loss</mark>\n</span>")
 
 
-def test_a_failed_units_page_says_the_failure_once_short_first_details_behind_it(alice: Client) -> None:
+def test_it_says_the_failure_once_on_a_failed_units_page_short_first_details_behind_it(alice: Client) -> None:
     from workunits import services as wu_services
     from workunits.state import ExecutionUpdate as Update
 

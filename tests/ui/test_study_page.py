@@ -87,7 +87,7 @@ def _best_number() -> int:
     return min((n for n, t in enumerate(TRIALS) if t[2] == "COMPLETED"), key=lambda n: loss_of(TRIALS[n][0], TRIALS[n][1]))
 
 
-def test_the_study_page_shows_every_trial_the_best_so_far_and_links_from_the_experiment(alice: Client) -> None:
+def test_it_shows_every_trial_and_the_best_so_far_and_is_linked_from_the_experiment(alice: Client) -> None:
     study = make_study()
     page = alice.get(f"/experiments/{study.experiment_id}/studies/{study.id}").content.decode()
     assert _rows(page) == [(n, t[2]) for n, t in enumerate(TRIALS)]
@@ -107,7 +107,7 @@ def test_the_study_page_shows_every_trial_the_best_so_far_and_links_from_the_exp
     assert f'hx-trigger="sse:experiment, sse:study-{study.id}"' in experiment_page
 
 
-def test_the_trials_table_sorts_by_a_parameter_or_the_objective_and_pages(alice: Client) -> None:
+def test_it_sorts_the_trials_table_by_a_parameter_or_the_objective_and_pages_it(alice: Client) -> None:
     study = make_study()
     url = f"/experiments/{study.experiment_id}/studies/{study.id}"
     by_value = _rows(alice.get(url, {"sort": "value"}).content.decode())
@@ -120,7 +120,7 @@ def test_the_trials_table_sorts_by_a_parameter_or_the_objective_and_pages(alice:
     assert [n for n, _ in _rows(live)] == list(range(8)) and "<html" not in live  # unknown sort: by number
 
 
-def test_a_hundred_thousand_trials_page_in_the_database(alice: Client, django_assert_max_num_queries: Any) -> None:
+def test_it_pages_a_hundred_thousand_trials_in_the_database(alice: Client, django_assert_max_num_queries: Any) -> None:
     study = make_study(trials=TRIALS[:1])
     with connection.cursor() as cursor:  # the controller's rows, 100,000 of them, written in one statement
         cursor.execute(
@@ -137,7 +137,7 @@ def test_a_hundred_thousand_trials_page_in_the_database(alice: Client, django_as
     assert len(history["plots"][0]["xs"]) <= 300
 
 
-def test_the_history_is_each_trial_and_the_best_so_far(alice: Client) -> None:
+def test_it_gives_each_trial_and_the_best_so_far_as_the_history(alice: Client) -> None:
     study = make_study()
     body = json.loads(alice.get(f"/experiments/{study.experiment_id}/studies/{study.id}/history").content)
     (plot,) = body["plots"]
@@ -148,7 +148,7 @@ def test_the_history_is_each_trial_and_the_best_so_far(alice: Client) -> None:
     assert plot["series"][1]["y"] == pytest.approx([min(values[:i + 1]) for i in range(len(values))])
 
 
-def test_parameter_importance_is_over_the_study_trials_only(alice: Client) -> None:
+def test_it_computes_parameter_importance_over_the_study_trials_only(alice: Client) -> None:
     study = make_study()
     xid = study.experiment_id
     answer = alice.get(f"/experiments/{xid}/importance", {"metric": "loss", "goal": "MINIMIZE", "study": study.id})
@@ -157,7 +157,7 @@ def test_parameter_importance_is_over_the_study_trials_only(alice: Client) -> No
     assert "over 6 completed trials" in answer.content.decode()  # the template unit has no loss, nor is it a trial
 
 
-def test_someone_else_s_study_is_not_found(client: Client) -> None:
+def test_it_does_not_find_someone_else_s_study(client: Client) -> None:
     study = make_study()
     bob = pages.signed_in("bob", client)
     assert bob.get(f"/experiments/{study.experiment_id}/studies/{study.id}").status_code == 404
@@ -166,7 +166,7 @@ def test_someone_else_s_study_is_not_found(client: Client) -> None:
     assert alice.get(f"/experiments/{study.experiment_id}/studies/{study.id + 1}").status_code == 404
 
 
-def test_a_writer_stops_the_study_from_its_page_and_a_reader_cannot(client: Client) -> None:
+def test_it_lets_a_writer_stop_the_study_from_its_page_and_not_a_reader(client: Client) -> None:
     study = make_study(trials=TRIALS[:2])
     url = f"/experiments/{study.experiment_id}/studies/{study.id}"
     exp = Experiment.objects.get(id=study.experiment_id)

@@ -91,7 +91,7 @@ def test_it_creates_each_kind_from_the_form(alice: Client) -> None:
                                                                             ["WORK_UNIT_QUEUED_TOO_LONG"])
 
 
-def test_a_webhooks_secret_is_shown_once_after_creation_and_once_after_rotation(alice: Client) -> None:
+def test_it_shows_a_webhooks_secret_once_after_creation_and_once_after_rotation(alice: Client) -> None:
     created = _create(alice, what="mine", channel="webhook", url="http://127.0.0.1:9/hook")
     assert created.status_code == 200 and created["Cache-Control"] == "no-store"
     (secret,) = SECRET.findall(created.content.decode())
@@ -124,7 +124,7 @@ def test_a_webhooks_secret_is_shown_once_after_creation_and_once_after_rotation(
     ({"quiet_start": "25:99", "quiet_end": "07:00"}, "quiet", "quietHours.start"),
     ({"events": ["SCHEDULING_PAUSED"], "what": "mine"}, "events", "only staff"),
 ])
-def test_an_error_of_the_services_is_shown_next_to_its_field_and_changes_nothing(
+def test_it_shows_an_error_of_the_services_next_to_its_field_and_changes_nothing(
         alice: Client, fields: dict[str, Any], field: str, words: str) -> None:
     exp = factories.experiment(creator=ALICE)
     fields = {"experiment": str(exp.id), **fields}
@@ -140,7 +140,7 @@ def test_an_error_of_the_services_is_shown_next_to_its_field_and_changes_nothing
             assert f'name="{name}" value="{fields[name]}"' in body.replace("&quot;", '"')
 
 
-def test_someone_elses_or_an_unreadable_experiment_is_refused_on_the_experiment_field(alice: Client) -> None:
+def test_it_refuses_someone_elses_or_an_unreadable_experiment_on_the_experiment_field(alice: Client) -> None:
     hidden = factories.experiment(creator=BOB, title="bobs")
     response = _create(alice, experiment=str(hidden.id))
     assert response.status_code == 400 and "may not read" in response.content.decode().split(
@@ -175,7 +175,7 @@ def test_it_disables_enables_changes_and_deletes_after_a_confirmation(alice: Cli
     assert alice.get(f"/subscriptions/{sub.id}").status_code == 404
 
 
-def test_send_a_test_event_reaches_the_receiver_and_shows_in_the_delivery_log(
+def test_it_sends_a_test_event_to_the_receiver_and_shows_it_in_the_delivery_log(
         alice: Client, receiver: Receiver, outbox: Outbox, settings: Any) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
     sub = _webhook_to(alice, receiver)
@@ -197,7 +197,7 @@ def test_send_a_test_event_reaches_the_receiver_and_shows_in_the_delivery_log(
     assert "d-DELIVERED" in alice.get("/subscriptions").content.decode()
 
 
-def test_a_strangers_subscription_is_404_to_read_and_to_act(alice: Client) -> None:
+def test_it_answers_404_to_reading_or_acting_on_a_strangers_subscription(alice: Client) -> None:
     _create(alice, what="mine", channel="webhook", url="http://127.0.0.1:9/hook")
     sub = Subscription.objects.get()
     bob = _as("bob")
@@ -211,7 +211,7 @@ def test_a_strangers_subscription_is_404_to_read_and_to_act(alice: Client) -> No
     assert Client().get("/subscriptions")["Location"] == "/login?next=%2Fsubscriptions"
 
 
-def test_every_post_needs_the_csrf_token() -> None:
+def test_it_needs_the_csrf_token_on_every_post() -> None:
     strict = _as("alice", enforce_csrf_checks=True)
     exp = factories.experiment(creator=ALICE)
     assert _create(strict, experiment=str(exp.id)).status_code == 403
@@ -225,7 +225,7 @@ def test_every_post_needs_the_csrf_token() -> None:
     assert Subscription.objects.get().enabled is True
 
 
-def test_notify_me_on_the_experiment_page_subscribes_by_email_to_that_experiment(alice: Client) -> None:
+def test_it_subscribes_by_email_to_the_experiment_from_notify_me_on_its_page(alice: Client) -> None:
     exp = factories.experiment(creator=BOB, title="shared", acls=pages.shared_with(ALICE))
     page = alice.get(f"/experiments/{exp.id}").content.decode()
     assert f'action="/experiments/{exp.id}/notify"' in page and "Notify me" in page
@@ -240,21 +240,21 @@ def test_notify_me_on_the_experiment_page_subscribes_by_email_to_that_experiment
         assert f'href="/subscriptions/{sub.id}"' in again and "/notify" not in again
 
 
-def test_notify_me_on_an_experiment_i_may_not_read_is_404_and_writes_nothing(alice: Client) -> None:
+def test_it_answers_404_to_notify_me_on_an_experiment_i_may_not_read_and_writes_nothing(alice: Client) -> None:
     hidden = factories.experiment(creator=BOB, title="bobs")
     assert alice.post(f"/experiments/{hidden.id}/notify").status_code == 404
     assert alice.post("/experiments/999999/notify").status_code == 404
     assert Subscription.objects.count() == 0
 
 
-def test_what_people_type_is_printed_as_text(alice: Client) -> None:
+def test_it_prints_what_people_type_as_text(alice: Client) -> None:
     _create(alice, what="filter", filter=f'title = "{pages.HOSTILE}"', channel="webhook",
             url="http://127.0.0.1:9/x?q=<script>")
     body = alice.get("/subscriptions").content.decode()
     assert "<script>alert" not in body and "&lt;script&gt;alert(1)" in body
 
 
-def test_send_again_puts_a_logged_message_back_with_the_same_webhook_id_for_its_owner_only(
+def test_it_puts_a_logged_message_back_with_the_same_webhook_id_on_send_again_for_its_owner_only(
         alice: Client, receiver: Receiver, outbox: Outbox, settings: Any) -> None:
     settings.XMC_NOTIFY_COALESCE_S = 0.0
     sub = _webhook_to(alice, receiver)

@@ -209,7 +209,7 @@ def test_it_shows_metric_columns_marks_the_best_and_sorts_by_a_metric(alice: Cli
     assert rows[0][4:6] == ["arg:lr", "metric:loss"] and [r[5] for r in rows[1:]] == ["0.2", "0.5", "0.9"]
 
 
-def test_a_metric_named_by_a_path_is_a_column_that_sorts_and_filters(alice: Client) -> None:
+def test_it_shows_a_metric_named_by_a_path_as_a_column_that_sorts_and_filters(alice: Client) -> None:
     exp = factories.experiment(creator=ALICE, title="paths")
     for wid, (lr, loss, gpu) in enumerate((("0.1", 0.9, 40.0), ("0.01", 0.2, 95.0), ("0.001", 0.5, 70.0)), 1):
         _unit(exp.id, lr)
@@ -237,7 +237,7 @@ def test_it_redraws_a_row_with_its_metric_columns_and_best_mark(alice: Client) -
     assert row.startswith('<tr id="wu-2"') and 'title="best" data-metric="loss" data-value="0.2">0.2</td>' in row
 
 
-def test_the_default_metric_columns_are_the_jobs_own_not_the_system_metrics(alice: Client) -> None:
+def test_it_defaults_the_metric_columns_to_the_jobs_own_not_the_system_metrics(alice: Client) -> None:
     from metrics import services as metric_services
     from metrics.services import Point
     from workunits.models import WorkUnitExecution

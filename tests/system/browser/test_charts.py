@@ -83,7 +83,7 @@ def _figure(title: str) -> str:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_the_work_unit_page_draws_its_metrics_and_they_grow_live(browser: Any, site: str, width: int) -> None:
+def test_it_draws_the_work_unit_page_s_metrics_and_grows_them_live(browser: Any, site: str, width: int) -> None:
     pages.person("alice")
     exp, _ = pages.sweep(ALICE, title="resnet50 learning-rate sweep", lrs=("0.1", "0.03", "0.01"))
     pages.move(exp.id, 2, 1, "SCHEDULING", "STARTING", "RUNNING")
@@ -138,7 +138,7 @@ def _chart(xid: int, wid: int, chart_id: str, title: str, *plots: Any) -> Any:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_a_dashboard_page_lays_out_and_draws_its_charts(browser: Any, site: str, width: int) -> None:
+def test_it_lays_out_and_draws_a_dashboard_page_s_charts(browser: Any, site: str, width: int) -> None:
     pages.person("alice")
     exp, _ = pages.sweep(ALICE, title="resnet50 learning-rate sweep", lrs=("0.1", "0.03", "0.01"))
     for wid, scale in ((1, 1.0), (2, 0.8), (3, 1.3)):

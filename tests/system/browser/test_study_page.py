@@ -43,7 +43,7 @@ def _numbers(page: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_the_study_page_shows_the_best_trial_its_history_and_follows_the_study_live(browser: Any, site: str,
+def test_it_shows_the_best_trial_and_its_history_and_follows_the_study_live(browser: Any, site: str,
                                                                                     width: int) -> None:
     pages.person("alice")
     study = make_study()

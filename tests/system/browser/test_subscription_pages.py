@@ -37,7 +37,7 @@ def _fits(page: Any, width: int) -> None:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_a_webhook_made_on_the_page_gets_the_test_event_and_the_log_shows_it(
+def test_it_sends_the_test_event_to_a_webhook_made_on_the_page_and_shows_it_in_the_log(
         browser: Any, site: str, receiver: Receiver, broker: Any, start_worker: Any, settings: Any,
         width: int, tmp_path: Any) -> None:
     settings.XMC_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]  # the receiver is on loopback (the web side checks too)

@@ -64,7 +64,7 @@ def _table_wids(page: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_the_sweep_table_ranks_filters_exports_and_a_dashboard_draws_every_unit(browser: Any, site: str,
+def test_it_ranks_filters_and_exports_the_sweep_table_and_draws_every_unit_on_a_dashboard(browser: Any, site: str,
                                                                                width: int) -> None:
     pages.person("alice")
     exp = _sweep(site)
@@ -131,7 +131,7 @@ def test_the_sweep_table_ranks_filters_exports_and_a_dashboard_draws_every_unit(
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_compare_overlays_the_selected_units_brushes_parallel_coordinates_and_diffs_two(browser: Any, site: str,
+def test_it_overlays_the_selected_units_brushes_parallel_coordinates_and_diffs_two_in_compare(browser: Any, site: str,
                                                                                          width: int) -> None:
     pages.person("alice")
     exp = _sweep(site)

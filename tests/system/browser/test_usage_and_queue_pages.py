@@ -37,7 +37,7 @@ def _suffix(width: int) -> str:
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_usage_shows_gpu_hours_of_running_time_to_their_owner_and_everyones_to_staff(
+def test_it_shows_gpu_hours_of_running_time_to_their_owner_and_everyones_to_staff_in_usage(
         browser: Any, site: str, width: int) -> None:
     from datetime import datetime, timedelta, timezone
 
@@ -82,7 +82,7 @@ def test_usage_shows_gpu_hours_of_running_time_to_their_owner_and_everyones_to_s
 
 
 @pytest.mark.parametrize("width", [390, 1440])
-def test_queues_show_kueues_numbers_and_the_pending_work_in_order(
+def test_it_shows_kueues_numbers_and_the_pending_work_in_order_in_queues(
         browser: Any, site: str, make_cluster: Callable[..., Cluster], width: int) -> None:  # noqa: F811
     cluster = make_cluster(clusterQueues=small_queue("2"))
     pages.person("alice")

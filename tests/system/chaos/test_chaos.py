@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_a_short_seeded_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
+def test_it_keeps_every_invariant_in_a_short_seeded_chaos_run(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
     env.setdefault("XDG_RUNTIME_DIR", "/tmp")
     done = subprocess.run(
@@ -56,7 +56,7 @@ def _started_by(root: int, marker: str) -> dict[int, str]:
     return below
 
 
-def test_sigterm_stops_the_chaos_run_and_everything_it_started() -> None:
+def test_it_stops_the_chaos_run_and_everything_it_started_on_sigterm() -> None:
     import signal
     import tempfile
     import time

@@ -73,7 +73,7 @@ def _one_error_line(run: Run, code: int, *words: str) -> str:
     return lines[0]
 
 
-def test_list_shows_the_experiment_as_a_table_and_as_json(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:
+def test_it_lists_the_experiment_as_a_table_and_as_json(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     table = xmc("list", token=alice).ok()
     header, *rows = table.stdout.splitlines()
@@ -101,7 +101,7 @@ def test_list_shows_the_experiment_as_a_table_and_as_json(xmc: Xmc, sweep: int, 
     assert sweep in [e["xid"] for e in active]
 
 
-def test_status_shows_the_units_the_args_that_differ_and_their_progress(xmc: Xmc, sweep: int,
+def test_it_shows_the_units_the_args_that_differ_and_their_progress_in_status(xmc: Xmc, sweep: int,
                                                                        tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     wait_states(xmc, sweep, alice, {1: "COMPLETED", 2: "FAILED", 3: "RUNNING"}, "unit 1 completed, 2 failed, 3 running")
@@ -127,7 +127,7 @@ def test_status_shows_the_units_the_args_that_differ_and_their_progress(xmc: Xmc
     _one_error_line(xmc("status", f"{sweep}/9", token=alice), 4, f"work unit {sweep}/9 not found")
 
 
-def test_why_says_in_words_why_it_failed_or_what_it_does(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:
+def test_it_says_in_words_why_it_failed_or_what_it_does_in_why(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     wait_states(xmc, sweep, alice, lambda s: s.get(2) == "FAILED", "unit 2 failed")
     failed = xmc("why", f"{sweep}/2", token=alice).ok().stdout
@@ -144,7 +144,7 @@ def test_why_says_in_words_why_it_failed_or_what_it_does(xmc: Xmc, sweep: int, t
     _one_error_line(xmc("why", str(sweep), token=alice), 2, "names no work unit")
 
 
-def test_why_explains_a_queued_unit_with_its_queue_and_position(xmc: Xmc, system: System,
+def test_it_explains_a_queued_unit_with_its_queue_and_position_in_why(xmc: Xmc, system: System,
                                                               tokens: dict[str, str]) -> None:
     """Two units asking 3 of the 4 CPUs of demo-queue: the second waits, and why says where."""
     alice = tokens[ALICE]
@@ -172,7 +172,7 @@ def _signed_in_page(system: System, path: str) -> str:
     return signin.page(system.exports["XMANAGER_UI_URL"], "alice", "alice-password", path)
 
 
-def test_the_page_and_the_command_say_the_same_sentence(xmc: Xmc, system: System, sweep: int,
+def test_it_says_the_same_sentence_on_the_page_and_in_the_command(xmc: Xmc, system: System, sweep: int,
                                                         tokens: dict[str, str]) -> None:
     """One owner of "why is it not running" (workunits.headline): the unit's page, its row in the sweep
     table, ``xmc why`` and ``xmc status`` show the server's one sentence, word for word."""
@@ -196,7 +196,7 @@ def test_the_page_and_the_command_say_the_same_sentence(xmc: Xmc, system: System
     assert sentence in wide, wide
 
 
-def test_a_stranger_is_told_not_found(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:
+def test_it_tells_a_stranger_not_found(xmc: Xmc, sweep: int, tokens: dict[str, str]) -> None:
     bob = tokens[BOB]
     missing = _one_error_line(xmc("status", "999999", token=bob), 4, "not found")
     hidden = _one_error_line(xmc("status", str(sweep), token=bob), 4, "not found")
@@ -208,7 +208,7 @@ def test_a_stranger_is_told_not_found(xmc: Xmc, sweep: int, tokens: dict[str, st
     assert _states(xmc, sweep, tokens[ALICE])[3] == "RUNNING"  # bob's stop did nothing
 
 
-def test_errors_are_one_line_with_an_exit_code(xmc: Xmc, tmp_path: Any) -> None:
+def test_it_says_errors_in_one_line_with_an_exit_code(xmc: Xmc, tmp_path: Any) -> None:
     no_login = xmc("list", token=None, XMC_CREDENTIALS_FILE=str(tmp_path / "none.json"))
     _one_error_line(no_login, 4, "not logged in", "run xmanager login")
     _one_error_line(xmc("list", token="not-a-token"), 4, "not authenticated", "run xmanager login")
@@ -219,7 +219,7 @@ def test_errors_are_one_line_with_an_exit_code(xmc: Xmc, tmp_path: Any) -> None:
     _one_error_line(xmc("logs", "1/1", "--tail", "-3", token="x"), 2, "--tail")
 
 
-def test_open_prints_the_page_url(xmc: Xmc, system: System, sweep: int, tokens: dict[str, str]) -> None:
+def test_it_prints_the_page_url_in_open(xmc: Xmc, system: System, sweep: int, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     assert xmc("open", str(sweep), token=alice).ok().stdout.strip() == f"{system.api}/experiments/{sweep}"
     ui = "https://xmc.example.com"
@@ -228,7 +228,7 @@ def test_open_prints_the_page_url(xmc: Xmc, system: System, sweep: int, tokens: 
     _one_error_line(xmc("open", f"{sweep}/7", token=alice), 4, f"work unit {sweep}/7 not found")
 
 
-def test_stop_and_restart_wait_for_the_operations_and_report_each_unit(xmc: Xmc, system: System,
+def test_it_waits_for_the_operations_and_reports_each_unit_in_stop_and_restart(xmc: Xmc, system: System,
                                                                        tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     xid = rest.experiment(system.api, alice, "to stop", [rest.work_unit(FOREVER) for _ in range(3)])
@@ -264,7 +264,7 @@ def test_stop_and_restart_wait_for_the_operations_and_report_each_unit(xmc: Xmc,
     assert quick["operation"].startswith(f"experiments/{xid}/workUnits/2/operations/")
 
 
-def test_watch_exits_1_when_a_unit_fails_and_0_when_all_complete(xmc: Xmc, system: System,
+def test_it_exits_1_in_watch_when_a_unit_fails_and_0_when_all_complete(xmc: Xmc, system: System,
                                                                  tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     mixed = rest.experiment(system.api, alice, "watch mixed", [rest.work_unit(QUICK_OK),
@@ -297,7 +297,7 @@ def test_watch_exits_1_when_a_unit_fails_and_0_when_all_complete(xmc: Xmc, syste
                     "cannot reach")
 
 
-def test_dev_run_says_how_to_install_it(system: System, xmc: Xmc) -> None:
+def test_it_is_announced_by_dev_run_with_how_to_install_it(system: System, xmc: Xmc) -> None:
     [hint] = [line for line in system.output if "researcher's command line" in line]
     assert "pip install " in hint and hint.split("pip install ")[1].split()[0].endswith("clients/python")
     assert "xmc status <xid>" in hint

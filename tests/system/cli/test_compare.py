@@ -55,7 +55,7 @@ def expected_ranking() -> list[tuple[int, float]]:
     return sorted(rows, key=lambda r: r[1])
 
 
-def test_compare_ranks_the_units_by_the_loss_best_first(xmc: Xmc, sweep: Any) -> None:
+def test_it_ranks_the_units_by_the_loss_best_first_in_compare(xmc: Xmc, sweep: Any) -> None:
     token = issue_token(ALICE)
     result = xmc("compare", str(sweep.id), "--json", token=token).ok().json
     assert result["metric"] == "loss" and result["goal"] == "min"  # the loss-like metric, lower is better
@@ -69,7 +69,7 @@ def test_compare_ranks_the_units_by_the_loss_best_first(xmc: Xmc, sweep: Any) ->
     assert [r["workUnitId"] for r in worst["workUnits"]] == [expected_ranking()[-1][0]]
 
 
-def test_compare_filters_and_prints_a_table_and_csv(xmc: Xmc, sweep: Any) -> None:
+def test_it_filters_and_prints_a_table_and_csv_in_compare(xmc: Xmc, sweep: Any) -> None:
     token = issue_token(ALICE)
     table = xmc("compare", str(sweep.id), "--filter", "args.batch_size = 64", token=token).ok().stdout
     lines = [c for c in (line.split() for line in table.splitlines()[1:]) if len(c) > 2 and c[0].isdigit() and c[1].isdigit()]
@@ -83,7 +83,7 @@ def test_compare_filters_and_prints_a_table_and_csv(xmc: Xmc, sweep: Any) -> Non
     assert float(rows[0]["loss.last"]) == pytest.approx(expected_ranking()[0][1], rel=1e-5)
 
 
-def test_compare_says_what_is_wrong(xmc: Xmc, sweep: Any) -> None:
+def test_it_says_what_is_wrong_in_compare(xmc: Xmc, sweep: Any) -> None:
     token = issue_token(ALICE)
     run = xmc("compare", str(sweep.id), "--metric", "nope", token=token)
     assert run.returncode == 4 and "no metric 'nope'" in run.stderr and "accuracy, loss" in run.stderr
@@ -93,7 +93,7 @@ def test_compare_says_what_is_wrong(xmc: Xmc, sweep: Any) -> None:
     assert run.returncode == 4
 
 
-def test_status_shows_job_names_and_the_last_values(xmc: Xmc, sweep: Any) -> None:
+def test_it_shows_job_names_and_the_last_values_in_status(xmc: Xmc, sweep: Any) -> None:
     token = issue_token(ALICE)
     result = xmc("status", str(sweep.id), "--json", token=token).ok().json
     assert result["metrics"] == ["loss", "accuracy"]
@@ -107,7 +107,7 @@ def test_status_shows_job_names_and_the_last_values(xmc: Xmc, sweep: Any) -> Non
     assert f"{loss_of('0.001', '16'):.4g}" in row
 
 
-def test_status_system_shows_each_units_gpu_cpu_and_memory(xmc: Xmc, sweep: Any) -> None:
+def test_it_shows_each_units_gpu_cpu_and_memory_in_status_system(xmc: Xmc, sweep: Any) -> None:
     """``xmc status --system``: the last system metrics XMC recorded for each unit (issue 41 item 3)."""
     unit = sweep.work_units.get(wid=1)
     _write(unit, "system/gpu_utilization", [0.91, 0.02])

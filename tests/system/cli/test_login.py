@@ -55,7 +55,7 @@ def _login(venv: Path, home: Path, api: str, alice: Any) -> str:
     return output
 
 
-def test_xmc_uses_the_login_the_real_xmanager_cli_saved(live_server: Any, django_user_model: Any,
+def test_it_uses_the_login_the_real_xmanager_cli_saved(live_server: Any, django_user_model: Any,
                                                       tmp_path: Path) -> None:
     from tests.system.cli.cli_env import ensure_cli_venv
 

@@ -29,7 +29,7 @@ def _wait_running(xmc: Xmc, xid: int, token: str, wid: int = 1) -> None:
     waiting.eventually(running, 120, f"{xid}/{wid} running", interval=1.0)
 
 
-def test_logs_prints_the_pod_output_and_follows_new_lines(xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
+def test_it_prints_the_pod_output_and_follows_new_lines(xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     xid = rest.experiment(system.api, alice, "chatty", [rest.work_unit(CHATTY)])
     _wait_running(xmc, xid, alice)
@@ -71,7 +71,7 @@ def test_logs_prints_the_pod_output_and_follows_new_lines(xmc: Xmc, system: Syst
     xmc("stop", str(xid), "--yes", token=alice, timeout=120).ok()
 
 
-def test_logs_of_several_replicas_are_prefixed_and_a_stopped_units_log_is_read_from_the_archive(
+def test_it_prefixes_the_logs_of_several_replicas_and_reads_a_stopped_units_log_from_the_archive(
         xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     xid = rest.experiment(system.api, alice, "replicas", [
@@ -105,7 +105,7 @@ def test_logs_of_several_replicas_are_prefixed_and_a_stopped_units_log_is_read_f
     assert missing.returncode == 4 and "execution 2 of work unit" in missing.stderr and "not found" in missing.stderr
 
 
-def test_logs_follow_right_after_a_launch_waits_for_the_pod_and_prints_every_line_the_last_included(
+def test_it_waits_for_the_pod_on_follow_right_after_a_launch_and_prints_every_line_the_last_included(
         xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     script = "pull=3s;print=the first line;log=every:1s:step {n};run=4s;exit=0;stderr=the very last line"
@@ -120,7 +120,7 @@ def test_logs_follow_right_after_a_launch_waits_for_the_pod_and_prints_every_lin
     assert f"Waiting for the first pod of execution 1 of {xid}/1" in run.stderr, run.stderr
 
 
-def test_logs_previous_without_a_restart_says_so_and_follow_restarts_goes_on_to_the_next_execution(
+def test_it_says_so_on_previous_without_a_restart_and_goes_on_to_the_next_execution_on_follow_restarts(
         xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     xid = rest.experiment(system.api, alice, "restarts", [rest.work_unit("pull=1s;print=hello from a pod;run=8s;exit=0")])
@@ -141,7 +141,7 @@ def test_logs_previous_without_a_restart_says_so_and_follow_restarts_goes_on_to_
     assert f"{xid}/1 restarted: following execution 2." in err, err
 
 
-def test_logs_follow_with_tail_0_prints_only_what_comes_after_to_the_last_line(
+def test_it_prints_only_what_comes_after_to_the_last_line_on_follow_with_tail_0(
         xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
     xid = rest.experiment(system.api, alice, "tail 0", [rest.work_unit("pull=1s;print=written before;run=6s;exit=0")])

@@ -30,7 +30,7 @@ def test_it_type_checks_strictly_against_its_installed_dependencies() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_its_metadata_pins_small_standard_dependencies_and_python_310() -> None:
+def test_it_pins_small_standard_dependencies_and_python_310_in_its_metadata() -> None:
     venv = ensure_cli_venv()
     script = ("import importlib.metadata as m, json; d = m.metadata('xmc-client'); "
               "print(json.dumps({'requires': m.requires('xmc-client'), 'python': d['Requires-Python'], "
@@ -70,7 +70,7 @@ def _unit(state: str, **status: object) -> dict[str, object]:
                                          "status": {"state": state, **status}}}
 
 
-def test_why_puts_the_servers_sentence_after_the_state_and_the_details_after_it() -> None:
+def test_it_puts_the_servers_sentence_after_the_state_and_the_details_after_it_in_why() -> None:
     queued = present.why({**_unit("SCHEDULING", schedulingInformation={
         "userFacingText": "Waiting for quota", "auxiliaryInfo": {"queueInfo": {"positionInQueue": 2, "totalWorkloadsInQueue": 5}}}),
         "sentence": "Waiting for quota in demo-queue: position 2 of 5"})
@@ -94,7 +94,7 @@ def test_it_words_no_reason_of_its_own() -> None:
         assert present.why(_unit(state))[1:] == [], state
 
 
-def test_sweeps_rollups_and_times() -> None:
+def test_it_presents_sweeps_rollups_and_times() -> None:
     args = [{"lr": "0.1", "steps": "1"}, {"lr": "0.2", "steps": "1"}, {"steps": "1", "seed": "3"}]
     assert present.differing(args) == ["lr", "seed"]
     assert present.rollup_text({"FAILED": 1, "RUNNING": 2, "COMPLETED": 3}) == "2▶ 3✓ 1✗"
@@ -109,7 +109,7 @@ def _write(path: Path, deployments: dict[str, object], mode: int = 0o600) -> Non
     os.chmod(path, mode)
 
 
-def test_identity_follows_the_launch_client(tmp_path: Path) -> None:
+def test_it_follows_the_launch_client_for_identity(tmp_path: Path) -> None:
     creds = tmp_path / "xdg" / "xmc" / "credentials.json"
     env = {"XMC_API_URL": "HTTP://LocalHost:8000/some/path", "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     assert auth.resolve_origin(env) == "http://localhost:8000"
@@ -137,7 +137,7 @@ def test_identity_follows_the_launch_client(tmp_path: Path) -> None:
     assert auth.identity({**env, "XMC_CREDENTIALS_FILE": str(custom)}).token == "c"
 
 
-def test_the_email_of_an_unverified_token() -> None:
+def test_it_reads_the_email_of_an_unverified_token() -> None:
     import base64
 
     payload = base64.urlsafe_b64encode(json.dumps({"email": "a@x.com"}).encode()).decode().rstrip("=")
@@ -145,7 +145,7 @@ def test_the_email_of_an_unverified_token() -> None:
     assert auth.email_of_token("garbage") == ""
 
 
-def test_why_and_status_say_the_servers_sentence_as_is() -> None:
+def test_it_says_the_servers_sentence_as_is_in_why_and_status() -> None:
     """The server owns the why (GET /v1/experiments/{xid}/headlines, workunits.headline): printed unchanged."""
     unit = {**_unit("FAILED", systemMessage={"userFacingText": "Out of memory (OOMKilled): replica train-0 (pod p-1)"}),
             "headline": "out of memory (OOMKilled) in train-0", "sentence": "Out of memory (OOMKilled) in train-0",

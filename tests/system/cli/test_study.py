@@ -36,7 +36,7 @@ def xmc(live_server: Any, tmp_path: Path, settings: Any) -> Xmc:
     return Xmc(ensure_cli_venv(), tmp_path, live_server.url)
 
 
-def test_study_create_sends_the_search_space_the_flags_describe(xmc: Xmc) -> None:
+def test_it_sends_the_search_space_the_flags_describe_in_study_create(xmc: Xmc) -> None:
     exp = factories.experiment(ALICE, title="search")
     factories.work_unit(exp)
     created = xmc("study", "create", "--from", f"{exp.id}/1", *CREATE, "--json", token=issue_token(ALICE)).ok().json
@@ -70,7 +70,7 @@ def test_study_create_sends_the_search_space_the_flags_describe(xmc: Xmc) -> Non
     (("--param", "lr=log:1e-5:1e-1", "--param", "lr=uniform:0:1"), "argument --param: 'lr' is given twice"),
     ((), "give at least one --param"),
 ])
-def test_a_flag_that_cannot_work_is_named_and_nothing_is_created(xmc: Xmc, flags: tuple[str, ...], says: str) -> None:
+def test_it_names_a_flag_that_cannot_work_and_creates_nothing(xmc: Xmc, flags: tuple[str, ...], says: str) -> None:
     exp = factories.experiment(ALICE, title="search")
     factories.work_unit(exp)
     objective = () if "--objective" in flags else ("--objective", "loss")
@@ -80,7 +80,7 @@ def test_a_flag_that_cannot_work_is_named_and_nothing_is_created(xmc: Xmc, flags
     assert not Study.objects.exists()
 
 
-def test_what_only_the_server_knows_is_one_line_and_nothing_is_created(xmc: Xmc) -> None:
+def test_it_says_what_only_the_server_knows_in_one_line_and_creates_nothing(xmc: Xmc) -> None:
     exp = factories.experiment(ALICE, title="search")
     factories.work_unit(exp)
     missing = xmc("study", "create", "--from", f"{exp.id}/7", "--param", "lr=log:1e-5:1e-1", "--objective", "loss",
@@ -94,7 +94,7 @@ def test_what_only_the_server_knows_is_one_line_and_nothing_is_created(xmc: Xmc)
     assert wrong.returncode == 2 and "expected XID/SID" in wrong.stderr
 
 
-def test_study_show_prints_the_best_trial_and_every_trial_and_stop_ends_it(xmc: Xmc) -> None:
+def test_it_prints_the_best_trial_and_every_trial_in_study_show_and_ends_it_in_stop(xmc: Xmc) -> None:
     study = make_study()
     ref = f"{study.experiment_id}/{study.id}"
     token = issue_token(ALICE)
@@ -119,7 +119,7 @@ def test_study_show_prints_the_best_trial_and_every_trial_and_stop_ends_it(xmc: 
     assert xmc("study", "stop", ref, token=issue_token(BOB)).returncode == 4  # not hers: not found
 
 
-def test_a_launch_script_creates_a_study_with_the_helper(xmc: Xmc) -> None:
+def test_it_lets_a_launch_script_create_a_study_with_the_helper(xmc: Xmc) -> None:
     exp = factories.experiment(ALICE, title="launched")
     factories.work_unit(exp)
     script = textwrap.dedent(

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "clients" / "python
 from xmc_cli import study  # noqa: E402 - the package's source, as test_writer reads xmc_metrics
 
 
-def test_parameters_beyond_the_columns_are_named_under_the_table() -> None:
+def test_it_names_the_parameters_beyond_the_columns_under_the_table() -> None:
     names = [f"p{i}" for i in range(study.MAX_PARAM_COLUMNS + 2)]
     shown = {"parameters": {n: {} for n in names}, "objective": {"metric": "loss", "stat": "last", "goal": "MINIMIZE"},
              "trials": [{"number": 0, "workUnit": 2, "state": "COMPLETED", "value": 0.5,

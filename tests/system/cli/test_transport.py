@@ -60,7 +60,7 @@ def server() -> Iterator[DropFirst]:
     s.sock.close()
 
 
-def test_a_read_whose_connection_dropped_is_sent_again(cli_venv: Path, tmp_path: Path, server: DropFirst) -> None:
+def test_it_sends_again_a_read_whose_connection_dropped(cli_venv: Path, tmp_path: Path, server: DropFirst) -> None:
     xmc = Xmc(cli_venv, tmp_path, f"http://127.0.0.1:{server.port}")
     run = xmc("status", "7", "--json", token="t")
     assert run.returncode == 0, (run.stdout, run.stderr)
@@ -68,7 +68,7 @@ def test_a_read_whose_connection_dropped_is_sent_again(cli_venv: Path, tmp_path:
     assert server.requests[0] == server.requests[1] == "GET /v1/experiments/7 HTTP/1.1"
 
 
-def test_a_write_whose_connection_dropped_is_not_sent_again(cli_venv: Path, tmp_path: Path,
+def test_it_does_not_send_again_a_write_whose_connection_dropped(cli_venv: Path, tmp_path: Path,
                                                             server: DropFirst) -> None:
     server.drops, server.methods = 5, ("POST",)
     xmc = Xmc(cli_venv, tmp_path, f"http://127.0.0.1:{server.port}")

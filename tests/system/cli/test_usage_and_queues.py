@@ -20,7 +20,7 @@ def eventually(check: Any, what: str, timeout: float = 120.0) -> Any:
     return waiting.eventually(check, timeout, what, interval=1.0)
 
 
-def test_usage_shows_the_cpu_hours_of_my_finished_work(xmc: Xmc, system: System,  # noqa: F811
+def test_it_shows_the_cpu_hours_of_my_finished_work_in_usage(xmc: Xmc, system: System,  # noqa: F811
                                                        tokens: dict[str, str]) -> None:
     xid = rest.experiment(system.api, tokens[ALICE], "usage story",
                           [rest.work_unit("pull=1s;run=4s;exit=0", cpu_millicores=2000) for _ in range(2)])
@@ -42,7 +42,7 @@ def test_usage_shows_the_cpu_hours_of_my_finished_work(xmc: Xmc, system: System,
     assert bad.returncode == 2 and "--since" in bad.stderr
 
 
-def test_queues_show_kueues_numbers_and_who_waits(xmc: Xmc, system: System,  # noqa: F811
+def test_it_shows_kueues_numbers_and_who_waits_in_queues(xmc: Xmc, system: System,  # noqa: F811
                                                   tokens: dict[str, str]) -> None:
     xid = rest.experiment(system.api, tokens[ALICE], "queue story", [
         rest.work_unit("pull=1s;run=600s;exit=0", queue="demo-queue", cpu_millicores=4000),

@@ -76,7 +76,7 @@ def third_party_imports() -> dict[str, str]:
     return found
 
 
-def test_the_runtime_code_imports_only_what_the_image_installs() -> None:
+def test_it_sees_the_runtime_code_import_only_what_the_image_installs() -> None:
     runtime = installed_closure(pinned(ROOT / "requirements.txt"))
     runtime |= {canonicalize_name(r.name) for r in pinned(ROOT / "requirements-xmanager.txt")}
     providers = metadata.packages_distributions()

@@ -90,7 +90,7 @@ class Stream:
             return
 
 
-def test_a_create_the_cluster_refuses_is_shown_while_it_retries_and_fails_with_the_reason(system: System) -> None:
+def test_it_shows_a_create_the_cluster_refuses_while_it_retries_and_fails_it_with_the_reason(system: System) -> None:
     simulator = _simulator(system)
     requests.post(f"{simulator}/sim/faults", json={"rules": [
         {"action": "error", "verb": "create", "resource": "jobsets", "status": 500}]}, timeout=10).raise_for_status()
@@ -153,7 +153,7 @@ def _worker_leader(system: System) -> psutil.Process:
     raise AssertionError("no worker of this system is running")
 
 
-def test_a_killed_worker_is_restarted_and_a_launch_in_flight_completes(system: System) -> None:
+def test_it_restarts_a_killed_worker_and_completes_a_launch_in_flight(system: System) -> None:
     worker = _worker_leader(system)
     experiment = _call(system, "POST", f"{system.api}/v1/experiments", {"title": "worker killed"})
     xid = int(experiment["name"].rsplit("/", 1)[1])
@@ -193,7 +193,7 @@ def _signed_in_as_admin(system: System) -> requests.Session:
     return _signed_in(system.exports["XMANAGER_UI_URL"])
 
 
-def test_a_frozen_worker_turns_readyz_degraded_and_shows_the_banner_until_it_resumes(system: System) -> None:
+def test_it_turns_readyz_degraded_and_shows_the_banner_for_a_frozen_worker_until_it_resumes(system: System) -> None:
     worker = _worker_leader(system)
     ui = system.exports["XMANAGER_UI_URL"]
     pages = _signed_in_as_admin(system)

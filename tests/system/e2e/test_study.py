@@ -59,7 +59,7 @@ def _open_units(xid: int, study_id: int) -> int:
 
 
 @pytest.mark.timeout(600)
-def test_a_study_runs_its_trials_prunes_and_survives_its_controller_dying(system: System, tmp_path: Path) -> None:
+def test_it_runs_a_study_s_trials_prunes_and_survives_its_controller_dying(system: System, tmp_path: Path) -> None:
     client = _client(system, tmp_path)
     launch = client.xmanager("launch", str(ROOT / "examples" / "study.py"), "--", "--run_seconds=12",
                              timeout=180).ok()
@@ -118,7 +118,7 @@ def test_a_study_runs_its_trials_prunes_and_survives_its_controller_dying(system
 
 
 @pytest.mark.timeout(900)  # the first build of the launch environment takes minutes (cached after)
-def test_a_launch_script_starts_a_study_with_xm_cloud_and_xmc_study_and_it_runs(system: System,
+def test_it_runs_a_study_a_launch_script_starts_with_xm_cloud_and_xmc_study(system: System,
                                                                                  tmp_path: Path) -> None:
     workdir = tmp_path / "launch"
     workdir.mkdir()

@@ -47,7 +47,7 @@ def _main_effect(rows: list[tuple[dict[str, str], float]], name: str) -> float:
 
 
 @pytest.mark.timeout(480)
-def test_a_launched_sweep_is_ranked_explained_and_compared(system: System, tmp_path: Path) -> None:
+def test_it_ranks_explains_and_compares_a_launched_sweep(system: System, tmp_path: Path) -> None:
     client = _client(system, tmp_path)
     launch = client.xmanager("launch", str(ROOT / "examples" / "sweep.py"), "--", f"--run_seconds={RUN_SECONDS}",
                              timeout=180).ok()

@@ -73,7 +73,7 @@ def gpu_unit() -> dict[str, Any]:
     return json_format.MessageToDict(message)
 
 
-def test_a_gpu_job_that_goes_idle_shows_its_curve_gets_the_idle_warning_and_a_notification(system: System) -> None:
+def test_it_shows_a_gpu_job_that_goes_idle_its_curve_the_idle_warning_and_a_notification(system: System) -> None:
     assert "XMC_PROMETHEUS_URL" in (system.run_dir / "env").read_text()  # run_all started Prometheus
     notification_services.create(Identity(ADMIN), {"events": ["WORK_UNIT_IDLE"], "allMyExperiments": True, "email": {}})
     experiment = _call(system, "POST", f"{system.api}/v1/experiments", {"title": "idle gpus"})

@@ -42,7 +42,7 @@ def _points(xid: int, wid: int, metric: str, values: list[float]) -> None:
                                          for i, v in enumerate(values)])
 
 
-def test_the_xdash_cli_creates_reads_and_lists_dashboards_and_charts(make_client: Callable[..., Client]) -> None:
+def test_it_creates_reads_and_lists_dashboards_and_charts_with_the_xdash_cli(make_client: Callable[..., Client]) -> None:
     exp = experiment_for(ALICE, readers=(BOB,))
     factories.work_unit(exp, wid=1)
     _points(exp.id, 1, "val/loss", [1.0, 0.5, 0.25])
@@ -90,7 +90,7 @@ def test_the_xdash_cli_creates_reads_and_lists_dashboards_and_charts(make_client
     assert out.strip() == "Found 0 dashboards:"
 
 
-def test_the_dashboard_client_class_round_trips_charts_and_data(make_client: Callable[..., Client]) -> None:
+def test_it_round_trips_charts_and_data_with_the_dashboard_client_class(make_client: Callable[..., Client]) -> None:
     exp = experiment_for(ALICE)
     factories.work_unit(exp, wid=1)
     _points(exp.id, 1, "loss", [4.0, 2.0, 1.0])
@@ -127,7 +127,7 @@ def test_the_dashboard_client_class_round_trips_charts_and_data(make_client: Cal
     assert (result["kpi"], result["curve"]) == (1.0, [4.0, 2.0, 1.0])
 
 
-def test_xm_cloud_dashboards_send_no_credentials_and_are_told_what_to_use(
+def test_it_tells_xm_cloud_dashboards_that_send_no_credentials_what_to_use(
         make_client: Callable[..., Client]) -> None:
     exp = experiment_for(ALICE)
     factories.work_unit(exp, wid=1)
