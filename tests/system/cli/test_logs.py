@@ -107,10 +107,18 @@ def test_it_prefixes_the_logs_of_several_replicas_and_reads_a_stopped_units_log_
 
 def test_it_waits_for_the_pod_on_follow_right_after_a_launch_and_prints_every_line_the_last_included(
         xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
-    alice = tokens[ALICE]
-    script = "pull=3s;print=the first line;log=every:1s:step {n};run=4s;exit=0;stderr=the very last line"
-    xid = rest.experiment(system.api, alice, "first minute", [rest.work_unit(script)])
-    run = xmc("logs", f"{xid}/1", "-f", token=alice, timeout=180).ok()
+    alice, admin = tokens[ALICE], system.exports["XMC_AUTH_TOKEN"]
+    script = "pull=1s;print=the first line;log=every:1s:step {n};run=4s;exit=0;stderr=the very last line"
+    # Scheduling paused holds the unit's create: the command surely starts before the pod, however
+    # slow the machine, and the test lets the pod start once the command says it waits for it.
+    rest.call(system.api, admin, "POST", "/v1/scheduling:pause", {"reason": "a test holds the first pod"})
+    try:
+        xid = rest.experiment(system.api, alice, "first minute", [rest.work_unit(script)])
+        follow = xmc.start("logs", f"{xid}/1", "-f", token=alice)
+        follow.wait_for(f"Waiting for the first pod of execution 1 of {xid}/1")
+    finally:
+        rest.call(system.api, admin, "POST", "/v1/scheduling:resume", {})
+    run = follow.finish(timeout=180).ok()
     lines = run.stdout.splitlines()
     assert lines[0].startswith("[sim] main: started") and lines[1] == "the first line", run.stdout
     assert lines[-2:] == ["the very last line", "[sim] main: exiting with code 0"], run.stdout
@@ -123,22 +131,25 @@ def test_it_waits_for_the_pod_on_follow_right_after_a_launch_and_prints_every_li
 def test_it_says_so_on_previous_without_a_restart_and_goes_on_to_the_next_execution_on_follow_restarts(
         xmc: Xmc, system: System, tokens: dict[str, str]) -> None:
     alice = tokens[ALICE]
-    xid = rest.experiment(system.api, alice, "restarts", [rest.work_unit("pull=1s;print=hello from a pod;run=8s;exit=0")])
-    follow = xmc.popen("logs", f"{xid}/1", "--follow-restarts", token=alice)
+    # Each execution runs until the test moves on (a fixed run time could end the first before the
+    # restart on a slow machine): restarted once, then stopped once its second execution has printed.
+    xid = rest.experiment(system.api, alice, "restarts", [rest.work_unit("pull=1s;print=hello from a pod;run=forever")])
+    follow = xmc.start("logs", f"{xid}/1", "--follow-restarts", token=alice)
     try:
         _wait_running(xmc, xid, alice)
         previous = xmc("logs", f"{xid}/1", "--previous", token=alice)
         assert previous.returncode == 4, (previous.stdout, previous.stderr)
         assert "no previous instance of the container of execution 1" in previous.stderr, previous.stderr
+        follow.wait_for("hello from a pod", stream="stdout")
         xmc("restart", f"{xid}/1", token=alice, timeout=120).ok()
-        out, err = follow.communicate(timeout=180)
+        follow.wait_for(f"{xid}/1 restarted: following execution 2.")
+        waiting.eventually(lambda: "".join(follow.out).count("hello from a pod") == 2, 120,
+                           "the second execution's line")
+        xmc("stop", f"{xid}/1", token=alice, timeout=120).ok()
     finally:
-        if follow.poll() is None:
-            follow.kill()
-            follow.wait()
-    assert follow.returncode == 0, (out, err)
-    assert out.count("hello from a pod") == 2, (out, err)
-    assert f"{xid}/1 restarted: following execution 2." in err, err
+        run = follow.finish(timeout=180)
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    assert run.stdout.count("hello from a pod") == 2, (run.stdout, run.stderr)
 
 
 def test_it_prints_only_what_comes_after_to_the_last_line_on_follow_with_tail_0(
