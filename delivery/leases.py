@@ -135,10 +135,12 @@ def release(model: Table, pk: int, token: str) -> None:
 
 
 def release_many(model: Table, ids: Sequence[int], token: str) -> int:
-    """:func:`release` for a batch, in one statement; how many claims were still ours."""
+    """:func:`release` for a batch, in one statement; how many claims were still ours (a row the run
+    already released, or finished with its claim cleared, is not written again)."""
     if not ids:
         return 0
-    return int(model._default_manager.filter(pk__in=list(ids), claimed_by=token).update(claimed_until=None))
+    return int(model._default_manager.filter(pk__in=list(ids), claimed_by=token, claimed_until__isnull=False)
+               .update(claimed_until=None))
 
 
 @contextmanager
