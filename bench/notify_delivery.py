@@ -6,14 +6,21 @@ Sets up N subscriptions (one per experiment, webhooks to a loopback receiver,
 coalescing off so every event is its own message) and inserts the events
 (bulk, not measured), then measures, in this process:
 
-* fan-out: ``notifications.services.fan_out_many`` of the events in batches of
-  ``--batch`` (what one fan-out task carries: the events of one committed
-  group of transitions), writing the outbox rows;
-* delivery: ``notifications.services.deliver_many`` over batches of
+* fan-out: the ``notifications.tasks.fan_out`` task's body of the events in
+  batches of ``--batch`` (what one fan-out task carries: the events of one
+  committed group of transitions): claimed through
+  ``delivery.consume.consume_many``, then ``notifications.services.fan_out_many``
+  writes the outbox rows;
+* delivery: the ``notifications.tasks.deliver`` task's body over batches of
   ``DELIVER_BATCH`` messages (what one deliver task carries) from
   ``--processes`` worker processes (default: one per core, as a Celery
-  prefork worker runs), each batch claimed in one transaction, sent
-  ``XMC_NOTIFY_SEND_CONCURRENCY`` at a time and recorded in one statement.
+  prefork worker runs), each batch claimed in one statement
+  (``delivery.leases.claim_many``), checked and moved to DELIVERING in one
+  transaction, sent ``XMC_NOTIFY_SEND_CONCURRENCY`` at a time and recorded
+  in one statement.
+
+``--direct`` calls ``notifications.services.fan_out_many`` / ``deliver_many``
+instead of the tasks' bodies (no claim through the delivery floor).
 
 Prints wall time, messages/s and the delivery latency (event recorded ->
 receiver got it) p50/p99. Target: 10,000 within 60 s. The Celery hop is not
@@ -61,15 +68,16 @@ def receiver() -> tuple[ThreadingHTTPServer, list[float]]:
     return server, arrivals
 
 
-def deliver_part(ids: list[int]) -> None:
+def deliver_part(ids: list[int], direct: bool) -> None:
     """One worker process: deliver ``ids`` a task's batch at a time."""
     from django.db import connection
 
-    from notifications import services
+    from notifications import services, tasks
 
+    deliver = services.deliver_many if direct else tasks.deliver.run
     try:
         for start in range(0, len(ids), services.DELIVER_BATCH):
-            services.deliver_many(ids[start:start + services.DELIVER_BATCH])
+            deliver(ids[start:start + services.DELIVER_BATCH])
     finally:
         connection.close()
 
@@ -107,6 +115,8 @@ def main() -> None:
     parser.add_argument("--send-concurrency", type=int, default=None,
                         help="XMC_NOTIFY_SEND_CONCURRENCY (default: the setting's)")
     parser.add_argument("--batch", type=int, default=50, help="events per fan-out task")
+    parser.add_argument("--direct", action="store_true",
+                        help="call the services, not the tasks' bodies (no claim through consume_many)")
     args = parser.parse_args()
     exit_on_termination()  # SIGTERM stops what it starts (bench/_signals.py)
     with bench_database():
@@ -114,7 +124,7 @@ def main() -> None:
         from django.db import connections
         from django.utils import timezone
 
-        from notifications import services
+        from notifications import services, tasks
         from notifications.models import Delivery, DeliveryAttempt, Event, EventType
         from tests import factories
         from xmc.auth.identity import Identity
@@ -139,14 +149,15 @@ def main() -> None:
             for i in range(args.events)], batch_size=2000)
         ids = list(Event.objects.order_by("id").values_list("id", flat=True))
         start = time.time()
+        fan_out = services.fan_out_many if args.direct else tasks.fan_out.run
         for i in range(0, len(ids), args.batch):
-            services.fan_out_many(ids[i:i + args.batch])
+            fan_out(ids[i:i + args.batch])
         fanned = time.time()
         deliveries = list(Delivery.objects.order_by("id").values_list("id", flat=True))
 
         connections.close_all()  # the children open their own
         children = [multiprocessing.get_context("fork").Process(target=deliver_part, daemon=True,  # ended with us
-                                                                args=(deliveries[i::args.processes],))
+                                                                args=(deliveries[i::args.processes], args.direct))
                     for i in range(args.processes)]
         for child in children:
             child.start()

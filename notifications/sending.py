@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from delivery import backoff as backoffs
+from delivery import leases
 from experiments.models import Experiment
 from notifications import channels, details, fanout, outbox, payloads
 from notifications.models import (
@@ -193,7 +195,8 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> Outcome:
     return deliver_many([delivery_id], now=now)[delivery_id]
 
 
-def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) -> dict[int, Outcome]:
+def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None,
+                 token: str | None = None) -> dict[int, Outcome]:
     """Claim, send and record deliveries (idempotent; safe from any number of workers).
 
     One transaction claims the whole batch in a fixed number of queries (the
@@ -201,34 +204,73 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None) ->
     the claimed messages are then sent outside it, up to
     ``XMC_NOTIFY_SEND_CONCURRENCY`` at a time, and the successes recorded in
     one statement. Each delivery's outcome is what :func:`deliver` says of it.
+
+    ``token`` is the lease the caller holds the rows under (the deliver task's
+    ``delivery.consume.consume_many``, ``delivery.leases.claim_many``): a
+    claim of that token is ours, any other live claim another run's. The rows
+    settled without a send (done, not due, suppressed, postponed) are released
+    in the claim's transaction, so their own next task is not dropped under
+    our claim while the rest of the batch is still being sent.
     """
     now = now or timezone.now()
+    held, token = token is not None, token or uuid.uuid4().hex
     ids = sorted({int(i) for i in delivery_ids})
     outcomes: dict[int, Outcome] = {}
     built = _prefetched(ids, now)  # before the row locks: it may read the cluster
     with transaction.atomic():
         found = _claimable(ids, now)
-        absent = set(ids) - {f.delivery.id for f in found}
-        if absent:  # row-locked by another transaction right now, or no such delivery
-            present = set(Delivery.objects.filter(id__in=absent).values_list("id", flat=True))
-            # A lock is brief (another worker's claim, or the publisher recording that the broker
-            # took the message, which races the worker that already received it): look again
-            # soon rather than leave the message to the sweep, a lease and a sweep interval later.
-            outcomes.update({i: Outcome("leased", LOCKED_RETRY_S) if i in present else Outcome("missing")
-                             for i in absent})
-        candidates = _checked(found, now, outcomes)
-        claimed = _claim(candidates, now, outcomes, built)
+        # Row-locked by another transaction right now, or no such delivery: not_claimed says which.
+        outcomes.update(not_claimed(set(ids) - {f.delivery.id for f in found}, token=token, now=now))
+        candidates = _checked(found, now, outcomes, token)
+        claimed = _claim(candidates, now, outcomes, built, token)
+        if held:
+            sending = {c.delivery.id for c in claimed}
+            leases.release_many(Delivery, [i for i in outcomes if i not in sending], token)
     _send_all(claimed)
     outcomes.update(_record_all(claimed))
+    return outcomes
+
+
+def _claimed_elsewhere(claimed_until: datetime | None, claimed_by: str, now: datetime, token: str) -> bool:
+    """Another run's claim is live (``delivery.leases``: ``claimed_until`` ahead, another ``claimed_by``)."""
+    return claimed_until is not None and claimed_until > now and claimed_by != token
+
+
+def not_claimed(delivery_ids: Iterable[int], *, token: str, now: datetime | None = None) -> dict[int, Outcome]:
+    """What the deliveries a claim did not take say (one read): missing; done; leased by another live
+    run (left to it: it records the try and schedules the next, and the sweep takes over if it
+    dies); or row-locked by another transaction right now, looked at again in ``LOCKED_RETRY_S``.
+
+    A lock is brief (another worker's claim, or the publisher recording that the broker took the
+    message, which races the worker that already received it): look again soon rather than leave
+    the message to the sweep, a lease and a sweep interval later."""
+    ids = sorted(set(delivery_ids))
+    if not ids:
+        return {}
+    now = now or timezone.now()
+    rows = {i: (done, until, by) for i, done, until, by in Delivery.objects.filter(id__in=ids).values_list(
+        "id", "done", "claimed_until", "claimed_by")}
+    outcomes: dict[int, Outcome] = {}
+    for i in ids:
+        if i not in rows:
+            outcomes[i] = Outcome("missing")
+        elif rows[i][0]:
+            outcomes[i] = Outcome("done")
+        elif _claimed_elsewhere(rows[i][1], rows[i][2], now, token):
+            outcomes[i] = Outcome("leased")
+        else:
+            outcomes[i] = Outcome("leased", LOCKED_RETRY_S)
     return outcomes
 
 
 Candidate = tuple[_Claimable, channels.ChannelAdapter, str]
 
 
-def _checked(found: Sequence[_Claimable], now: datetime, outcomes: dict[int, Outcome]) -> list[Candidate]:
+def _checked(found: Sequence[_Claimable], now: datetime, outcomes: dict[int, Outcome],
+             token: str) -> list[Candidate]:
     """The deliveries to send now (with their adapter and breaker key); the others' outcomes go to
-    ``outcomes``: done, leased, not due, suppressed, or postponed (quiet hours, rate limit)."""
+    ``outcomes``: done, leased (another run's live claim), not due, suppressed, or postponed
+    (quiet hours, rate limit)."""
     readable: dict[tuple[int, int | None], bool] = {}
     in_batch: dict[int, int] = {}  # subscription -> messages claimed in this batch
     candidates: list[Candidate] = []
@@ -237,8 +279,8 @@ def _checked(found: Sequence[_Claimable], now: datetime, outcomes: dict[int, Out
         if d.done or d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
             outcomes[d.id] = Outcome("done")
             continue
-        if d.status == DeliveryStatus.DELIVERING and d.claimed_until and d.claimed_until > now:
-            outcomes[d.id] = Outcome("leased", (d.claimed_until - now).total_seconds())
+        if _claimed_elsewhere(d.claimed_until, d.claimed_by, now, token):
+            outcomes[d.id] = Outcome("leased")  # another run is on it
             continue
         due = max(d.next_attempt_time, d.not_before)
         if due > now:
@@ -280,10 +322,10 @@ def _held_back(f: _Claimable, now: datetime, readable: dict[tuple[int, int | Non
 
 
 def _claim(candidates: Sequence[Candidate], now: datetime, outcomes: dict[int, Outcome],
-           built: _Prefetched) -> list[_Claimed]:
+           built: _Prefetched, token: str) -> list[_Claimed]:
     """Postpone those whose circuit is open; freeze the others' bodies at the first try (from
-    what was prefetched, else read now), move them to DELIVERING under a lease and count the
-    try (one bulk update)."""
+    what was prefetched, else read now), move them to DELIVERING under our lease (``token``)
+    and count the try (one bulk update)."""
     opened: dict[str, datetime] = {
         endpoint: until for endpoint, until in EndpointHealth.objects.filter(
             endpoint__in=sorted({c[2] for c in candidates}), open_until__gt=now).values_list("endpoint", "open_until")
@@ -309,10 +351,10 @@ def _claim(candidates: Sequence[Candidate], now: datetime, outcomes: dict[int, O
             d.timestamp = int(now.timestamp())
         d.status = DeliveryStatus.DELIVERING
         d.attempts += 1
-        d.claimed_until = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S)
+        d.claimed_until, d.claimed_by = now + timedelta(seconds=settings.XMC_NOTIFY_LEASE_S), token
         claimed.append(_Claimed(d, adapter, endpoint))
     Delivery.objects.bulk_update([c.delivery for c in claimed],
-                                 ["status", "attempts", "claimed_until", "body", "timestamp"])
+                                 ["status", "attempts", "claimed_until", "claimed_by", "body", "timestamp"])
     return claimed
 
 

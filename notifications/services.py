@@ -37,7 +37,7 @@ from notifications.outbox import (
     sweep_deliveries,
     sweep_events,
 )
-from notifications.sending import Outcome, backoff_s, deliver, deliver_many
+from notifications.sending import Outcome, backoff_s, deliver, deliver_many, not_claimed
 from notifications.subscriptions import (
     ALLOWED_FIELDS,
     DELIVERY_LOG,
@@ -67,7 +67,7 @@ __all__ = [
     "FAN_OUT_CHUNK", "FAN_OUT_TASK", "MAX_COUNTDOWN_S", "MAX_SUBSCRIPTIONS_PER_OWNER", "ROTATION_OVERLAP",
     "STAFF_EVENTS", "SUBSCRIBABLE", "SWEEP_TASK", "Created", "Outcome", "backoff_s", "create", "delete",
     "deliver", "deliver_many", "deliveries", "due_deliveries", "enqueue", "enqueue_fan_out", "fan_out",
-    "fan_out_many", "get", "happened_at", "last_deliveries", "list_for", "may_read", "overlap_note",
+    "fan_out_many", "get", "happened_at", "last_deliveries", "list_for", "may_read", "not_claimed", "overlap_note",
     "recipient_of", "record_events", "redacted", "resend", "rotate_secret", "send_again", "send_test",
     "stranded_events", "subscriber_identity", "sweep_deliveries", "sweep_events", "update",
 ]

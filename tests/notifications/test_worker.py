@@ -4,10 +4,12 @@ the simulator, seen by the reconciler, gives exactly one delivery per subscripti
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +116,62 @@ def test_it_gives_exactly_one_delivery_per_subscription_for_a_work_unit_failing_
     assert receiver.requests[0].verified
     assert receiver.requests[0].json["data"]["workUnits"][0]["name"] == f"experiments/{exp.id}/workUnits/{wu.wid}"
     assert Delivery.objects.filter(status=DeliveryStatus.DELIVERED).count() == 2
+
+
+@pytest.fixture
+def refusing_database() -> Iterator[Callable[[], None]]:
+    """Postgres refuses to move a delivery to DELIVERING (a trigger raising in the deliver task's claim
+    transaction: a database error the worker sees, the way a failover or a full disk would show); the
+    callable ends the refusal."""
+    from django.db import connection
+
+    def stop() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER IF EXISTS xmc_test_refuse ON notifications_delivery")
+            cursor.execute("DROP FUNCTION IF EXISTS xmc_test_refuse()")
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE FUNCTION xmc_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                       "$$ BEGIN RAISE EXCEPTION 'the database refused the write (test)'; END $$")
+        cursor.execute("CREATE TRIGGER xmc_test_refuse BEFORE UPDATE OF status ON notifications_delivery "
+                       "FOR EACH ROW WHEN (NEW.status = 'DELIVERING') EXECUTE FUNCTION xmc_test_refuse()")
+    try:
+        yield stop
+    finally:
+        stop()
+
+
+def test_a_database_error_in_a_delivery_batch_is_retried_by_consumes_policy_holding_the_claim_through_the_countdown(
+        broker: Any, receiver: Any, start_worker: Any, celery_workers: CeleryWorkers,
+        refusing_database: Callable[[], None]) -> None:
+    """The deliver task runs through ``delivery.consume.consume_many``: a database error is retried with
+    ``delivery.backoff.jittered`` (not Celery's autoretry), the batch's claim is pushed past the countdown
+    so the sweep sends no copy meanwhile, and the retry (the same task id) takes the rows again."""
+    from django.utils import timezone
+
+    exp = factories.experiment()
+    created = services.create(Identity(factories.ALICE), {"experiment": f"experiments/{exp.id}",
+                                                          "events": ["WORK_UNIT_FAILED"],
+                                                          "webhook": {"url": receiver.url}})
+    receiver.secret = created.secret
+    worker = start_worker()
+    fail(factories.work_unit(exp))
+    eventually(lambda: "delivery.retry" in celery_workers.log(worker), timeout=60, what="the task retrying",
+               detail=lambda: celery_workers.log(worker)[-3000:])
+    row = Delivery.objects.get()
+    lease_s = 3.0  # the worker's XMC_NOTIFY_LEASE_S
+    # Held by the retrying task through its countdown (>= 0.5 s, then a lease): no copy from the sweep.
+    assert row.status == DeliveryStatus.PENDING and row.attempts == 0  # the refused claim rolled back
+    assert row.claimed_by and row.claimed_until is not None
+    assert row.claimed_until > timezone.now() + timedelta(seconds=lease_s / 2)
+    Delivery.objects.filter(id=row.id).update(next_attempt_time=timezone.now() - timedelta(minutes=1))
+    assert _sweep()["notification deliveries"] == 0
+    refusing_database()  # the database is back
+    eventually(lambda: Delivery.objects.get().status == DeliveryStatus.DELIVERED, timeout=60,
+               what="the retry delivered", detail=lambda: celery_workers.log(worker)[-3000:])
+    row = Delivery.objects.get()
+    assert len(receiver.requests) == 1 and receiver.requests[0].verified
+    assert row.attempts == 1 and row.claimed_until is None
+    first_retry = next(line for line in celery_workers.log(worker).splitlines() if "delivery.retry" in line)
+    countdown = float(re.search(r"countdown=([0-9.]+)", first_retry).group(1))  # type: ignore[union-attr]
+    assert 0.5 <= countdown <= 1.0  # the first retry's jittered backoff: uniform in [1/2, 1] s
