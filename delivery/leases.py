@@ -111,6 +111,23 @@ def claim_many(model: Table, ids: Sequence[int], token: str, *, seconds: float |
         return sorted(int(row[0]) for row in cursor.fetchall())
 
 
+#: Seconds before a row that :func:`claim_many` skipped because another transaction held it locked is
+#: looked at again: such a lock is brief (another worker's claim, or the publisher recording that the
+#: broker took the message, which races the worker that already received it), so look again soon
+#: rather than leave the message to the sweep, a lease and a sweep interval later.
+LOCKED_RETRY_S = 1.0
+
+
+def locked_out(model: Table, ids: Sequence[int], token: str) -> list[int]:
+    """Of rows a claim did not take, those it skipped only because they were row-locked: not done and
+    under no live claim of another run (gone, done and held rows are left alone). One read."""
+    if not ids:
+        return []
+    now = timezone.now()
+    return sorted(int(i) for i in model._default_manager.filter(pk__in=list(ids), done=False)
+                  .filter(unclaimed(now) | Q(claimed_by=token)).values_list("pk", flat=True))
+
+
 def extend(model: Table, pk: int, token: str, *, seconds: float | None = None) -> bool:
     """Push our claim out to now + ``seconds`` (lease by default); False when it is no longer ours."""
     return bool(extend_many(model, [pk], token, seconds=seconds))

@@ -65,12 +65,12 @@ def enqueue(delivery_ids: Sequence[int], countdown: float | None = None) -> None
         leases.mark_sent(Delivery, chunk)
 
 
-def enqueue_fan_out(event_ids: Sequence[int]) -> None:
+def enqueue_fan_out(event_ids: Sequence[int], countdown: float | None = None) -> None:
     """Hand events to the fan-out task; one the broker did not take stays due (``sweep_events``)."""
     if not event_ids:
         return
     try:
-        broker.publish(FAN_OUT_TASK, [list(event_ids)], queue=Queue.NOTIFICATIONS.value)
+        broker.publish(FAN_OUT_TASK, [list(event_ids)], queue=Queue.NOTIFICATIONS.value, countdown=countdown)
     except Exception:
         log.warning("notifications.fan_out_enqueue_failed", extra={"events": len(event_ids)}, exc_info=True)
         return

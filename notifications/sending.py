@@ -91,8 +91,8 @@ def _record_failure(endpoint: str, now: datetime) -> None:
     row.save()
 
 
-#: Seconds before a delivery found row-locked by another transaction is looked at again.
-LOCKED_RETRY_S = 1.0
+#: Seconds before a delivery found row-locked by another transaction is looked at again (the floor's).
+LOCKED_RETRY_S = leases.LOCKED_RETRY_S
 
 
 @dataclass(frozen=True)

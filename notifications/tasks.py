@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from core.queues import Queue
-from delivery import backoff, declare
+from delivery import backoff, declare, leases
 from delivery.consume import Claim, Retry, consume_many
 from notifications import outbox, services, sources
 from notifications.models import Delivery, Event
@@ -63,8 +63,12 @@ def left_for_the_sweep(exc: Exception, attempts: int) -> None:
 
 @declare.task(name=FAN_OUT_TASK, **OPTIONS)
 def fan_out(self: Any, event_ids: list[int]) -> None:
-    consume_many(self, Event, [int(i) for i in event_ids], _fan_out, retry_in=database_errors,
-                 give_up=left_for_the_sweep)
+    ids = [int(i) for i in event_ids]
+    claim = consume_many(self, Event, ids, _fan_out, retry_in=database_errors, give_up=left_for_the_sweep)
+    # An event row-locked when the task came (the publisher recording that the broker took it) is
+    # looked at again in a second, as a delivery is, not left to the sweep.
+    outbox.enqueue_fan_out(leases.locked_out(Event, sorted(set(ids) - set(claim.ids)), claim.token),
+                           countdown=leases.LOCKED_RETRY_S)
 
 
 def _fan_out(claim: Claim) -> None:

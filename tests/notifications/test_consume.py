@@ -124,3 +124,28 @@ def test_a_batch_that_runs_out_of_database_retries_is_left_unclaimed_for_the_swe
     rows = Delivery.objects.filter(id__in=ids)
     assert all(r.claimed_until is None and not r.done and r.status == DeliveryStatus.PENDING for r in rows)
     assert notify_outbox.due_deliveries(timezone.now() + timedelta(seconds=10)) == ids  # the sweep sends them
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_looks_again_soon_at_fan_out_events_whose_rows_were_locked_when_the_task_arrived(
+        receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The publisher records that the broker took the fan-out's message (an UPDATE of the event rows)
+    while the worker that already received it claims them: the events are not left to the sweep."""
+    import psycopg
+    from django.db import connection
+
+    again: list[tuple[list[int], float | None]] = []
+    monkeypatch.setattr(notify_outbox, "enqueue_fan_out",
+                        lambda ids, countdown=None: again.append((list(ids), countdown)) if ids else None)
+    monkeypatch.setattr(notify_outbox, "after_commit", lambda callback: None)
+    subscribe(receiver, allMyExperiments=True)
+    failures(2)
+    events = sorted(Event.objects.values_list("id", flat=True))
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"}) as publisher:
+        publisher.execute("SELECT id FROM notifications_event WHERE id = %s FOR UPDATE", [events[0]])
+        tasks.fan_out.run(events)
+        assert again == [([events[0]], leases.LOCKED_RETRY_S)]  # looked at again in a second
+        assert list(Event.objects.filter(done=True).values_list("id", flat=True)) == events[1:]
+    tasks.fan_out.run([events[0]])  # the lock is gone: fanned out
+    assert not Event.objects.filter(done=False).exists() and Delivery.objects.count() == 2
