@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from tests import factories
@@ -13,14 +12,6 @@ from workunits import services
 from workunits.models import DeadLetter, Operation, WorkUnitExecution
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator() -> Client:
-    user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
-    c = Client()
-    c.force_login(user)
-    return c
 
 
 def _dead_create(cluster: Any) -> tuple[int, DeadLetter]:

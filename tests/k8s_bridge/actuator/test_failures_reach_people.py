@@ -13,7 +13,6 @@ from typing import Any
 import time
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from core.hooks import Hooks
@@ -135,14 +134,6 @@ def test_a_late_jobset_after_the_dead_letter_is_not_adopted(refusing: Any) -> No
     repairs = sweep.plan(snap, [jobset], ["default"])
     assert [(r.case, r.jobset) for r in repairs] == [
         ("jobset_of_dead_lettered_execution", ("default", f"xmc-{xid}-1", "u-1"))]
-
-
-@pytest.fixture
-def operator() -> Client:
-    user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
-    c = Client()
-    c.force_login(user)
-    return c
 
 
 def test_a_requeue_brings_the_work_unit_back_as_a_new_execution(

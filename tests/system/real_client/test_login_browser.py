@@ -24,12 +24,12 @@ from django.db import connections
 
 from experiments.models import Experiment
 from tests.api.auth.cli_steps import PRINTED_LOGIN_URL, read_until
+from tests.fixtures.people import PASSWORD
 from tests.system.real_client.conftest import ALICE, Client
 from workunits.models import WorkUnit
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
-PASSWORD = "correct horse battery"
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)"),
     pytest.mark.django_db(transaction=True),
@@ -74,7 +74,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.mark.parametrize(("width", "height", "name"), [(390, 844, "phone"), (1440, 900, "desktop")])
 def test_it_logs_the_real_cli_in_through_chromium_and_launches_with_the_token(
     make_client: Callable[..., Client],
-    django_user_model: Any,
+    alice: Any,
     live_server: Any,
     browser: Any,
     tmp_path: Path,
@@ -82,7 +82,6 @@ def test_it_logs_the_real_cli_in_through_chromium_and_launches_with_the_token(
     height: int,
     name: str,
 ) -> None:
-    django_user_model.objects.create_user(username="alice", email=ALICE, password=PASSWORD)
     client = make_client(None)  # holds no token: everything below rests on the login
     credentials = tmp_path / "credentials.json"
     cli = subprocess.Popen(
