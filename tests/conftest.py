@@ -11,10 +11,10 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 #: One plugin per concept, for every folder: people (tests/fixtures/people.py), simulators
-#: (api_simulator, api_cluster, start_simulator and the rjob() builder) and Celery workers;
+#: (tests/fixtures/simulators.py) and Celery workers;
 #: SIGTERM as Ctrl-C (tests/sigterm.py): fixtures tear down and stop their processes; and how the
 #: suite is spread over xdist workers (tests/scheduling.py).
-pytest_plugins = ["tests.fixtures.people", "tests.simulators.fixtures", "tests.sigterm", "tests.scheduling",
+pytest_plugins = ["tests.fixtures.people", "tests.fixtures.simulators", "tests.sigterm", "tests.scheduling",
                   "tests.celery_workers"]
 
 # Servers (and the processes tests start) refuse the public default secret

@@ -306,19 +306,6 @@ def test_a_message_retried_after_the_system_moved_links_to_where_it_is_now(recei
     assert "path" not in second.json["data"]["experiment"] and second.verified  # signed as sent
 
 
-@pytest.fixture
-def cluster(start_simulator: Any, settings: Any) -> Any:
-    """A simulated cluster with its controllers, the client pointed at it (no reconciler: no archiver)."""
-    from k8s_bridge import client
-    from tests.k8s_bridge.reconciler.conftest import Cluster
-
-    handle = start_simulator(speed=10.0)
-    settings.KUBECONFIG = str(handle.kubeconfig_path)
-    client.reset()
-    yield Cluster(handle)
-    client.reset()
-
-
 def ended_in_cluster(cluster: Any, wu: WorkUnit, script: str) -> tuple[dict[str, Any], str]:
     """Run ``wu``'s JobSet with the pod ``script`` until its container ends: (its status, its log's last line)."""
     from k8s_bridge import client

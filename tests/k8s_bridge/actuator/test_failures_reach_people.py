@@ -28,15 +28,15 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def refusing(cluster: Any, settings: Any) -> Iterator[Any]:
+def refusing(api_cluster: Any, settings: Any) -> Iterator[Any]:
     """The cluster answers 500 to every JobSet create; three tries, no waiting."""
     settings.XMC_ACTUATOR_MAX_RETRIES = 2
     settings.XMC_ACTUATOR_BACKOFF_BASE_S = 0.01
     settings.XMC_ACTUATOR_BACKOFF_MAX_S = 0.01
-    cluster.faults.clear()
-    cluster.faults.set({"rules": [{"action": "error", "verb": "create", "resource": "jobsets", "status": 500}]})
-    yield cluster
-    cluster.faults.clear()
+    api_cluster.faults.clear()
+    api_cluster.faults.set({"rules": [{"action": "error", "verb": "create", "resource": "jobsets", "status": 500}]})
+    yield api_cluster
+    api_cluster.faults.clear()
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_it_fails_the_execution_in_the_dead_letters_transaction(refusing: Any, h
     assert ex.work_unit.experiment.child_state_counts == {"FAILED": 1}
 
 
-def test_it_says_a_permanent_refusal_will_not_be_retried(cluster: Any) -> None:
+def test_it_says_a_permanent_refusal_will_not_be_retried(api_cluster: Any) -> None:
     xid, create = launch()
     run(create, change=lambda t: t.work_unit.Clear())  # a task the actuator can never carry out
     ex = execution(xid)
