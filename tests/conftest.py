@@ -11,11 +11,11 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 #: One plugin per concept, for every folder: people (tests/fixtures/people.py), simulators
-#: (tests/fixtures/simulators.py) and Celery workers;
+#: (tests/fixtures/simulators.py), the whole system (tests/fixtures/systems.py) and Celery workers;
 #: SIGTERM as Ctrl-C (tests/sigterm.py): fixtures tear down and stop their processes; and how the
 #: suite is spread over xdist workers (tests/scheduling.py).
-pytest_plugins = ["tests.fixtures.people", "tests.fixtures.simulators", "tests.sigterm", "tests.scheduling",
-                  "tests.celery_workers"]
+pytest_plugins = ["tests.fixtures.people", "tests.fixtures.simulators", "tests.fixtures.systems", "tests.sigterm",
+                  "tests.scheduling", "tests.celery_workers"]
 
 # Servers (and the processes tests start) refuse the public default secret
 # (xmc.checks): the suite signs with a proper test-only key, set before the

@@ -20,7 +20,7 @@ import pytest
 
 from tests import waiting
 from tests.system.cli import rest
-from tests.system.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
+from tests.fixtures.systems import System
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="requires Debian's chromium package (.ci/run installs it)")
@@ -29,7 +29,7 @@ CHATTY = "pull=1s;print=hello <b>from</b> main;log=every:1s:step {n} loss {x};ru
 
 
 @pytest.fixture
-def page(system: System, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # noqa: F811
+def page(system: System, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
@@ -46,7 +46,7 @@ def page(system: System, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:  # n
         browser.close()
 
 
-def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, page: Any) -> None:  # noqa: F811
+def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, page: Any) -> None:
     token = system.exports["XMC_AUTH_TOKEN"]
     xid = rest.experiment(system.api, token, "chatty", [rest.work_unit(CHATTY)])
     ui = system.exports["XMANAGER_UI_URL"]
@@ -106,7 +106,7 @@ def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, pag
     assert "hello <b>from</b> main" in body and "step 1 loss " in body
 
 
-def _open_unit(system: System, page: Any, script: str, state: str) -> int:  # noqa: F811
+def _open_unit(system: System, page: Any, script: str, state: str) -> int:
     token = system.exports["XMC_AUTH_TOKEN"]
     xid = rest.experiment(system.api, token, "panel", [rest.work_unit(script)])
 
@@ -120,7 +120,7 @@ def _open_unit(system: System, page: Any, script: str, state: str) -> int:  # no
     return xid
 
 
-def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: Any) -> None:  # noqa: F811
+def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: Any) -> None:
     chatty = ";".join(f"print=line {n:03d}" for n in range(80)) + ";log=every:1s:step {n};run=600s;exit=0"
     _open_unit(system, page, chatty, "RUNNING")
     waiting.eventually(lambda: "line 079" in (page.reload() and page.wait_for_selector("#logtext") and
@@ -132,7 +132,7 @@ def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: An
     assert at[0] >= at[1] - 2, at  # ... and the panel shows its end
 
 
-def test_it_follows_a_container_to_its_last_line(system: System, page: Any) -> None:  # noqa: F811
+def test_it_follows_a_container_to_its_last_line(system: System, page: Any) -> None:
     _open_unit(system, page, "pull=1s;log=every:1s:step {n};run=6s;exit=0;stderr=the very last line", "RUNNING")
     page.check("input[name=follow]")
     page.wait_for_selector("#logtext[data-follow]")
