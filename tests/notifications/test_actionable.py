@@ -17,6 +17,7 @@ from k8s_bridge.models import PodLogArchive
 from notifications import payloads, services, sources
 from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
+from tests.fixtures.people import new_user
 from tests.notifications.helpers import fail, set_state
 from workunits import services as wu_services
 from workunits.choices import WorkUnitState
@@ -162,7 +163,7 @@ def two_teams_sharing(member: str, exp: Experiment) -> None:
         group = Group.objects.create(name=team)
         for name in names:
             User.objects.get_or_create(username=name, defaults={"email": f"{name}@example.com"})[0].groups.add(group)
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    new_user("olivia", is_staff=True)
     Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"group": t} for t in teams]})
     for team in teams:
         services.create(Identity("olivia@example.com", is_staff=True),

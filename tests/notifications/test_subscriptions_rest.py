@@ -9,7 +9,7 @@ import pytest
 from notifications import crypto
 from notifications.models import Subscription
 from tests import factories
-from tests.fixtures.people import Api
+from tests.fixtures.people import Api, new_user
 
 pytestmark = pytest.mark.django_db
 
@@ -124,9 +124,8 @@ def test_bad_input_is_a_400_naming_the_field(alice_api: Api, body: Any, field: s
 
 
 def test_staff_may_subscribe_to_the_scheduling_switch(db) -> None:
-    from django.contrib.auth.models import User
 
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    new_user("olivia", is_staff=True)
     status, body = Api("olivia@example.com").answer("POST", "/v1/subscriptions", {
         "events": ["SCHEDULING_PAUSED", "SCHEDULING_RESUMED"], "email": {}})
     assert status == 200, body

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connections
 from django.utils import timezone
 
 from tests import factories
+from tests.fixtures.people import PASSWORD
 from workunits import services
 from workunits.models import WorkUnitExecution
 from workunits.state import ExecutionUpdate
@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 @pytest.fixture
-def page(live_server: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+def page(live_server: object, monkeypatch: pytest.MonkeyPatch, olivia: object) -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API runs an event loop in this thread; the ORM calls
@@ -35,13 +35,12 @@ def page(live_server: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[objec
     # these tests: the variable must never reach a deploy check.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
 
-    User.objects.create_superuser("olivia", "olivia@example.com", "correct horse battery staple 42")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(f"{live_server}/admin/login/")
         page.fill("#id_username", "olivia")
-        page.fill("#id_password", "correct horse battery staple 42")
+        page.fill("#id_password", PASSWORD)
         page.click("input[type=submit]")
         page.wait_for_url(f"{live_server}/admin/")
         yield page
