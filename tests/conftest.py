@@ -10,10 +10,12 @@ import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-#: The simulator fixtures (api_simulator, api_cluster) and the rjob() builder, for every folder;
+#: One plugin per concept, for every folder: people (tests/fixtures/people.py), simulators
+#: (tests/fixtures/simulators.py), the whole system (tests/fixtures/systems.py) and Celery workers;
 #: SIGTERM as Ctrl-C (tests/sigterm.py): fixtures tear down and stop their processes; and how the
 #: suite is spread over xdist workers (tests/scheduling.py).
-pytest_plugins = ["tests.simulators.fixtures", "tests.sigterm", "tests.scheduling", "tests.celery_workers", "tests.browsers"]
+pytest_plugins = ["tests.fixtures.people", "tests.fixtures.simulators", "tests.fixtures.systems",
+                  "tests.fixtures.browsers", "tests.sigterm", "tests.scheduling", "tests.celery_workers"]
 
 # Servers (and the processes tests start) refuse the public default secret
 # (xmc.checks): the suite signs with a proper test-only key, set before the

@@ -6,11 +6,11 @@ from typing import Any
 from core import pb
 from experiments import services as experiment_services
 from experiments.models import Experiment
+from tests.fixtures.people import ALICE as ALICE  # the cast's emails, re-exported for the builders' callers
+from tests.fixtures.people import BOB as BOB
 from workunits import services as wu_services
 from workunits.models import WorkUnit
 
-ALICE = "alice@example.com"
-BOB = "bob@example.com"
 
 
 def executable(**job_kw: Any) -> pb.work_unit.Executable:

@@ -2,7 +2,6 @@
 the emulator command and the worker's start-up configuration check."""
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import requests
 from lifecycle import mlrun_client
 from lifecycle.mlrun_client import GoogleDefaultCredentials, MLRunClient, MLRunError, StaticToken
 from simulators.mlrun import EmulatorHandle, run_emulator
+from tests.celery_workers import CeleryWorkers
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = {"displayName": "r", "orchestrator": "GKE", "runPhase": "ACTIVE", "tools": [{"xprof": {}}]}
@@ -153,14 +153,10 @@ def test_it_keeps_the_emulators_runs_across_a_restart_of_the_command(tmp_path: P
         proc.wait(timeout=30)
 
 
-def test_it_refuses_to_start_a_worker_with_the_flag_on_and_no_project() -> None:
-    env = {**os.environ, "XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "", "XMC_MLRUN_LOCATION": ""}
+def test_it_refuses_to_start_a_worker_with_the_flag_on_and_no_project(celery_workers: CeleryWorkers) -> None:
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "xmc", "worker", "-Q", "lifecycle", "--pool", "solo",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"cfg-{os.getpid()}@%h"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode != 0
-    assert "XMC_MLRUN_PROJECT and XMC_MLRUN_LOCATION are not set" in result.stdout + result.stderr
+    worker = celery_workers.start("lifecycle", env={"XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "",
+                                                     "XMC_MLRUN_LOCATION": ""})
+    assert worker.wait(timeout=120) != 0
+    assert "XMC_MLRUN_PROJECT and XMC_MLRUN_LOCATION are not set" in celery_workers.log(worker)
     assert time.monotonic() - started < 120

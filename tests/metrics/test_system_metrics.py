@@ -25,7 +25,7 @@ from metrics import system, system_names
 from metrics.models import MetricPoint, MetricSummary
 from notifications.models import Event, EventType, Scope, Subscription
 from simulators.cluster.controllers.script import GPU_ANNOTATION
-from simulators.cluster.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle
 from tests import factories
 from tests.metrics.prometheus import RealPrometheus, start_prometheus
 from tests.notifications.helpers import set_state
@@ -34,18 +34,13 @@ from workunits.choices import WorkUnitState
 from workunits.models import WorkUnit, WorkUnitExecution
 
 pytestmark = pytest.mark.django_db(transaction=True)
+#: module_simulator's (tests/fixtures/simulators.py): real time, as Prometheus scrapes it.
+SIMULATOR_SPEED = 1.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatorHandle]:
-    handle = run_simulator(port=0, speed=1.0)
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def prometheus(cluster: SimulatorHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPrometheus]:
-    yield from start_prometheus(cluster.url, tmp_path_factory.mktemp("prometheus"))
+def prometheus(module_simulator: SimulatorHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPrometheus]:
+    yield from start_prometheus(module_simulator.url, tmp_path_factory.mktemp("prometheus"))
 
 
 @pytest.fixture
@@ -65,10 +60,10 @@ def running_unit() -> WorkUnit:
     return wu
 
 
-def start_pods(cluster: SimulatorHandle, wu: WorkUnit, script: str, *, gpus: int = 2, replicas: int = 1,
+def start_pods(module_simulator: SimulatorHandle, wu: WorkUnit, script: str, *, gpus: int = 2, replicas: int = 1,
                memory_limit: str = "8Gi") -> list[str]:
     names = []
-    with client.ApiClient(client.Configuration(host=cluster.url)) as api:
+    with client.ApiClient(client.Configuration(host=module_simulator.url)) as api:
         for i in range(replicas):
             name = f"xmc-{wu.experiment_id}-{wu.wid}-trainer-0-{i}-q{i}x7k"
             client.CoreV1Api(api).create_namespaced_pod("default", {
@@ -84,9 +79,9 @@ def start_pods(cluster: SimulatorHandle, wu: WorkUnit, script: str, *, gpus: int
     return names
 
 
-def set_gpu_load(cluster: SimulatorHandle, pods: list[str], load: str) -> None:
+def set_gpu_load(module_simulator: SimulatorHandle, pods: list[str], load: str) -> None:
     """From now on, the running ``pods``' GPUs are ``load`` busy (the simulator's ``sim.xmc.dev/gpu``)."""
-    with client.ApiClient(client.Configuration(host=cluster.url)) as api:
+    with client.ApiClient(client.Configuration(host=module_simulator.url)) as api:
         for name in pods:
             client.CoreV1Api(api).patch_namespaced_pod(name, "default", {"metadata": {"annotations": {
                 GPU_ANNOTATION: load}}})
@@ -110,18 +105,18 @@ def series(wu: WorkUnit, metric: str) -> list[tuple[int, float]]:
                 .values_list("step", "value"))
 
 
-def test_it_gives_a_busy_then_idle_job_its_curve_an_idle_warning_and_a_notification(fast: Any, cluster: SimulatorHandle,
+def test_it_gives_a_busy_then_idle_job_its_curve_an_idle_warning_and_a_notification(fast: Any, module_simulator: SimulatorHandle,
                                                                                  prometheus: RealPrometheus) -> None:
     wu = running_unit()
     Subscription.objects.create(owner=factories.ALICE, scope=Scope.MINE, events=[EventType.WORK_UNIT_IDLE],
                                 url="https://hooks.example.com/x", channel="WEBHOOK", create_time=timezone.now(),
                                 update_time=timezone.now())
     # Busy until the test has seen it, idle until the warning, then busy again.
-    pods = start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.9,mem:0.5", replicas=2)
+    pods = start_pods(module_simulator, wu, "pull=0s;run=forever;gpu=util:0.9,mem:0.5", replicas=2)
     prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}', what="the pods' GPUs scraped")
 
     collect_until(lambda: any(v >= 0.85 for _, v in series(wu, system_names.GPU_UTILIZATION)), what="a busy point")
-    set_gpu_load(cluster, pods, "util:0,mem:0.5")
+    set_gpu_load(module_simulator, pods, "util:0,mem:0.5")
     message = collect_until(lambda: (execution(wu).system_message or {}).get("userFacingText", "").startswith(
         "4 GPUs idle for 3 s") and execution(wu).system_message, what="the idle warning")
     assert message["severity"] == "WARNING"
@@ -140,16 +135,16 @@ def test_it_gives_a_busy_then_idle_job_its_curve_an_idle_warning_and_a_notificat
     (event,) = Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id, wid=wu.wid)
     assert event.eid == wu.current_eid and event.data["gpus"] == 4
 
-    set_gpu_load(cluster, pods, "util:0.8,mem:0.5")
+    set_gpu_load(module_simulator, pods, "util:0.8,mem:0.5")
     collect_until(lambda: execution(wu).system_message is None, what="the warning cleared once the GPUs work again")
     assert Event.objects.filter(type=EventType.WORK_UNIT_IDLE, xid=wu.experiment_id).count() == 1
 
 
 def test_it_asks_the_idle_window_only_about_executions_whose_gpus_are_all_idle_now(
-        fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus, monkeypatch: pytest.MonkeyPatch) -> None:
+        fast: Any, module_simulator: SimulatorHandle, prometheus: RealPrometheus, monkeypatch: pytest.MonkeyPatch) -> None:
     busy, idle = running_unit(), running_unit()
-    start_pods(cluster, busy, "pull=0s;run=forever;gpu=util:0.9", gpus=1)
-    start_pods(cluster, idle, "pull=0s;run=forever;gpu=util:0", gpus=1)
+    start_pods(module_simulator, busy, "pull=0s;run=forever;gpu=util:0.9", gpus=1)
+    start_pods(module_simulator, idle, "pull=0s;run=forever;gpu=util:0", gpus=1)
     for wu in (busy, idle):
         prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
     asked: list[str] = []
@@ -168,9 +163,9 @@ def test_it_asks_the_idle_window_only_about_executions_whose_gpus_are_all_idle_n
     assert execution(busy).system_message is None
 
 
-def test_it_records_nothing_twice_when_a_cycle_runs_twice(fast: Any, cluster: SimulatorHandle, prometheus: RealPrometheus) -> None:
+def test_it_records_nothing_twice_when_a_cycle_runs_twice(fast: Any, module_simulator: SimulatorHandle, prometheus: RealPrometheus) -> None:
     wu = running_unit()
-    start_pods(cluster, wu, "pull=0s;run=forever;gpu=util:0.5", gpus=1)
+    start_pods(module_simulator, wu, "pull=0s;run=forever;gpu=util:0.5", gpus=1)
     prometheus.wait_for(f'DCGM_FI_DEV_GPU_UTIL{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
     prometheus.wait_for(f'rate(container_cpu_usage_seconds_total{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}[5s])')
 
@@ -186,21 +181,21 @@ def test_it_records_nothing_twice_when_a_cycle_runs_twice(fast: Any, cluster: Si
     assert series(wu, system_names.GPU_UTILIZATION)[0][1] == 0.5
 
 
-def test_it_warns_of_memory_near_its_limit_before_the_oom_kill(fast: Any, cluster: SimulatorHandle,
+def test_it_warns_of_memory_near_its_limit_before_the_oom_kill(fast: Any, module_simulator: SimulatorHandle,
                                                                   prometheus: RealPrometheus) -> None:
     # The simulator's working set climbs from 50% of the limit to 98% over the run, then the kill:
     # a threshold of 60% (the product's setting; 90% by default) is crossed 6 s in, not 25 s.
     fast.XMC_MEMORY_NEAR_LIMIT = 0.6
     wu = running_unit()
-    [pod] = start_pods(cluster, wu, "pull=0s;run=30s;exit=137;oom", gpus=1, memory_limit="1Gi")
+    [pod] = start_pods(module_simulator, wu, "pull=0s;run=30s;exit=137;oom", gpus=1, memory_limit="1Gi")
     prometheus.wait_for(f'container_memory_working_set_bytes{{pod=~"xmc-{wu.experiment_id}-{wu.wid}-.+"}}')
     message = collect_until(lambda: execution(wu).system_message, what="the memory warning")
     assert message["userFacingText"].startswith("Memory near its limit: container main uses over 60% of its 1.0 GiB")
-    with client.ApiClient(client.Configuration(host=cluster.url)) as api:  # before the kill, not after it
+    with client.ApiClient(client.Configuration(host=module_simulator.url)) as api:  # before the kill, not after it
         assert client.CoreV1Api(api).read_namespaced_pod(pod, "default").status.phase == "Running"
 
 
-def test_it_does_nothing_in_a_cycle_while_another_runs(fast: Any, cluster: SimulatorHandle) -> None:
+def test_it_does_nothing_in_a_cycle_while_another_runs(fast: Any, module_simulator: SimulatorHandle) -> None:
     running_unit()
     other = connections.create_connection("default")  # another worker, in the middle of its cycle
     try:

@@ -17,6 +17,7 @@ from k8s_bridge.models import PodLogArchive
 from notifications import payloads, services, sources
 from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
+from tests.fixtures.people import new_user
 from tests.notifications.helpers import fail, set_state
 from workunits import services as wu_services
 from workunits.choices import WorkUnitState
@@ -162,7 +163,7 @@ def two_teams_sharing(member: str, exp: Experiment) -> None:
         group = Group.objects.create(name=team)
         for name in names:
             User.objects.get_or_create(username=name, defaults={"email": f"{name}@example.com"})[0].groups.add(group)
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    new_user("olivia", is_staff=True)
     Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"group": t} for t in teams]})
     for team in teams:
         services.create(Identity("olivia@example.com", is_staff=True),
@@ -304,19 +305,6 @@ def test_it_links_a_message_retried_after_the_system_moved_to_where_it_is_now(re
     assert second.json["data"]["experiment"]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}"
     assert second.json["data"]["workUnits"][0]["url"] == f"http://127.0.0.1:8001/experiments/{exp.id}/workUnits/{bad.wid}"
     assert "path" not in second.json["data"]["experiment"] and second.verified  # signed as sent
-
-
-@pytest.fixture
-def cluster(start_simulator: Any, settings: Any) -> Any:
-    """A simulated cluster with its controllers, the client pointed at it (no reconciler: no archiver)."""
-    from k8s_bridge import client
-    from tests.k8s_bridge.reconciler.conftest import Cluster
-
-    handle = start_simulator(speed=10.0)
-    settings.KUBECONFIG = str(handle.kubeconfig_path)
-    client.reset()
-    yield Cluster(handle)
-    client.reset()
 
 
 def ended_in_cluster(cluster: Any, wu: WorkUnit, script: str) -> tuple[dict[str, Any], str]:

@@ -15,6 +15,7 @@ from experiments.models import Experiment
 from notifications import services
 from notifications.models import Delivery, DeliveryAttempt, DeliveryStatus, Event
 from tests import factories
+from tests.fixtures.people import new_user
 from tests.notifications.helpers import fail, set_state
 from workunits import hooks
 from workunits.choices import WorkUnitState
@@ -151,7 +152,6 @@ def test_it_lists_a_dead_delivery_with_the_dead_letters_and_delivers_it_when_sen
     """Every exhausted retry is one kind of record (the actuator's, the outbox's, a notification's):
     the operators' list shows the dead delivery, and its "send again" goes through the notifications'
     own handler (the same webhook-id); a subscriber's "Send again" closes the letter too."""
-    from django.contrib.auth.models import User
     from django.test import Client
 
     from workunits.models import DeadLetter
@@ -164,7 +164,7 @@ def test_it_lists_a_dead_delivery_with_the_dead_letters_and_delivers_it_when_sen
     assert letter.requeued_time is None and d.message_id in bytes(letter.payload).decode()
 
     operator = Client()
-    operator.force_login(User.objects.create_superuser("olivia", "olivia@example.com", "pw"))
+    operator.force_login(new_user("olivia", is_superuser=True))
     listed = operator.get("/admin/workunits/deadletter/").content.decode()
     assert f"notifications.delivery {d.id}" in listed
     receiver.statuses = []
@@ -327,11 +327,10 @@ def test_it_makes_a_subscriber_over_the_rate_limit_wait(receiver, outbox) -> Non
 
 
 def test_it_delivers_a_test_event_and_the_staff_scheduling_events(receiver, smtp, outbox) -> None:
-    from django.contrib.auth.models import User
 
     from workunits import scheduling
 
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    new_user("olivia", is_staff=True)
     staff = Identity("olivia@example.com", is_staff=True)
     created = services.create(staff, {"events": ["SCHEDULING_PAUSED", "SCHEDULING_RESUMED"],
                                       "webhook": {"url": receiver.url}})
@@ -360,12 +359,12 @@ def test_it_still_verifies_with_the_previous_secret_during_the_rotation_overlap(
 
 
 def test_it_lets_staff_subscribe_a_group_whose_members_get_the_email(smtp, outbox) -> None:
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import Group
 
     team = Group.objects.create(name="ml-team")
     for name in ("ann", "ben"):
-        User.objects.create_user(name, email=f"{name}@example.com").groups.add(team)
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+        new_user(name).groups.add(team)
+    new_user("olivia", is_staff=True)
     staff = Identity("olivia@example.com", is_staff=True)
     exp = launched()
     with pytest.raises(Exception) as denied:
@@ -388,14 +387,14 @@ def test_it_lets_staff_subscribe_a_group_whose_members_get_the_email(smtp, outbo
 
 
 def test_it_sends_one_email_per_failure_to_a_member_subscribed_on_their_own_and_through_their_group(smtp, outbox) -> None:
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import Group
 
     from xmc.auth.identity import identity_for_email
 
     team = Group.objects.create(name="ml-team")
     for name in ("ann", "ben"):
-        User.objects.create_user(name, email=f"{name}@example.com").groups.add(team)
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+        new_user(name).groups.add(team)
+    new_user("olivia", is_staff=True)
     exp = launched()
     Experiment.objects.filter(id=exp.id).update(acls={"readers": [{"group": "ml-team"}]})
     # Ann subscribes first on her own, then staff subscribe her whole group.

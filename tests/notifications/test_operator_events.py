@@ -5,13 +5,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 
 from core.errors import PermissionDenied
 from notifications import services, sources
 from notifications.models import Event
 from tests import factories
+from tests.fixtures.people import new_user
 from workunits import services as wu_services
 from workunits.models import Operation
 from xmc.auth.identity import Identity
@@ -34,7 +34,7 @@ def test_it_lets_only_staff_subscribe_to_operator_events() -> None:
 
 def test_it_tells_staff_once_per_backlog_when_work_waits_for_a_worker(receiver: Any, outbox: Any, settings: Any) -> None:
     settings.XMC_DEGRADED_AFTER_S = 120
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
+    new_user("olivia", is_staff=True)
     created = services.create(Identity("olivia@example.com", is_staff=True),
                               {"events": [KIND], "webhook": {"url": receiver.url}})
     receiver.secret = created.secret

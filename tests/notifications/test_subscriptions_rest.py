@@ -2,45 +2,21 @@
 permission first on the experiment, SSRF refused naming the field, no input gives a 500."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from notifications import crypto
 from notifications.models import Subscription
 from tests import factories
-from xmc.auth.tokens import issue_token
+from tests.fixtures.people import Api, new_user
 
 pytestmark = pytest.mark.django_db
-ALICE, BOB = factories.ALICE, factories.BOB
 
 
-class Api:
-    def __init__(self, email: str) -> None:
-        self.client = Client()
-        self.auth = f"Bearer {issue_token(email)}"
-
-    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-        data = "" if body is None else (body if isinstance(body, str) else json.dumps(body))
-        r = self.client.generic(method, url, data, content_type="application/json", HTTP_AUTHORIZATION=self.auth)
-        return r.status_code, json.loads(r.content or b"{}")
-
-
-@pytest.fixture
-def alice() -> Api:
-    return Api(ALICE)
-
-
-@pytest.fixture
-def bob() -> Api:
-    return Api(BOB)
-
-
-def test_it_answers_the_secret_once_on_create_and_stores_it_encrypted(alice: Api, receiver) -> None:
+def test_it_answers_the_secret_once_on_create_and_stores_it_encrypted(alice_api: Api, receiver) -> None:
     exp = factories.experiment()
-    status, body = alice.call("POST", "/v1/subscriptions", {
+    status, body = alice_api.answer("POST", "/v1/subscriptions", {
         "experiment": f"experiments/{exp.id}", "events": ["WORK_UNIT_FAILED", "EXPERIMENT_FINISHED"],
         "webhook": {"url": receiver.url}})
     assert status == 200, body
@@ -50,45 +26,45 @@ def test_it_answers_the_secret_once_on_create_and_stores_it_encrypted(alice: Api
     assert secret.startswith("whsec_")
     sub = Subscription.objects.get(id=int(body["name"].split("/")[1]))
     assert secret not in sub.secret_encrypted and crypto.decrypt(sub.secret_encrypted) == secret
-    status, again = alice.call("GET", f"/v1/{body['name']}")
+    status, again = alice_api.answer("GET", f"/v1/{body['name']}")
     assert status == 200 and "webhookSecret" not in again
-    status, listed = alice.call("GET", "/v1/subscriptions")
+    status, listed = alice_api.answer("GET", "/v1/subscriptions")
     assert [s["name"] for s in listed["subscriptions"]] == [body["name"]]
     assert all("webhookSecret" not in s for s in listed["subscriptions"])
 
 
-def test_it_lets_a_subscriber_see_and_manage_only_their_own(alice: Api, bob: Api, receiver) -> None:
+def test_it_lets_a_subscriber_see_and_manage_only_their_own(alice_api: Api, bob_api: Api, receiver) -> None:
     exp = factories.experiment()
-    _, body = alice.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
+    _, body = alice_api.answer("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
                                                       "events": ["WORK_UNIT_FAILED"], "email": {}})
     name = body["name"]
     for method, url, payload in (("GET", f"/v1/{name}", None), ("PATCH", f"/v1/{name}", {"enabled": False}),
                                  ("DELETE", f"/v1/{name}", None), ("POST", f"/v1/{name}:test", None)):
-        status, err = bob.call(method, url, payload)
+        status, err = bob_api.answer(method, url, payload)
         assert status == 404 and err["error"]["status"] == "NOT_FOUND", (method, err)
-    assert bob.call("GET", "/v1/subscriptions")[1] == {"subscriptions": []}
-    status, patched = alice.call("PATCH", f"/v1/{name}", {"enabled": False, "quietHours": {"start": "22:00",
+    assert bob_api.answer("GET", "/v1/subscriptions")[1] == {"subscriptions": []}
+    status, patched = alice_api.answer("PATCH", f"/v1/{name}", {"enabled": False, "quietHours": {"start": "22:00",
                                                                                         "end": "07:00"}})
     assert status == 200 and patched["enabled"] is False and patched["quietHours"] == {"start": "22:00",
                                                                                       "end": "07:00"}
-    assert alice.call("DELETE", f"/v1/{name}")[0] == 200
-    assert alice.call("GET", f"/v1/{name}")[0] == 404
+    assert alice_api.answer("DELETE", f"/v1/{name}")[0] == 200
+    assert alice_api.answer("GET", f"/v1/{name}")[0] == 404
 
 
-def test_it_answers_not_found_not_a_500_for_a_subscription_named_with_other_digits(alice: Api) -> None:
+def test_it_answers_not_found_not_a_500_for_a_subscription_named_with_other_digits(alice_api: Api) -> None:
     # "¹" and "٣" are digits to str.isdigit() but not to int(): the fuzz's PATCH of /v1/subscriptions/¹ was a 500.
     for sid in ("%C2%B9", "%D9%A3", "1%C2%B9"):
         for method, suffix, payload in (("GET", "", None), ("PATCH", "", {"enabled": False}), ("DELETE", "", None),
                                         ("POST", ":test", None), ("GET", "/deliveries", None)):
-            status, err = alice.call(method, f"/v1/subscriptions/{sid}{suffix}", payload)
+            status, err = alice_api.answer(method, f"/v1/subscriptions/{sid}{suffix}", payload)
             assert status == 404 and err["error"]["status"] == "NOT_FOUND", (method, sid, suffix, err)
 
 
-def test_it_denies_subscribing_to_an_experiment_one_cannot_read_like_a_missing_one(bob: Api) -> None:
+def test_it_denies_subscribing_to_an_experiment_one_cannot_read_like_a_missing_one(bob_api: Api) -> None:
     exp = factories.experiment()  # Alice's, Bob has no role
-    denied = bob.call("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
+    denied = bob_api.answer("POST", "/v1/subscriptions", {"experiment": f"experiments/{exp.id}",
                                                      "events": ["WORK_UNIT_FAILED"], "email": {}})
-    missing = bob.call("POST", "/v1/subscriptions", {"experiment": "experiments/999999",
+    missing = bob_api.answer("POST", "/v1/subscriptions", {"experiment": "experiments/999999",
                                                       "events": ["WORK_UNIT_FAILED"], "email": {}})
     assert denied[0] == missing[0] == 403
     assert denied[1]["error"]["status"] == "PERMISSION_DENIED"
@@ -104,8 +80,8 @@ def test_it_denies_subscribing_to_an_experiment_one_cannot_read_like_a_missing_o
     ("http://user:pw@example.com/x", "user name"),
     ("not a url", "http or https"),
 ])
-def test_it_refuses_an_ssrf_target_with_a_clear_error_naming_the_field(alice: Api, url: str, fragment: str) -> None:
-    status, body = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True,
+def test_it_refuses_an_ssrf_target_with_a_clear_error_naming_the_field(alice_api: Api, url: str, fragment: str) -> None:
+    status, body = alice_api.answer("POST", "/v1/subscriptions", {"allMyExperiments": True,
                                                              "events": ["WORK_UNIT_FAILED"], "webhook": {"url": url}})
     assert status == 400, body
     assert body["error"]["status"] == "INVALID_ARGUMENT"
@@ -114,9 +90,9 @@ def test_it_refuses_an_ssrf_target_with_a_clear_error_naming_the_field(alice: Ap
     assert Subscription.objects.count() == 0
 
 
-def test_it_lets_a_listed_internal_host_through_by_the_allowed_hosts(alice: Api, settings) -> None:
+def test_it_lets_a_listed_internal_host_through_by_the_allowed_hosts(alice_api: Api, settings) -> None:
     settings.XMC_WEBHOOK_ALLOWED_HOSTS = ["10.1.2.3"]
-    status, _ = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
+    status, _ = alice_api.answer("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
                                                           "slack": {"url": "http://10.1.2.3/services/T/B/x"}})
     assert status == 200
 
@@ -140,27 +116,26 @@ def test_it_lets_a_listed_internal_host_through_by_the_allowed_hosts(alice: Api,
     ("[1, 2]", None),
     ("{not json", None),
 ])
-def test_it_answers_bad_input_with_a_400_naming_the_field(alice: Api, body: Any, field: str | None) -> None:
-    status, answer = alice.call("POST", "/v1/subscriptions", body)
+def test_it_answers_bad_input_with_a_400_naming_the_field(alice_api: Api, body: Any, field: str | None) -> None:
+    status, answer = alice_api.answer("POST", "/v1/subscriptions", body)
     assert status in (400, 403), answer
     if field is not None:
         assert answer["error"]["details"][0]["fieldViolations"][0]["field"] == field
 
 
 def test_it_lets_staff_subscribe_to_the_scheduling_switch(db) -> None:
-    from django.contrib.auth.models import User
 
-    User.objects.create_user("olivia", email="olivia@example.com", is_staff=True)
-    status, body = Api("olivia@example.com").call("POST", "/v1/subscriptions", {
+    new_user("olivia", is_staff=True)
+    status, body = Api("olivia@example.com").answer("POST", "/v1/subscriptions", {
         "events": ["SCHEDULING_PAUSED", "SCHEDULING_RESUMED"], "email": {}})
     assert status == 200, body
     assert "experiment" not in body
 
 
-def test_it_returns_a_new_secret_on_rotation_and_keeps_the_old_one_signing(alice: Api, receiver) -> None:
-    _, body = alice.call("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
+def test_it_returns_a_new_secret_on_rotation_and_keeps_the_old_one_signing(alice_api: Api, receiver) -> None:
+    _, body = alice_api.answer("POST", "/v1/subscriptions", {"allMyExperiments": True, "events": ["WORK_UNIT_FAILED"],
                                                         "webhook": {"url": receiver.url}})
-    status, rotated = alice.call("POST", f"/v1/{body['name']}:rotateSecret")
+    status, rotated = alice_api.answer("POST", f"/v1/{body['name']}:rotateSecret")
     assert status == 200 and rotated["webhookSecret"] != body["webhookSecret"]
     from notifications.channels import subscription_secrets
 

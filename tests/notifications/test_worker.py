@@ -22,7 +22,7 @@ from notifications.models import Delivery, DeliveryStatus, Event
 from tests import factories
 from tests.celery_workers import CeleryWorkers
 from tests.notifications.helpers import fail
-from tests.k8s_bridge.reconciler.conftest import cluster, make_cluster, make_reconciler, reconciler  # noqa: F401
+from tests.k8s_bridge.reconciler.conftest import make_reconciler, reconciler  # noqa: F401 - fixtures
 from tests.waiting import eventually
 from xmc.auth.identity import Identity
 

@@ -21,7 +21,6 @@ from tests.metrics.conftest import chart_message, dash, experiment_for, persona 
 from tests.api.grpc_server.conftest import (  # noqa: F401 - the shared session server
     _server_connections_closed_after_each_test,
     channel,
-    fresh_email,
     grpc_server,
     grpc_target,
 )

@@ -17,7 +17,7 @@ import pytest
 from tests.system.cli import rest
 from tests.system.cli.conftest import cli_venv, issue_token, tokens, xmc  # noqa: F401
 from tests.system.cli.runner import ALICE, BOB, Xmc
-from tests.system.e2e.conftest import System, system  # noqa: F401
+from tests.fixtures.systems import System
 
 ESC = "\x1b"
 QUICK_OK = "pull=1s;run=2s;exit=0"

@@ -30,7 +30,6 @@ from typing import Any
 
 import grpc
 import pytest
-from django.contrib.auth.models import User
 from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -46,6 +45,7 @@ from tests.api.grpc_server.conftest import (  # noqa: F401 - fixtures
     metadata_for,
 )
 from tests.api.robustness.test_fuzz_every_rpc import ALICE, build_world, message_strategy, world  # noqa: F401 - fixture
+from tests.fixtures.people import new_user
 from xmc.api.grpc_server import SERVICE_NAMES
 from xmc.auth.tokens import issue_token
 
@@ -176,7 +176,7 @@ def alice_everywhere(db: None, settings: Any) -> Client:
     settings.XMC_RATE_LIMIT_PER_S = 0
     settings.XMC_WAIT_MAX_S = 0.1
     settings.XMC_LOGS_FOLLOW_MAX_S = 0.1
-    user = User.objects.create_superuser("alice", ALICE, "pw")
+    user = new_user("alice", ALICE, is_superuser=True)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {issue_token(ALICE)}", enforce_csrf_checks=False)
     client.force_login(user)
     return client

@@ -18,7 +18,7 @@ from django.test import Client
 
 from metrics import tokens
 from tests import factories
-from tests.browsers import chromium, needs_chromium
+from tests.fixtures.browsers import chromium, needs_chromium
 from tests.metrics.conftest import experiment_for, fresh_write_buckets
 
 

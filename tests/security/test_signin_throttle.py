@@ -3,8 +3,9 @@
 The attacks: five wrong passwords lock ``admin`` for everyone; a changing
 ``X-Forwarded-For`` gives every guess a fresh address; one guesser behind a
 shared address locks out everyone behind it. Mallory is the attacker, Alice
-the account's owner. Addresses are fresh per test so Redis counts of earlier
-runs never matter.
+the account's owner (``fresh_staff_user``, tests/fixtures/people.py: staff, under a
+username no earlier test's throttle counted). Addresses are fresh per test so Redis
+counts of earlier runs never matter.
 """
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ import pytest
 import time_machine
 from django.test import Client
 
-from tests.api.auth.conftest import PASSWORD
+from tests.fixtures.people import PASSWORD
 from tests.api.auth.conftest import _fast_password_hashing as _fast_password_hashing  # noqa: F401
-from tests.api.auth.conftest import make_user as make_user  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -37,51 +37,45 @@ def sign_in(url: str, username: str, password: str, address: str, **headers: str
     return response.status_code == 302, response.content.decode()
 
 
-@pytest.fixture
-def alice(make_user: Callable[..., Any]) -> Any:  # noqa: F811
-    name = f"alice{uuid.uuid4().hex[:8]}"
-    return make_user(name, f"{name}@example.com", is_staff=True)
-
-
 @pytest.mark.parametrize("url", URLS)
-def test_it_lets_the_owner_sign_in_while_a_stranger_guesses_his_password(url: str, alice: Any) -> None:
+def test_it_lets_the_owner_sign_in_while_a_stranger_guesses_his_password(url: str, fresh_staff_user: Any) -> None:
     home = fresh_address()
-    assert sign_in(url, alice.username, PASSWORD, home)[0]  # Alice's usual address
+    assert sign_in(url, fresh_staff_user.username, PASSWORD, home)[0]  # Alice's usual address
     mallory = fresh_address()
     for _ in range(8):
-        sign_in(url, alice.username, "wrong password", mallory)
+        sign_in(url, fresh_staff_user.username, "wrong password", mallory)
     # Mallory is stopped, even with the right password ...
-    ok, page = sign_in(url, alice.username, PASSWORD, mallory)
+    ok, page = sign_in(url, fresh_staff_user.username, PASSWORD, mallory)
     assert not ok and "Too many failed sign-ins" in page
     # ... Alice is not.
-    assert sign_in(url, alice.username, PASSWORD, home)[0]
+    assert sign_in(url, fresh_staff_user.username, PASSWORD, home)[0]
 
 
-def test_it_only_delays_a_new_address_and_never_locks_the_account(alice: Any, settings: Any) -> None:
+def test_it_only_delays_a_new_address_and_never_locks_the_account(fresh_staff_user: Any, settings: Any) -> None:
     settings.XMC_LOGIN_MAX_DELAY_S = 60
     url = URLS[0]
     # Mallory spreads fifty guesses over fifty addresses, one a second.
     with time_machine.travel(time.time(), tick=False) as clock:
         for _ in range(50):
-            sign_in(url, alice.username, "guess", fresh_address())
+            sign_in(url, fresh_staff_user.username, "guess", fresh_address())
             clock.shift(1)
         # From a laptop Alice never used, she waits at most the delay ...
         laptop = fresh_address()
-        ok, page = sign_in(url, alice.username, PASSWORD, laptop)
+        ok, page = sign_in(url, fresh_staff_user.username, PASSWORD, laptop)
         assert not ok and "try again in" in page
         assert "minute" not in page
         clock.shift(settings.XMC_LOGIN_MAX_DELAY_S + 1)
         # ... and then she is in.
-        assert sign_in(url, alice.username, PASSWORD, laptop)[0]
+        assert sign_in(url, fresh_staff_user.username, PASSWORD, laptop)[0]
 
 
-def test_it_ignores_x_forwarded_for_from_an_address_that_is_no_trusted_proxy(alice: Any, settings: Any) -> None:
+def test_it_ignores_x_forwarded_for_from_an_address_that_is_no_trusted_proxy(fresh_staff_user: Any, settings: Any) -> None:
     settings.XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = 4
     settings.XMC_TRUSTED_PROXIES = []
     for i in range(4):
         sign_in(URLS[0], f"nobody-{uuid.uuid4().hex}", "guess", "127.0.0.1", HTTP_X_FORWARDED_FOR=fresh_address())
     # The fifth guess, from "yet another address", is still counted against 127.0.0.1.
-    ok, page = sign_in(URLS[0], alice.username, PASSWORD, "127.0.0.1", HTTP_X_FORWARDED_FOR=fresh_address())
+    ok, page = sign_in(URLS[0], fresh_staff_user.username, PASSWORD, "127.0.0.1", HTTP_X_FORWARDED_FOR=fresh_address())
     assert not ok and "Too many failed sign-ins" in page
     # (Clean up: 127.0.0.1 is shared by the other tests of this run.)
     import redis
@@ -89,7 +83,7 @@ def test_it_ignores_x_forwarded_for_from_an_address_that_is_no_trusted_proxy(ali
     redis.Redis.from_url(settings.REDIS_URL).delete("xmc:loginfail:v2:address:127.0.0.1")
 
 
-def test_it_takes_the_client_from_x_forwarded_for_of_a_trusted_proxy_only(alice: Any, settings: Any) -> None:
+def test_it_takes_the_client_from_x_forwarded_for_of_a_trusted_proxy_only(fresh_staff_user: Any, settings: Any) -> None:
     settings.XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = 3
     settings.XMC_TRUSTED_PROXIES = ["10.20.0.0/16"]
     mallory = fresh_address()
@@ -97,20 +91,20 @@ def test_it_takes_the_client_from_x_forwarded_for_of_a_trusted_proxy_only(alice:
         # Mallory prepends a made-up address; the proxy appends the one it saw.
         sign_in(URLS[0], f"nobody-{uuid.uuid4().hex}", "guess", "10.20.0.5",
                 HTTP_X_FORWARDED_FOR=f"{fresh_address()}, {mallory}")
-    assert not sign_in(URLS[0], alice.username, PASSWORD, "10.20.0.6", HTTP_X_FORWARDED_FOR=mallory)[0]
+    assert not sign_in(URLS[0], fresh_staff_user.username, PASSWORD, "10.20.0.6", HTTP_X_FORWARDED_FOR=mallory)[0]
     # Everyone else behind the proxy is another client.
-    assert sign_in(URLS[0], alice.username, PASSWORD, "10.20.0.5", HTTP_X_FORWARDED_FOR=fresh_address())[0]
+    assert sign_in(URLS[0], fresh_staff_user.username, PASSWORD, "10.20.0.5", HTTP_X_FORWARDED_FOR=fresh_address())[0]
 
 
 def test_it_keeps_people_who_signed_in_from_a_shared_address_signing_in(
-    alice: Any, make_user: Callable[..., Any], settings: Any  # noqa: F811
+    fresh_staff_user: Any, make_user: Callable[..., Any], settings: Any
 ) -> None:
     settings.XMC_LOGIN_MAX_FAILURES_PER_ADDRESS = 5
     office = fresh_address()
-    assert sign_in(URLS[0], alice.username, PASSWORD, office)[0]
+    assert sign_in(URLS[0], fresh_staff_user.username, PASSWORD, office)[0]
     for _ in range(10):  # Mallory, behind the same NAT, sprays accounts.
         sign_in(URLS[0], f"nobody-{uuid.uuid4().hex}", "guess", office)
-    assert sign_in(URLS[0], alice.username, PASSWORD, office)[0]
+    assert sign_in(URLS[0], fresh_staff_user.username, PASSWORD, office)[0]
     # An account never used from there waits out the window.
     name = f"bob{uuid.uuid4().hex[:8]}"
     make_user(name, f"{name}@example.com")

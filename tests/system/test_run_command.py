@@ -20,27 +20,17 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.fixtures.systems import ports_env
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _ports_env(run_dir: Path) -> dict[str, str]:
-    return {
-        "XMC_RUN_DIR": str(run_dir),
-        "XMC_WEB_PORT": str(free_port()),
-        "XMC_SIM_PORT": str(free_port()),
-        "XMC_GRPC_PORT": str(free_port()),
-        "XMC_MLRUN_EMULATOR_PORT": str(free_port()),
-        "XMC_RECONCILER_METRICS_PORT": str(free_port()),
-    }
 
 
 def _fresh_machine_env(run_dir: Path) -> dict[str, str]:
     """The environment of a new user: no services, no secret key, a run folder and ports of its own."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "XMC_SECRET_KEY", "XMC_DEV_EMBEDDED_PG", "XMC_DEV_EMBEDDED_REDIS")}
-    env.update(_ports_env(run_dir))
+    env.update(ports_env(run_dir))
     env["XMC_EMBEDDED_REDIS_PORT"] = str(free_port())
     return env
 

@@ -8,18 +8,17 @@ the port it had last time in the run folder when that port is free.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import redis
 
+from tests.system.conftest import load_run_all
 from tests.system.test_run_command import _admin_sign_in, _fresh_machine_env, _wait_for_line
 from tests.waiting import eventually
 
@@ -108,22 +107,12 @@ def test_it_has_manage_talk_to_the_run_folders_services_whatever_the_shell_point
         _devservices("stop-postgres", str(run / "pg"))
 
 
-def _run_all(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.setenv("XMC_RUN_DIR", str(run_dir))
-    spec = importlib.util.spec_from_file_location("run_all_under_test", ROOT / "scripts" / "run_all.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
     machine_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     machine_tmp.mkdir(exist_ok=True)
     monkeypatch.delenv("XMC_WEB_PORT", raising=False)
-    run_all = _run_all(machine_tmp, monkeypatch)
+    run_all = load_run_all(machine_tmp, monkeypatch)
     with socket.socket() as taken:  # the default is someone else's
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -132,7 +121,7 @@ def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
     assert first != default
     # The restart: the default is free again, but the URLs printed last time name `first`.
     assert run_all.stable_port("web", "XMC_WEB_PORT", default) == first
-    assert _run_all(machine_tmp, monkeypatch).stable_port("web", "XMC_WEB_PORT", default) == first
+    assert load_run_all(machine_tmp, monkeypatch).stable_port("web", "XMC_WEB_PORT", default) == first
     # Only when it is taken does the port move (and the new one is kept from then on).
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", first))

@@ -5,7 +5,6 @@ loop) on real child processes: small Python programs that die on cue.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import threading
@@ -15,18 +14,13 @@ from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.system.conftest import load_run_all
 
 
 @pytest.fixture
 def run_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_all_under_test", ROOT / "scripts" / "run_all.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "RUN", tmp_path)
-    return module
+    """``scripts/run_all.py`` as a module, its run folder the test's own."""
+    return load_run_all(tmp_path, monkeypatch)
 
 
 def test_it_backs_off_doubling_and_forgets_old_deaths(run_all: ModuleType) -> None:

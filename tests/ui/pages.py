@@ -13,26 +13,25 @@ from django.utils import timezone
 
 from core import pb
 from tests import factories
+from tests.fixtures.people import PASSWORD as PASSWORD  # the one password, for the pages that type it
+from tests.fixtures.people import new_user, sign_in
 from workunits import hooks, services
 from workunits.models import WorkUnit
 from workunits.state import ExecutionUpdate
 
-PASSWORD = "correct horse battery staple 42"
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
 def person(name: str) -> User:
-    return User.objects.create_user(name, f"{name}@example.com", PASSWORD)
+    """A new person ``name`` (``<name>@example.com``, :data:`PASSWORD`): tests/fixtures/people.py's one way."""
+    user: User = new_user(name)
+    return user
 
 
 def signed_in(name: str, client: Any = None) -> Any:
     """A Django test client signed in through the site's session login as a new person ``name``."""
-    from django.test import Client
-
     person(name)
-    client = client or Client()
-    assert client.login(username=name, password=PASSWORD)
-    return client
+    return sign_in(name, client)
 
 
 def shared_with(reader: str) -> Any:

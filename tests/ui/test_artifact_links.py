@@ -62,15 +62,15 @@ def test_it_opens_a_code_source_and_sends_the_xprof_chip_to_the_profile(settings
     profile = artifact_services.create_artifact(exp.id, 1, pb.artifact.Artifact(
         url=pb.url.Url(url=unit_page, display_name="profile"),
         payload=pb.artifact.ArtifactPayload(managed_xprof=pb.artifact.ManagedXprofArtifact(display_name="profile"))))
-    alice = pages.signed_in("alice", client)
-    page = alice.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
+    alice_signed_in = pages.signed_in("alice", client)
+    page = alice_signed_in.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
     assert f'href="/experiments/{exp.id}/artifacts/{code.id}"' in page
     xprof_href = "https://console.cloud.google.com/kubernetes/aiml/run/us-central1/"
     assert f'href="{xprof_href}xmc-{exp.id}-1-1?project=proj"' in page  # not the unit's own page
-    opened = alice.get(f"/experiments/{exp.id}/artifacts/{code.id}")
+    opened = alice_signed_in.get(f"/experiments/{exp.id}/artifacts/{code.id}")
     assert opened.status_code == 200
     body = opened.content.decode()
     assert "import xm\nprint(&#x27;&lt;b&gt;hi&lt;/b&gt;&#x27;)" in body and "launch.py" in body
     # Someone else's artifact reads as a missing one.
     assert pages.signed_in("bob").get(f"/experiments/{exp.id}/artifacts/{code.id}").status_code == 404
-    assert alice.get(f"/experiments/{exp.id}/artifacts/{profile.id + 100}").status_code == 404
+    assert alice_signed_in.get(f"/experiments/{exp.id}/artifacts/{profile.id + 100}").status_code == 404

@@ -74,11 +74,6 @@ def make_study(creator: str = ALICE, trials: tuple[tuple[str, int, str, int | No
     return study
 
 
-@pytest.fixture
-def alice(client: Client) -> Client:
-    return pages.signed_in("alice", client)
-
-
 def _rows(html: str) -> list[tuple[int, str]]:
     return [(int(n), s) for n, s in re.findall(r'<tr data-wid="\d+" data-number="(\d+)" data-state="(\w+)"', html)]
 
@@ -87,9 +82,9 @@ def _best_number() -> int:
     return min((n for n, t in enumerate(TRIALS) if t[2] == "COMPLETED"), key=lambda n: loss_of(TRIALS[n][0], TRIALS[n][1]))
 
 
-def test_it_shows_every_trial_and_the_best_so_far_and_is_linked_from_the_experiment(alice: Client) -> None:
+def test_it_shows_every_trial_and_the_best_so_far_and_is_linked_from_the_experiment(alice_signed_in: Client) -> None:
     study = make_study()
-    page = alice.get(f"/experiments/{study.experiment_id}/studies/{study.id}").content.decode()
+    page = alice_signed_in.get(f"/experiments/{study.experiment_id}/studies/{study.id}").content.decode()
     assert _rows(page) == [(n, t[2]) for n, t in enumerate(TRIALS)]
     best = _best_number()
     assert re.search(rf'<tr data-wid="\d+" data-number="{best}" data-state="COMPLETED" class="best-row">', page)
@@ -101,26 +96,26 @@ def test_it_shows_every_trial_and_the_best_so_far_and_is_linked_from_the_experim
     assert len(parallel["units"]) == 7  # the finished trials, best first
     assert parallel["units"][0]["values"][2] == pytest.approx(loss_of(TRIALS[best][0], TRIALS[best][1]))
 
-    experiment_page = alice.get(f"/experiments/{study.experiment_id}").content.decode()
+    experiment_page = alice_signed_in.get(f"/experiments/{study.experiment_id}").content.decode()
     assert f'href="/experiments/{study.experiment_id}/studies/{study.id}"' in experiment_page
     # Its progress there follows the study's own events (ui.live.publish_study), not only the experiment's.
     assert f'hx-trigger="sse:experiment, sse:study-{study.id}"' in experiment_page
 
 
-def test_it_sorts_the_trials_table_by_a_parameter_or_the_objective_and_pages_it(alice: Client) -> None:
+def test_it_sorts_the_trials_table_by_a_parameter_or_the_objective_and_pages_it(alice_signed_in: Client) -> None:
     study = make_study()
     url = f"/experiments/{study.experiment_id}/studies/{study.id}"
-    by_value = _rows(alice.get(url, {"sort": "value"}).content.decode())
+    by_value = _rows(alice_signed_in.get(url, {"sort": "value"}).content.decode())
     completed = sorted((n for n, t in enumerate(TRIALS) if t[2] == "COMPLETED"),
                        key=lambda n: loss_of(TRIALS[n][0], TRIALS[n][1]))
     assert [n for n, _ in by_value] == completed + [3, 7]  # no value: last
-    by_lr = _rows(alice.get(url, {"sort": "param:lr", "dir": "desc"}).content.decode())
+    by_lr = _rows(alice_signed_in.get(url, {"sort": "param:lr", "dir": "desc"}).content.decode())
     assert [n for n, _ in by_lr] == sorted(range(8), key=lambda n: (-float(TRIALS[n][0]), -n))
-    live = alice.get(url, {"sort": "param:nope", "fragment": "live"}).content.decode()
+    live = alice_signed_in.get(url, {"sort": "param:nope", "fragment": "live"}).content.decode()
     assert [n for n, _ in _rows(live)] == list(range(8)) and "<html" not in live  # unknown sort: by number
 
 
-def test_it_pages_a_hundred_thousand_trials_in_the_database(alice: Client, django_assert_max_num_queries: Any) -> None:
+def test_it_pages_a_hundred_thousand_trials_in_the_database(alice_signed_in: Client, django_assert_max_num_queries: Any) -> None:
     study = make_study(trials=TRIALS[:1])
     with connection.cursor() as cursor:  # the controller's rows, 100,000 of them, written in one statement
         cursor.execute(
@@ -130,16 +125,16 @@ def test_it_pages_a_hundred_thousand_trials_in_the_database(alice: Client, djang
             " FROM generate_series(1, 100000) AS n", [study.id])
     url = f"/experiments/{study.experiment_id}/studies/{study.id}"
     with django_assert_max_num_queries(30):
-        page = alice.get(url, {"sort": "value", "dir": "desc", "page": "400", "size": "100"}).content.decode()
+        page = alice_signed_in.get(url, {"sort": "value", "dir": "desc", "page": "400", "size": "100"}).content.decode()
     rows = _rows(page)
     assert len(rows) == 100 and "39901–40000 of 100001 trials" in page
-    history = json.loads(alice.get(f"{url}/history", {"width": "300"}).content)
+    history = json.loads(alice_signed_in.get(f"{url}/history", {"width": "300"}).content)
     assert len(history["plots"][0]["xs"]) <= 300
 
 
-def test_it_gives_each_trial_and_the_best_so_far_as_the_history(alice: Client) -> None:
+def test_it_gives_each_trial_and_the_best_so_far_as_the_history(alice_signed_in: Client) -> None:
     study = make_study()
-    body = json.loads(alice.get(f"/experiments/{study.experiment_id}/studies/{study.id}/history").content)
+    body = json.loads(alice_signed_in.get(f"/experiments/{study.experiment_id}/studies/{study.id}/history").content)
     (plot,) = body["plots"]
     completed = [n for n, t in enumerate(TRIALS) if t[2] == "COMPLETED"]
     assert plot["xs"] == completed
@@ -148,10 +143,10 @@ def test_it_gives_each_trial_and_the_best_so_far_as_the_history(alice: Client) -
     assert plot["series"][1]["y"] == pytest.approx([min(values[:i + 1]) for i in range(len(values))])
 
 
-def test_it_computes_parameter_importance_over_the_study_trials_only(alice: Client) -> None:
+def test_it_computes_parameter_importance_over_the_study_trials_only(alice_signed_in: Client) -> None:
     study = make_study()
     xid = study.experiment_id
-    answer = alice.get(f"/experiments/{xid}/importance", {"metric": "loss", "goal": "MINIMIZE", "study": study.id})
+    answer = alice_signed_in.get(f"/experiments/{xid}/importance", {"metric": "loss", "goal": "MINIMIZE", "study": study.id})
     bars = dict(re.findall(r'<tr data-arg="([^"]+)" data-value="([0-9.]+)"', answer.content.decode()))
     assert set(bars) == {"lr", "batch_size"} and float(bars["lr"]) > float(bars["batch_size"])
     assert "over 6 completed trials" in answer.content.decode()  # the template unit has no loss, nor is it a trial
@@ -162,8 +157,8 @@ def test_it_does_not_find_someone_else_s_study(client: Client) -> None:
     bob = pages.signed_in("bob", client)
     assert bob.get(f"/experiments/{study.experiment_id}/studies/{study.id}").status_code == 404
     assert bob.get(f"/experiments/{study.experiment_id}/studies/{study.id}/history").status_code == 404
-    alice = pages.signed_in("alice", Client())
-    assert alice.get(f"/experiments/{study.experiment_id}/studies/{study.id + 1}").status_code == 404
+    alice_signed_in = pages.signed_in("alice", Client())
+    assert alice_signed_in.get(f"/experiments/{study.experiment_id}/studies/{study.id + 1}").status_code == 404
 
 
 def test_it_lets_a_writer_stop_the_study_from_its_page_and_not_a_reader(client: Client) -> None:
@@ -175,8 +170,8 @@ def test_it_lets_a_writer_stop_the_study_from_its_page_and_not_a_reader(client: 
     assert 'id="stop-study"' not in bob.get(url).content.decode()
     assert bob.post(f"{url}/stop").status_code == 403
     assert not Study.objects.get(id=study.id).stop_requested
-    alice = pages.signed_in("alice", Client())
-    assert 'id="stop-study"' in alice.get(url).content.decode()
-    assert alice.post(f"{url}/stop")["Location"] == url
+    alice_signed_in = pages.signed_in("alice", Client())
+    assert 'id="stop-study"' in alice_signed_in.get(url).content.decode()
+    assert alice_signed_in.post(f"{url}/stop")["Location"] == url
     assert Study.objects.get(id=study.id).stop_requested
-    assert 'id="study-stopping"' in alice.get(url).content.decode()
+    assert 'id="study-stopping"' in alice_signed_in.get(url).content.decode()

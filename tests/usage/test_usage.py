@@ -5,13 +5,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
 from metrics import services as metric_services
 from metrics.system_names import GPU_UTILIZATION
 from tests import factories
+from tests.fixtures.people import new_user
 from tests.usage.worlds import T0, cpu_unit, gpu_unit, hours, move, run
 from usage import services
 from usage.models import RunningInterval
@@ -107,7 +107,7 @@ def services_identity(email: str, staff: bool = False) -> Any:
 
 
 def test_it_shows_researchers_their_own_usage_and_staff_everyones() -> None:
-    User.objects.create_user("olivia", email=OLIVIA, is_staff=True)
+    new_user("olivia", OLIVIA, is_staff=True)
     run(gpu_unit(factories.experiment(ALICE), gpus=1), hours(0), hours(1))
     run(gpu_unit(factories.experiment(BOB), gpus=2, queue="demo-queue"), hours(0), hours(1))
 
@@ -121,7 +121,7 @@ def test_it_shows_researchers_their_own_usage_and_staff_everyones() -> None:
 
 
 def test_it_follows_the_next_page_token_through_pages_of_groups() -> None:
-    User.objects.create_user("olivia", email=OLIVIA, is_staff=True)
+    new_user("olivia", OLIVIA, is_staff=True)
     for n in range(5):
         run(gpu_unit(factories.experiment(ALICE), gpus=n + 1), hours(0), hours(1))
     first = get(OLIVIA, groupBy="experiment", pageSize="2", **period(0, 2)).json()

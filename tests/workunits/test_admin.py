@@ -2,21 +2,12 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from tests import factories
 from workunits.models import Operation, WorkUnitExecution
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator() -> Client:
-    user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_it_lists_and_shows_every_model(operator: Client) -> None:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Permission
 from django.contrib.admin import site
 from django.test import Client, RequestFactory
 
 from tests import factories
+from tests.fixtures.people import new_user
 from workunits import services
 from workunits.models import WorkUnit, WorkUnitExecution
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 
 def staff_with(*codenames: str) -> Client:
-    user = User.objects.create_user("vera", "vera@example.com", "pw-not-checked-here", is_staff=True)
+    user = new_user("vera", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client = Client()
     client.force_login(user)
@@ -45,7 +46,7 @@ def test_it_never_rewinds_current_eid_from_a_stale_change_form() -> None:
     stale = WorkUnit.objects.get(id=wu.id)  # what a change form loaded (current_eid 1)
     services.restart_work_units(wu.experiment_id, [wu.wid], batch=False)  # meanwhile: current_eid 2
     request = RequestFactory().post("/")
-    request.user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
+    request.user = new_user("olivia", is_superuser=True)
     model_admin = site._registry[WorkUnit]
     form = model_admin.get_form(request, stale)(instance=stale, data={})
     assert form.is_valid()
@@ -57,8 +58,8 @@ def test_it_never_rewinds_current_eid_from_a_stale_change_form() -> None:
 def test_it_explains_a_bad_or_taken_email_on_the_user_form() -> None:
     from xmc.admin import NormalizedEmailUserChangeForm
 
-    User.objects.create_user("first", "taken@example.com", "pw-not-checked-here")
-    user = User.objects.create_user("second", "second@example.com", "pw-not-checked-here")
+    new_user("first", "taken@example.com")
+    user = new_user("second")
     for email, why in (("not-an-email", "valid email address"), ("TAKEN@example.com", "already has the email")):
         form = NormalizedEmailUserChangeForm(instance=user, data={"username": "second", "email": email,
                                                                    "date_joined": "2026-01-01 00:00:00"})

@@ -24,7 +24,7 @@ from tests.api.auth.cli_steps import (
     login_path,
     pkce_pair,
 )
-from tests.api.auth.conftest import PASSWORD
+from tests.fixtures.people import PASSWORD
 from xmc.auth.identity import authenticate_bearer
 from xmc.models import CliAuthorizationCode
 

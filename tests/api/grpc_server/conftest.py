@@ -13,7 +13,6 @@ tests or runs never matter.
 """
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,12 +82,6 @@ def metadata_for(email: str | None, asserted: str | None = None) -> list[tuple[s
     if asserted is not None:
         md.append(("x-goog-user-email", asserted))
     return md
-
-
-@pytest.fixture
-def fresh_email() -> Callable[[str], str]:
-    """A new email per call: its rate-limit bucket has never been used."""
-    return lambda who: f"{who}-{uuid.uuid4().hex[:12]}@example.com"
 
 
 @pytest.fixture

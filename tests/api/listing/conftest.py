@@ -94,7 +94,7 @@ CAST: tuple[Persona, ...] = (
 # fmt: on
 
 
-def make_user(p: Persona) -> User:
+def save_persona(p: Persona) -> User:
     # bulk_create: no save signals, so the emails stay exactly as written (the
     # app normalizes real users' emails on save; these rows are stand-ins for a
     # resource with odd strings, e.g. 'say "hi"' and upper case).
@@ -114,4 +114,4 @@ def make_user(p: Persona) -> User:
 @pytest.fixture
 def cast(db: None) -> dict[str, User]:
     """The personas above, saved; keyed by username."""
-    return {p.username: make_user(p) for p in CAST}
+    return {p.username: save_persona(p) for p in CAST}

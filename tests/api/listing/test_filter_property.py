@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.api.listing.conftest import CAST, FIELDS, Persona, make_user, ts, users
+from tests.api.listing.conftest import CAST, FIELDS, Persona, save_persona, ts, users
 from xmc.listing import compile_filter
 
 EXTRA: tuple[Persona, ...] = tuple(
@@ -249,7 +249,7 @@ def trees(ids: list[int]) -> st.SearchStrategy[Node]:
 
 @pytest.mark.django_db
 def test_it_agrees_with_a_python_evaluator_on_random_filters() -> None:
-    saved = [make_user(p) for p in CAST + EXTRA]
+    saved = [save_persona(p) for p in CAST + EXTRA]
     rows = [row_of(u) for u in saved]
     ids = sorted(u.pk for u in saved)
 

@@ -8,13 +8,12 @@ Rate limiting is switched off except where a story turns it on.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.utils import timezone
 from google.protobuf import empty_pb2
 from google.protobuf.message import Message
@@ -23,14 +22,11 @@ from artifacts import services as artifact_services
 from core import pb
 from experiments.models import Experiment
 from tests import factories
+from tests.fixtures.people import ALICE, BOB, Api  # noqa: F401 - the one Api and cast, re-exported for the tests here
 from workunits.models import StatusMessage, WorkUnit
 from xmc.api import registry
 from xmc.api.registry import Caller, invoke
 from xmc.auth.identity import Identity
-from xmc.auth.tokens import issue_token
-
-ALICE = factories.ALICE
-BOB = factories.BOB
 
 
 @pytest.fixture(autouse=True)
@@ -38,45 +34,6 @@ def _rest_urls(settings: Any) -> Iterator[None]:
     settings.XMC_RATE_LIMIT_PER_S = 0  # off; the throttle story turns it on
     with override_settings(ROOT_URLCONF="tests.api.rest.urls"):
         yield
-
-
-class Api:
-    """HTTP calls as one identity, answering (status, parsed JSON body)."""
-
-    def __init__(self, email: str | None, **client_kw: Any) -> None:
-        self.client = Client(**client_kw)
-        self.headers = {} if email is None else {"HTTP_AUTHORIZATION": f"Bearer {issue_token(email)}"}
-
-    def call(self, method: str, url: str, body: Any = None, **extra: Any) -> Any:
-        data = "" if body is None else (body if isinstance(body, (str, bytes)) else json.dumps(body))
-        return self.client.generic(method, url, data, content_type="application/json", **self.headers, **extra)
-
-    def get(self, url: str, **extra: Any) -> Any:
-        return self.call("GET", url, **extra)
-
-    def post(self, url: str, body: Any = None, **extra: Any) -> Any:
-        return self.call("POST", url, body, **extra)
-
-    def patch(self, url: str, body: Any = None, **extra: Any) -> Any:
-        return self.call("PATCH", url, body, **extra)
-
-    def delete(self, url: str, **extra: Any) -> Any:
-        return self.call("DELETE", url, **extra)
-
-
-@pytest.fixture
-def alice_api(db: None) -> Api:
-    return Api(ALICE)
-
-
-@pytest.fixture
-def bob_api(db: None) -> Api:
-    return Api(BOB)
-
-
-@pytest.fixture
-def anonymous_api(db: None) -> Api:
-    return Api(None)
 
 
 def grpc_call(service: str, method: str, request: Message, email: str = ALICE) -> Message:

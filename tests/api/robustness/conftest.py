@@ -6,9 +6,8 @@ from tests.api.grpc_server.conftest import (  # noqa: F401 - fixtures
     _server_connections_closed_after_each_test,
     channel,
     ess,
-    fresh_email,
     grpc_server,
     grpc_target,
     operations,
 )
-from tests.api.rest.conftest import _rest_urls, alice_api, anonymous_api, bob_api, world  # noqa: F401 - fixtures
+from tests.api.rest.conftest import _rest_urls, world  # noqa: F401 - fixtures

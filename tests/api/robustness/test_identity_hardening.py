@@ -5,19 +5,15 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
 from experiments.acl import Role, role_of
+from tests.fixtures.people import new_user
 from xmc.auth.identity import Unauthenticated, authenticate_bearer, normalize_email
 from xmc.auth.tokens import InvalidToken, decode_token, issue_token
 
 pytestmark = pytest.mark.django_db
-
-
-def make(username: str, email: str, **kw: object) -> object:
-    return get_user_model().objects.create_user(username=username, email=email, password="x" * 20, **kw)
 
 
 def test_it_folds_look_alike_emails_to_one_string() -> None:
@@ -26,11 +22,11 @@ def test_it_folds_look_alike_emails_to_one_string() -> None:
 
 
 def test_it_gives_a_look_alike_email_no_staff_rights_of_another_user() -> None:
-    make("staff", "staff@example.com", is_staff=True)
+    new_user("staff", "staff@example.com", is_staff=True)
     # The look-alike normalizes to the very same string: it IS that user, so
     # nobody else can hold it: a second user with it is refused...
     with pytest.raises(Exception):
-        make("mallory", "\u017ftaff@example.com")
+        new_user("mallory", "\u017ftaff@example.com")
     # ...and a token whose email claim is not normalized was not signed by us.
     import jwt
 
@@ -42,7 +38,7 @@ def test_it_gives_a_look_alike_email_no_staff_rights_of_another_user() -> None:
 
 
 def test_it_stores_the_normalized_email_and_matches_exactly() -> None:
-    user = make("olga", "Olga@EXAMPLE.com", is_staff=True)
+    user = new_user("olga", "Olga@EXAMPLE.com", is_staff=True)
     user.refresh_from_db()
     assert user.email == "olga@example.com"
     identity = authenticate_bearer(f"Bearer {issue_token('OLGA@example.com')}")
@@ -51,13 +47,13 @@ def test_it_stores_the_normalized_email_and_matches_exactly() -> None:
 
 def test_it_refuses_emails_that_are_not_addresses() -> None:
     with pytest.raises(ValidationError):
-        make("bad", "not-an-email")
+        new_user("bad", "not-an-email")
     with pytest.raises(ValueError):
         issue_token("a@b@c")
 
 
 def test_it_revokes_the_tokens_of_a_deleted_user_but_keeps_acl_grants_of_the_email() -> None:
-    user = make("dan", "dan@example.com", is_staff=True)
+    user = new_user("dan", "dan@example.com", is_staff=True)
     old = f"Bearer {issue_token('dan@example.com')}"
     assert authenticate_bearer(old).is_staff
     user.delete()
@@ -71,7 +67,7 @@ def test_it_revokes_the_tokens_of_a_deleted_user_but_keeps_acl_grants_of_the_ema
 
 
 def test_it_revokes_the_tokens_of_a_deactivated_user_for_good() -> None:
-    user = make("erin", "erin@example.com")
+    user = new_user("erin", "erin@example.com")
     old = f"Bearer {issue_token('erin@example.com')}"
     user.is_active = False
     user.save()

@@ -1,7 +1,7 @@
 """Fixtures for the actuator: the simulator through the real client, real Celery workers.
 
-* ``cluster``: the session's API-only simulator (no controllers: nothing but
-  the actuator changes JobSets, see tests/simulators/fixtures.py); every test
+* ``api_cluster``: the session's API-only simulator (no controllers: nothing but
+  the actuator changes JobSets, see tests/fixtures/simulators.py); every test
   points the real ``kubernetes`` client at it.
 * ``workers``: ``celery -A xmc worker -Q actuator`` subprocesses (tests/celery_workers.py)
   against the test database and the test's Redis db, stopped at teardown.
@@ -21,16 +21,10 @@ from django.conf import settings
 from jobsets.contract import FINALIZER, jobset_name
 from k8s_bridge import client
 from simulators.cluster.server import SimulatorHandle
-from tests.simulators.fixtures import NAMESPACE
+from tests.fixtures.simulators import NAMESPACE
 from workunits.outbox import deliver as REAL_DELIVER
 from tests.celery_workers import CeleryWorkers
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
-
-
-@pytest.fixture
-def cluster(api_cluster: SimulatorHandle) -> SimulatorHandle:
-    """The session's API-only simulator (tests/simulators/fixtures.py), the real client pointed at it."""
-    return api_cluster
 
 
 @pytest.fixture
@@ -93,10 +87,10 @@ class Workers:
 
 
 @pytest.fixture
-def workers(cluster: SimulatorHandle, real_deliver: None, celery_workers: CeleryWorkers) -> Iterator[Workers]:
+def workers(api_cluster: SimulatorHandle, real_deliver: None, celery_workers: CeleryWorkers) -> Iterator[Workers]:
     broker = settings.CELERY_BROKER_URL
     redis.Redis.from_url(broker).flushdb()  # this test's Redis db only
-    yield Workers(celery_workers, broker, str(cluster.kubeconfig_path))
+    yield Workers(celery_workers, broker, str(api_cluster.kubeconfig_path))
     celery_workers.stop_all()
     redis.Redis.from_url(broker).flushdb()
 

@@ -36,17 +36,17 @@ FAULTS = {"seed": 22, "rules": [
 
 
 @pytest.fixture
-def faulty_api(cluster: Any) -> Iterator[Any]:
-    cluster.faults.clear()
-    cluster.faults.set(FAULTS)
-    yield cluster.faults
-    cluster.faults.clear()
+def faulty_api(api_cluster: Any) -> Iterator[Any]:
+    api_cluster.faults.clear()
+    api_cluster.faults.set(FAULTS)
+    yield api_cluster.faults
+    api_cluster.faults.clear()
 
 
-def test_it_rides_creates_stops_and_restarts_through_api_faults(workers: Workers, cluster: Any, faulty_api: Any) -> None:
+def test_it_rides_creates_stops_and_restarts_through_api_faults(workers: Workers, api_cluster: Any, faulty_api: Any) -> None:
     workers.start(concurrency=2)
     exp = factories.experiment()
-    with FinalizerPath(cluster):
+    with FinalizerPath(api_cluster):
         creates = [services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(20)]
         eventually(lambda: _done(creates) == 20, timeout=120, what="20 creates through the faults",
                    detail=workers.logs)
@@ -56,18 +56,18 @@ def test_it_rides_creates_stops_and_restarts_through_api_faults(workers: Workers
                    detail=workers.logs)
         # A Stop is done once its delete was accepted; the JobSet itself goes when the
         # finalizer path (above, in the background) lets it go: wait for that, not a race.
-        eventually(lambda: all(get_jobset(cluster, exp.id, wid) is None for wid in range(1, 6)),
+        eventually(lambda: all(get_jobset(api_cluster, exp.id, wid) is None for wid in range(1, 6)),
                    timeout=30, what="the stopped JobSets let go by the finalizer path")
     close_old_connections()
     assert all(op.error is None for op in Operation.objects.filter(id__in=creates + ops))
     assert not DeadLetter.objects.exists()
     fired = {(r["action"], r["verb"], r["status"]): r["fired"] for r in faulty_api.snapshot()["rules"]}
     assert fired[("drop_after", "create", 500)] > 0 and fired[("error", "create", 500)] > 0, fired
-    counts = _creates(cluster, exp.id)
+    counts = _creates(api_cluster, exp.id)
     assert all(n == 1 for n in counts.values()), counts
     assert set(counts) == {(f"xmc-{exp.id}-{w}", "1") for w in range(1, 21)} | \
         {(f"xmc-{exp.id}-{w}", "2") for w in range(6, 11)}
     for wid in range(1, 6):
-        assert get_jobset(cluster, exp.id, wid) is None
+        assert get_jobset(api_cluster, exp.id, wid) is None
     for wid in range(6, 11):
-        assert get_jobset(cluster, exp.id, wid)["metadata"]["labels"][LABEL_EID] == "2"
+        assert get_jobset(api_cluster, exp.id, wid)["metadata"]["labels"][LABEL_EID] == "2"

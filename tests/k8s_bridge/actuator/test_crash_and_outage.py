@@ -61,18 +61,18 @@ def _done(ids: list[int]) -> int:
     return Operation.objects.filter(id__in=ids, done=True).count()
 
 
-def _creates(cluster: Any, xid: int) -> dict[tuple[str, str], int]:
+def _creates(api_cluster: Any, xid: int) -> dict[tuple[str, str], int]:
     """(JobSet name, eid) -> how many times the simulator created it, for experiment ``xid``."""
     prefix = f"xmc-{xid}-"
-    return {(name, eid): n for (plural, _, name, eid), n in list(cluster.store.creates.items())
+    return {(name, eid): n for (plural, _, name, eid), n in list(api_cluster.store.creates.items())
             if plural == "jobsets" and name.startswith(prefix)}
 
 
 class FinalizerPath:
     """What the reconciler's finalizer path does last, in the background: let deleted JobSets go."""
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    def __init__(self, api_cluster: Any) -> None:
+        self.cluster = api_cluster
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.paused = threading.Event()
@@ -101,11 +101,11 @@ class FinalizerPath:
 
 
 def test_it_heals_with_the_defaults_a_worker_killed_holding_creates_stops_and_restarts(
-    workers: Workers, cluster: Any
+    workers: Workers, api_cluster: Any
 ) -> None:
     first = workers.start(concurrency=2, beat=True, **DEFAULTS)
     exp = factories.experiment()
-    with FinalizerPath(cluster) as finalizers:
+    with FinalizerPath(api_cluster) as finalizers:
         running = [services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(40)]
         eventually(lambda: _done(running) == 40, timeout=120, what="the first 40 creates")
         # The old JobSets stay while the worker dies: it surely holds the Restarts (waiting, claimed).
@@ -135,18 +135,18 @@ def test_it_heals_with_the_defaults_a_worker_killed_holding_creates_stops_and_re
     finished = Operation.objects.filter(id__in=ops + running)
     assert all(op.error is None and op.end_time is not None for op in finished)
     assert not DeadLetter.objects.exists()
-    creates = _creates(cluster, exp.id)
+    creates = _creates(api_cluster, exp.id)
     assert all(n == 1 for n in creates.values()), {k: n for k, n in creates.items() if n > 1}
     expected = {(f"xmc-{exp.id}-{wid}", "1") for wid in range(1, 101)} | \
         {(f"xmc-{exp.id}-{wid}", "2") for wid in range(21, 41)}
     assert set(creates) == expected
     for wid in range(1, 21):  # stopped: gone
-        assert get_jobset(cluster, exp.id, wid) is None
+        assert get_jobset(api_cluster, exp.id, wid) is None
     for wid in range(21, 41):  # restarted: eid 2 runs
-        assert get_jobset(cluster, exp.id, wid)["metadata"]["labels"][LABEL_EID] == "2"
+        assert get_jobset(api_cluster, exp.id, wid)["metadata"]["labels"][LABEL_EID] == "2"
 
 
-def test_it_takes_over_a_worker_killed_while_a_restart_waits(workers: Workers, cluster: Any) -> None:
+def test_it_takes_over_a_worker_killed_while_a_restart_waits(workers: Workers, api_cluster: Any) -> None:
     """A short lease: the mechanism itself, quickly (the defaults are the test above)."""
     short = {"XMC_OPERATION_LEASE_S": "3", "XMC_OUTBOX_SWEEP_INTERVAL_S": "1"}
     first = workers.start(concurrency=1, beat=True, **short)
@@ -158,7 +158,7 @@ def test_it_takes_over_a_worker_killed_while_a_restart_waits(workers: Workers, c
     def waiting() -> Operation | None:
         close_old_connections()
         row = Operation.objects.get(id=restart)
-        jobset = get_jobset(cluster, exp.id, 1)
+        jobset = get_jobset(api_cluster, exp.id, 1)
         return row if row.claimed_by and jobset and jobset["metadata"].get("deletionTimestamp") else None
 
     held = eventually(waiting, timeout=60, what="the restart waiting for the old JobSet")
@@ -173,17 +173,17 @@ def test_it_takes_over_a_worker_killed_while_a_restart_waits(workers: Workers, c
     assert not row.done and row.claimed_by == held.claimed_by
     assert row.dispatched_time == held.dispatched_time, "re-sent while its claim was live"
     workers.kill(first)
-    with FinalizerPath(cluster):  # the old JobSet goes while nobody is there
-        eventually(lambda: get_jobset(cluster, exp.id, 1) is None, timeout=30, what="the old JobSet gone")
+    with FinalizerPath(api_cluster):  # the old JobSet goes while nobody is there
+        eventually(lambda: get_jobset(api_cluster, exp.id, 1) is None, timeout=30, what="the old JobSet gone")
         workers.start(concurrency=1, beat=True, **short)
         eventually(lambda: _done([restart]) == 1, timeout=60, what="the restart, taken over")
     row = Operation.objects.get(id=restart)
     assert row.error is None and row.claimed_by != held.claimed_by
-    assert _creates(cluster, exp.id) == {(f"xmc-{exp.id}-1", "1"): 1, (f"xmc-{exp.id}-1", "2"): 1}
-    assert get_jobset(cluster, exp.id, 1)["metadata"]["labels"][LABEL_EID] == "2"
+    assert _creates(api_cluster, exp.id) == {(f"xmc-{exp.id}-1", "1"): 1, (f"xmc-{exp.id}-1", "2"): 1}
+    assert get_jobset(api_cluster, exp.id, 1)["metadata"]["labels"][LABEL_EID] == "2"
 
 
-def test_it_changes_nothing_on_duplicates_of_every_task(workers: Workers, cluster: Any) -> None:
+def test_it_changes_nothing_on_duplicates_of_every_task(workers: Workers, api_cluster: Any) -> None:
     """Each create sent three times, to two worker processes at once: each JobSet created once."""
     from workunits import outbox
 
@@ -203,7 +203,7 @@ def test_it_changes_nothing_on_duplicates_of_every_task(workers: Workers, cluste
             broker.close()
 
     eventually(drained, timeout=60, what="the last copies taken and dropped")
-    creates = _creates(cluster, exp.id)
+    creates = _creates(api_cluster, exp.id)
     assert set(creates) == {(f"xmc-{exp.id}-{wid}", "1") for wid in range(1, 31)}
     assert all(n == 1 for n in creates.values())
     assert not DeadLetter.objects.exists()
@@ -268,7 +268,7 @@ def private_broker(private_redis: PrivateRedis) -> Iterator[PrivateRedis]:
 
 
 def test_it_carries_out_a_create_committed_while_redis_was_down(
-    workers: Workers, cluster: Any, private_broker: PrivateRedis, settings: Any
+    workers: Workers, api_cluster: Any, private_broker: PrivateRedis, settings: Any
 ) -> None:
     exp = factories.experiment()
     private_broker.stop()
@@ -294,11 +294,11 @@ def test_it_carries_out_a_create_committed_while_redis_was_down(
 
     done = eventually(finished, timeout=120, what="the swept create")
     assert done.error is None and done.dispatched_time is not None
-    assert get_jobset(cluster, exp.id, 1) is not None
+    assert get_jobset(api_cluster, exp.id, 1) is not None
 
 
 def test_it_loses_nothing_with_the_defaults_when_redis_restarts_empty_with_creates_queued(
-    workers: Workers, cluster: Any, private_broker: PrivateRedis
+    workers: Workers, api_cluster: Any, private_broker: PrivateRedis
 ) -> None:
     exp = factories.experiment()
     ops = [services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(30)]
@@ -313,5 +313,5 @@ def test_it_loses_nothing_with_the_defaults_when_redis_restarts_empty_with_creat
     print(f"healed {healed_s:.1f} s after the restart")
     assert healed_s < HEAL_S
     assert all(op.error is None for op in Operation.objects.filter(id__in=ops))
-    creates = _creates(cluster, exp.id)
+    creates = _creates(api_cluster, exp.id)
     assert creates == {(f"xmc-{exp.id}-{wid}", "1"): 1 for wid in range(1, 31)}

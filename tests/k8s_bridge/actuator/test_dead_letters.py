@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from tests import factories
@@ -15,30 +14,22 @@ from workunits.models import DeadLetter, Operation, WorkUnitExecution
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def operator() -> Client:
-    user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
-    c = Client()
-    c.force_login(user)
-    return c
-
-
-def _dead_create(cluster: Any) -> tuple[int, DeadLetter]:
+def _dead_create(api_cluster: Any) -> tuple[int, DeadLetter]:
     exp = factories.experiment()
     create = services.create_work_unit(exp.id, factories.work_unit_message()).id
     run(create, change=lambda t: setattr(t, "target_eid", 0) or t.work_unit.Clear())  # no work unit: permanent
     return create, DeadLetter.objects.get(operation_id=create)
 
 
-def test_it_shows_a_dead_letter_with_its_task_decoded(operator: Client, cluster: Any) -> None:
-    create, dead = _dead_create(cluster)
+def test_it_shows_a_dead_letter_with_its_task_decoded(operator: Client, api_cluster: Any) -> None:
+    create, dead = _dead_create(api_cluster)
     page = operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").content.decode()
     assert "xmc.actuator.create" in page
     assert f"operations/{create}" in page  # the decoded task's operation name
     assert "INVALID_ARGUMENT" in page
 
 
-def test_it_requeues_a_dead_stop_as_the_same_operation(operator: Client, cluster: Any, delivered: list[list[int]],
+def test_it_requeues_a_dead_stop_as_the_same_operation(operator: Client, api_cluster: Any, delivered: list[list[int]],
                                                        django_capture_on_commit_callbacks: Any) -> None:
     """A Delete's dead letter leaves STOPPING with an ERROR; the re-queue reopens that operation.
 
@@ -74,9 +65,9 @@ def test_it_refuses_to_requeue_a_dead_letter_without_an_operation(operator: Clie
     assert operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").status_code == 200
 
 
-def test_it_requeues_a_dead_letter_from_its_own_page(operator: Client, cluster: Any, delivered: list[list[int]],
+def test_it_requeues_a_dead_letter_from_its_own_page(operator: Client, api_cluster: Any, delivered: list[list[int]],
                                                     django_capture_on_commit_callbacks: Any) -> None:
-    create, dead = _dead_create(cluster)
+    create, dead = _dead_create(api_cluster)
     page = operator.get(f"/admin/workunits/deadletter/{dead.id}/change/").content.decode()
     action = f"/admin/workunits/deadletter/{dead.id}/requeue/"
     assert f'action="{action}"' in page and ">Re-queue</button>" in page

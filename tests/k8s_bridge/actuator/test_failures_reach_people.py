@@ -13,7 +13,6 @@ from typing import Any
 import time
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from core.hooks import Hooks
@@ -29,15 +28,15 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def refusing(cluster: Any, settings: Any) -> Iterator[Any]:
+def refusing(api_cluster: Any, settings: Any) -> Iterator[Any]:
     """The cluster answers 500 to every JobSet create; three tries, no waiting."""
     settings.XMC_ACTUATOR_MAX_RETRIES = 2
     settings.XMC_ACTUATOR_BACKOFF_BASE_S = 0.01
     settings.XMC_ACTUATOR_BACKOFF_MAX_S = 0.01
-    cluster.faults.clear()
-    cluster.faults.set({"rules": [{"action": "error", "verb": "create", "resource": "jobsets", "status": 500}]})
-    yield cluster
-    cluster.faults.clear()
+    api_cluster.faults.clear()
+    api_cluster.faults.set({"rules": [{"action": "error", "verb": "create", "resource": "jobsets", "status": 500}]})
+    yield api_cluster
+    api_cluster.faults.clear()
 
 
 @pytest.fixture
@@ -95,7 +94,7 @@ def test_it_fails_the_execution_in_the_dead_letters_transaction(refusing: Any, h
     assert ex.work_unit.experiment.child_state_counts == {"FAILED": 1}
 
 
-def test_it_says_a_permanent_refusal_will_not_be_retried(cluster: Any) -> None:
+def test_it_says_a_permanent_refusal_will_not_be_retried(api_cluster: Any) -> None:
     xid, create = launch()
     run(create, change=lambda t: t.work_unit.Clear())  # a task the actuator can never carry out
     ex = execution(xid)
@@ -135,14 +134,6 @@ def test_it_does_not_adopt_a_late_jobset_after_the_dead_letter(refusing: Any) ->
     repairs = sweep.plan(snap, [jobset], ["default"])
     assert [(r.case, r.jobset) for r in repairs] == [
         ("jobset_of_dead_lettered_execution", ("default", f"xmc-{xid}-1", "u-1"))]
-
-
-@pytest.fixture
-def operator() -> Client:
-    user = User.objects.create_superuser("olivia", "olivia@example.com", "pw")
-    c = Client()
-    c.force_login(user)
-    return c
 
 
 def test_it_brings_the_work_unit_back_as_a_new_execution_on_a_requeue(

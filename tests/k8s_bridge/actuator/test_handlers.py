@@ -53,17 +53,17 @@ def new_work_unit() -> tuple[int, int]:
     return exp.id, created.id
 
 
-def test_it_creates_once_when_the_same_task_arrives_twice(cluster: Any) -> None:
+def test_it_creates_once_when_the_same_task_arrives_twice(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
-    first = get_jobset(cluster, xid, 1)
+    first = get_jobset(api_cluster, xid, 1)
     end_time = op(create).end_time
     run(create)
-    assert get_jobset(cluster, xid, 1)["metadata"]["uid"] == first["metadata"]["uid"]
+    assert get_jobset(api_cluster, xid, 1)["metadata"]["uid"] == first["metadata"]["uid"]
     assert op(create).end_time == end_time
 
 
-def test_it_treats_already_exists_with_our_labels_as_success(cluster: Any) -> None:
+def test_it_treats_already_exists_with_our_labels_as_success(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
     Operation.objects.filter(id=create).update(done=False, end_time=None, response=None)  # a lost ack
@@ -71,7 +71,7 @@ def test_it_treats_already_exists_with_our_labels_as_success(cluster: Any) -> No
     assert op(create).done and op(create).error is None
 
 
-def test_it_refuses_to_adopt_a_foreign_jobset_with_our_name(cluster: Any) -> None:
+def test_it_refuses_to_adopt_a_foreign_jobset_with_our_name(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     foreign = build_jobset(factories.executable(), Stamp(xid=xid, wid=99, eid=1, last_edit_ns=1), namespace=NAMESPACE)
     foreign["metadata"]["name"] = jobset_name(xid, 1)
@@ -82,20 +82,20 @@ def test_it_refuses_to_adopt_a_foreign_jobset_with_our_name(cluster: Any) -> Non
     assert finished.done and finished.error["code"] == 9  # FAILED_PRECONDITION
     letter = DeadLetter.objects.get(operation_id=create)
     assert letter.error_code == "FAILED_PRECONDITION"
-    assert get_jobset(cluster, xid, 1)["metadata"]["labels"]["xmc.google.com/wid"] == "99"
+    assert get_jobset(api_cluster, xid, 1)["metadata"]["labels"]["xmc.google.com/wid"] == "99"
 
 
-def test_it_skips_a_create_whose_stop_ran_first(cluster: Any) -> None:
+def test_it_skips_a_create_whose_stop_ran_first(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     stop = services.stop_work_units(xid, [1], batch=False).id
     run(stop)  # Delete before Create: nothing to delete yet
     assert op(stop).done and op(stop).error is None
     run(create)
     assert op(create).done and op(create).error is None
-    assert get_jobset(cluster, xid, 1) is None
+    assert get_jobset(api_cluster, xid, 1) is None
 
 
-def test_it_deletes_only_up_to_the_target_eid(cluster: Any) -> None:
+def test_it_deletes_only_up_to_the_target_eid(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
     stop = services.stop_work_units(xid, [1], batch=False).id
@@ -105,23 +105,23 @@ def test_it_deletes_only_up_to_the_target_eid(cluster: Any) -> None:
         {"metadata": {"labels": {"xmc.google.com/execution-id": "2"}}})
     run(stop)
     assert op(stop).done and op(stop).error is None
-    assert not get_jobset(cluster, xid, 1)["metadata"].get("deletionTimestamp")
+    assert not get_jobset(api_cluster, xid, 1)["metadata"].get("deletionTimestamp")
 
 
-def test_it_refuses_a_delete_older_than_the_jobsets_last_edit(cluster: Any) -> None:
+def test_it_refuses_a_delete_older_than_the_jobsets_last_edit(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
     stop = services.stop_work_units(xid, [1], batch=False).id
     run(stop, change=lambda t: setattr(t, "operation_time_ns", 1))
     assert op(stop).error["code"] == 9
-    assert not get_jobset(cluster, xid, 1)["metadata"].get("deletionTimestamp")
+    assert not get_jobset(api_cluster, xid, 1)["metadata"].get("deletionTimestamp")
     assert DeadLetter.objects.filter(operation_id=stop, error_code="FAILED_PRECONDITION").exists()
 
 
-def test_it_never_deletes_a_newer_object_with_the_same_name(cluster: Any) -> None:
+def test_it_never_deletes_a_newer_object_with_the_same_name(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
-    old = get_jobset(cluster, xid, 1)
+    old = get_jobset(api_cluster, xid, 1)
     api = client.custom_objects()
     api.patch_namespaced_custom_object(client.JOBSET_GROUP, client.JOBSET_VERSION, NAMESPACE, client.JOBSET_PLURAL,
                                        jobset_name(xid, 1), {"metadata": {"finalizers": None}})
@@ -132,35 +132,35 @@ def test_it_never_deletes_a_newer_object_with_the_same_name(cluster: Any) -> Non
     with pytest.raises(client.ApiException) as info:
         handlers._delete(old)
     assert info.value.status == 409
-    assert get_jobset(cluster, xid, 1)["metadata"]["uid"] != old["metadata"]["uid"]
+    assert get_jobset(api_cluster, xid, 1)["metadata"]["uid"] != old["metadata"]["uid"]
 
 
-def test_it_finishes_a_restart_redelivered_after_the_new_jobset_exists(cluster: Any) -> None:
+def test_it_finishes_a_restart_redelivered_after_the_new_jobset_exists(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     restart = services.restart_work_units(xid, [1], batch=False).id
     run(restart)  # nothing in the way: creates eid 2 directly
-    js = get_jobset(cluster, xid, 1)
+    js = get_jobset(api_cluster, xid, 1)
     assert js["metadata"]["labels"]["xmc.google.com/execution-id"] == "2"
     Operation.objects.filter(id=restart).update(done=False)
     run(restart)
     assert op(restart).done
-    assert get_jobset(cluster, xid, 1)["metadata"]["uid"] == js["metadata"]["uid"]
+    assert get_jobset(api_cluster, xid, 1)["metadata"]["uid"] == js["metadata"]["uid"]
     run(create)  # the old create arrives last: eid 1 is no longer current
-    assert get_jobset(cluster, xid, 1)["metadata"]["uid"] == js["metadata"]["uid"]
+    assert get_jobset(api_cluster, xid, 1)["metadata"]["uid"] == js["metadata"]["uid"]
 
 
-def test_it_deletes_the_old_jobset_and_waits_before_restarting(cluster: Any) -> None:
+def test_it_deletes_the_old_jobset_and_waits_before_restarting(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
     restart_id = services.restart_work_units(xid, [1], batch=False).id
     task = task_wire.decode_task(payload_for(restart_id))
     with pytest.raises(handlers.RetryLater):
         handlers.handle_restart(task, restart_id)
-    assert get_jobset(cluster, xid, 1)["metadata"].get("deletionTimestamp")
+    assert get_jobset(api_cluster, xid, 1)["metadata"].get("deletionTimestamp")
     assert not op(restart_id).done
 
 
-def test_it_patches_notify_when_and_retries_only_a_missing_jobset(cluster: Any) -> None:
+def test_it_patches_notify_when_and_retries_only_a_missing_jobset(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     task = task_pb2.Task(type=task_pb2.Task.UPDATE, xid=xid, wid=1, eid=1, notify_when="COMPLETED")
     task.update_mask.paths.append(task_wire.NOTIFY_WHEN_PATH)
@@ -169,13 +169,13 @@ def test_it_patches_notify_when_and_retries_only_a_missing_jobset(cluster: Any) 
     assert info.value.code == "UNAVAILABLE"  # retryable
     run(create)
     handlers.handle_update(task, None)
-    assert get_jobset(cluster, xid, 1)["metadata"]["annotations"]["xmc.google.com/notify-when"] == "COMPLETED"
+    assert get_jobset(api_cluster, xid, 1)["metadata"]["annotations"]["xmc.google.com/notify-when"] == "COMPLETED"
     task.notify_when = ""
     handlers.handle_update(task, None)
-    assert "xmc.google.com/notify-when" not in (get_jobset(cluster, xid, 1)["metadata"].get("annotations") or {})
+    assert "xmc.google.com/notify-when" not in (get_jobset(api_cluster, xid, 1)["metadata"].get("annotations") or {})
 
 
-def test_it_dead_letters_a_permanent_error_with_the_operation_done(cluster: Any) -> None:
+def test_it_dead_letters_a_permanent_error_with_the_operation_done(api_cluster: Any) -> None:
     xid, create = new_work_unit()
 
     def not_a_work_unit(task: task_pb2.Task) -> None:
@@ -185,13 +185,13 @@ def test_it_dead_letters_a_permanent_error_with_the_operation_done(cluster: Any)
     run(create, change=not_a_work_unit)
     assert op(create).error["code"] == 3
     assert DeadLetter.objects.get(operation_id=create).error_code == "INVALID_ARGUMENT"
-    assert get_jobset(cluster, xid, 1) is None
+    assert get_jobset(api_cluster, xid, 1) is None
 
 
-def test_it_dead_letters_after_the_last_retry(cluster: Any, settings: Any) -> None:
+def test_it_dead_letters_after_the_last_retry(api_cluster: Any, settings: Any) -> None:
     settings.XMC_ACTUATOR_MAX_RETRIES = 0
-    settings.KUBECONFIG = str(cluster.kubeconfig_path) + ".closed"
-    kubeconfig = open(str(cluster.kubeconfig_path)).read().replace(cluster.url, "http://127.0.0.1:9")
+    settings.KUBECONFIG = str(api_cluster.kubeconfig_path) + ".closed"
+    kubeconfig = open(str(api_cluster.kubeconfig_path)).read().replace(api_cluster.url, "http://127.0.0.1:9")
     with open(settings.KUBECONFIG, "w") as f:
         f.write(kubeconfig)
     client.reset()
@@ -201,16 +201,16 @@ def test_it_dead_letters_after_the_last_retry(cluster: Any, settings: Any) -> No
     assert DeadLetter.objects.get(operation_id=create).error_code == "UNAVAILABLE"
 
 
-def test_it_cancels_a_pending_create_that_has_not_run(cluster: Any, _no_outbox_delivery: Any) -> None:
+def test_it_cancels_a_pending_create_that_has_not_run(api_cluster: Any, _no_outbox_delivery: Any) -> None:
     xid, create = new_work_unit()
     services.request_operation_cancellation(create)
     run(create)
     finished = op(create)
     assert finished.done and finished.error["code"] == 1  # CANCELLED
-    assert get_jobset(cluster, xid, 1) is None
+    assert get_jobset(api_cluster, xid, 1) is None
 
 
-def test_it_cancels_before_sending_when_asked_in_time(cluster: Any, monkeypatch: pytest.MonkeyPatch,
+def test_it_cancels_before_sending_when_asked_in_time(api_cluster: Any, monkeypatch: pytest.MonkeyPatch,
                                                      real_deliver: None) -> None:
     sent: list[Any] = []
     monkeypatch.setattr("workunits.outbox.publish", lambda task, **_: sent.append(task))
@@ -221,14 +221,14 @@ def test_it_cancels_before_sending_when_asked_in_time(cluster: Any, monkeypatch:
     assert op(create).error["code"] == 1
 
 
-def test_it_ignores_a_cancellation_that_comes_after_the_create(cluster: Any) -> None:
+def test_it_ignores_a_cancellation_that_comes_after_the_create(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
     services.request_operation_cancellation(create)
-    assert op(create).error is None and get_jobset(cluster, xid, 1) is not None
+    assert op(create).error is None and get_jobset(api_cluster, xid, 1) is not None
 
 
-def test_it_completes_a_batch_parent_when_its_last_child_is_done(cluster: Any) -> None:
+def test_it_completes_a_batch_parent_when_its_last_child_is_done(api_cluster: Any) -> None:
     exp = factories.experiment()
     creates = [services.create_work_unit(exp.id, factories.work_unit_message()).id for _ in range(2)]
     for c in creates:
@@ -250,13 +250,13 @@ def test_it_refuses_an_invalid_executable_at_create_work_unit_naming_the_field()
     assert info.value.field == "work_unit.executable.jobset.jobs[0].host_network"
 
 
-def test_it_cancels_a_pending_restart_without_touching_the_running_jobset(cluster: Any) -> None:
+def test_it_cancels_a_pending_restart_without_touching_the_running_jobset(api_cluster: Any) -> None:
     xid, create = new_work_unit()
     run(create)
-    uid = get_jobset(cluster, xid, 1)["metadata"]["uid"]
+    uid = get_jobset(api_cluster, xid, 1)["metadata"]["uid"]
     restart = services.restart_work_units(xid, [1], batch=False).id
     services.request_operation_cancellation(restart)
     run(restart)
     assert op(restart).error["code"] == 1
-    js = get_jobset(cluster, xid, 1)
+    js = get_jobset(api_cluster, xid, 1)
     assert js["metadata"]["uid"] == uid and not js["metadata"].get("deletionTimestamp")

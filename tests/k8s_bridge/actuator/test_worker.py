@@ -23,39 +23,39 @@ def done(op_id: int) -> Operation | None:
     return op if op.done else None
 
 
-def test_it_creates_the_jobset_of_a_new_work_unit_and_reports_the_operation_done(worker: Any, cluster: Any) -> None:
+def test_it_creates_the_jobset_of_a_new_work_unit_and_reports_the_operation_done(worker: Any, api_cluster: Any) -> None:
     exp = factories.experiment()
     op = services.create_work_unit(exp.id, factories.work_unit_message())
     finished = eventually(lambda: done(op.id), what="the create operation")
     assert finished.error is None
     assert finished.response["@type"].endswith("cloud.xmanager.v1.WorkUnit")
     assert finished.dispatched_time is not None
-    jobset = get_jobset(cluster, exp.id, 1)
+    jobset = get_jobset(api_cluster, exp.id, 1)
     assert jobset is not None
     assert jobset["metadata"]["labels"]["xmc.google.com/execution-id"] == "1"
 
 
-def test_it_stops_and_restarts_through_the_worker(worker: Any, cluster: Any) -> None:
+def test_it_stops_and_restarts_through_the_worker(worker: Any, api_cluster: Any) -> None:
     exp = factories.experiment()
     create = services.create_work_unit(exp.id, factories.work_unit_message())
     eventually(lambda: done(create.id), what="create")
-    first_uid = get_jobset(cluster, exp.id, 1)["metadata"]["uid"]
+    first_uid = get_jobset(api_cluster, exp.id, 1)["metadata"]["uid"]
 
     restart = services.restart_work_units(exp.id, [1], batch=False)
     # The old JobSet is deleted; our finalizer holds it until the reconciler's
     # finalizer path releases it (done here by hand).
-    eventually(lambda: (get_jobset(cluster, exp.id, 1) or {}).get("metadata", {}).get("deletionTimestamp"),
+    eventually(lambda: (get_jobset(api_cluster, exp.id, 1) or {}).get("metadata", {}).get("deletionTimestamp"),
                what="deletion of eid 1")
     assert done(restart.id) is None  # waiting, by retries, for eid 1 to be gone
-    release_finalizer(cluster, exp.id, 1)
+    release_finalizer(api_cluster, exp.id, 1)
     eventually(lambda: done(restart.id), what="restart")
-    jobset = get_jobset(cluster, exp.id, 1)
+    jobset = get_jobset(api_cluster, exp.id, 1)
     assert jobset["metadata"]["uid"] != first_uid
     assert jobset["metadata"]["labels"]["xmc.google.com/execution-id"] == "2"
 
     stop = services.stop_work_units(exp.id, [1], batch=False)
     eventually(lambda: done(stop.id), what="stop")
-    assert get_jobset(cluster, exp.id, 1)["metadata"].get("deletionTimestamp")
+    assert get_jobset(api_cluster, exp.id, 1)["metadata"].get("deletionTimestamp")
 
 
 def _signed_create(op: Operation) -> task_pb2.Task:
@@ -66,7 +66,7 @@ def _signed_create(op: Operation) -> task_pb2.Task:
 
 @pytest.mark.parametrize("damage", ["tampered", "expired", "unknown_key", "unsigned"])
 def test_it_dead_letters_a_bad_task_and_never_touches_the_cluster(
-    workers: Workers, cluster: Any, damage: str, _no_outbox_delivery: Any, monkeypatch: pytest.MonkeyPatch
+    workers: Workers, api_cluster: Any, damage: str, _no_outbox_delivery: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The operation is committed but not sent: the test sends a damaged task itself.
     monkeypatch.setattr("workunits.outbox.deliver_committed", lambda ops, notify_when=None: None)
@@ -89,5 +89,5 @@ def test_it_dead_letters_a_bad_task_and_never_touches_the_cluster(
                         what="a dead letter")
     assert letter.error_code == "INVALID_ARGUMENT"
     assert letter.operation_id is None
-    assert get_jobset(cluster, exp.id, 1) is None
+    assert get_jobset(api_cluster, exp.id, 1) is None
     assert not Operation.objects.get(id=op.id).done

@@ -3,7 +3,7 @@ pending workloads of its visibility API in Kueue's order, joined to experiments 
 
 The simulator runs with controllers (real HTTP, the real ``kubernetes`` client of
 ``k8s_bridge.client``); JobSets are shaped as the actuator builds them
-(`tests.k8s_bridge.reconciler.conftest.Cluster`), so the workloads Kueue makes are owned by
+(`tests.fixtures.simulators.Cluster`), so the workloads Kueue makes are owned by
 ``xmc-<xid>-<wid>``.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.test import Client
 
 from k8s_bridge import client
 from tests import factories
-from tests.k8s_bridge.reconciler.conftest import Cluster, make_cluster  # noqa: F401 - fixture
+from tests.fixtures.simulators import Cluster
 from tests.k8s_bridge.reconciler.test_end_to_end import small_queue
 from tests.waiting import eventually
 from xmc.auth.tokens import issue_token
@@ -38,7 +38,7 @@ def kueue(plural: str, name: str, namespace: str | None = None) -> dict[str, Any
 
 
 @pytest.fixture
-def busy(make_cluster: Callable[..., Cluster]) -> dict[str, Any]:  # noqa: F811
+def busy(make_cluster: Callable[..., Cluster]) -> dict[str, Any]:
     """Two CPUs of quota: Alice's first two units run, her next two and Bob's one wait."""
     cluster = make_cluster(clusterQueues=small_queue("2"))
     alice, bob = factories.experiment(ALICE, title="resnet sweep"), factories.experiment(BOB, title="bob's")
@@ -123,7 +123,7 @@ def test_it_pages_and_filters_pending_workloads_by_local_queue(busy: dict[str, A
     ("/v1/queues/Not_A_Queue/pendingWorkloads", {}, 400, "clusterQueue"),
     ("/v1/queues/no-such-queue/pendingWorkloads", {}, 404, "name"),
 ])
-def test_it_refuses_bad_input_naming_the_field(make_cluster: Callable[..., Cluster], url: str,  # noqa: F811
+def test_it_refuses_bad_input_naming_the_field(make_cluster: Callable[..., Cluster], url: str,
                                                params: dict[str, str], status: int, field: str) -> None:
     make_cluster()
     response = get(ALICE, url, **params)

@@ -81,7 +81,7 @@ ROWS: list[tuple[str, str, Callable[[dict[str, Any]], bool], str]] = [
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
     from simulators.cluster.server import run_simulator
-    from tests.simulators.fixtures import queues_config
+    from tests.fixtures.simulators import queues_config
     from django.conf import settings
 
     path = tmp_path_factory.mktemp("mapping")

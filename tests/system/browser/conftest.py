@@ -1,5 +1,5 @@
 """Fixtures of the browser tests: ``site``, the production ASGI application served by uvicorn
-(tests/ui/asgi_server.py) on the test database; Chromium is ``tests.browsers``' ``browser``."""
+(tests/ui/asgi_server.py) on the test database; Chromium is ``tests.fixtures.browsers``' ``browser``."""
 from __future__ import annotations
 
 import pytest

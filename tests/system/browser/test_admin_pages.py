@@ -11,11 +11,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 
 from tests import factories
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
+from tests.fixtures.people import PASSWORD
 from workunits import services
 from workunits.models import WorkUnitExecution
 from workunits.state import ExecutionUpdate
@@ -27,13 +27,12 @@ pytestmark = [
 
 
 @pytest.fixture
-def page(live_server: object, browser: Any) -> object:
-    """Olivia's admin, signed in (Chromium: the ``browser`` fixture of ``tests.browsers``)."""
-    User.objects.create_superuser("olivia", "olivia@example.com", "correct horse battery staple 42")
+def page(live_server: object, browser: Any, olivia: object) -> object:
+    """Olivia's admin, signed in (Chromium: the ``browser`` fixture of ``tests.fixtures.browsers``)."""
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(f"{live_server}/admin/login/")
     page.fill("#id_username", "olivia")
-    page.fill("#id_password", "correct horse battery staple 42")
+    page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(f"{live_server}/admin/")
     return page

@@ -21,7 +21,7 @@ import requests
 
 from core import pb
 from metrics import services, tokens
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
 from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixtures
     ALICE,
     SHOTS,

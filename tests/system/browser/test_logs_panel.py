@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests import waiting
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
+from tests.fixtures.systems import System
 from tests.system.cli import rest
-from tests.system.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
 
 pytestmark = needs_chromium
 
@@ -28,7 +28,7 @@ CHATTY = "pull=1s;print=hello <b>from</b> main;log=every:1s:step {n} loss {x};ru
 
 @pytest.fixture
 def page(system: System, browser: Any) -> Any:  # noqa: F811
-    """The admin's session on the system's pages (Chromium: ``tests.browsers``)."""
+    """The admin's session on the system's pages (Chromium: ``tests.fixtures.browsers``)."""
     ui = system.exports["XMANAGER_UI_URL"]
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.goto(f"{ui}/login")
@@ -39,7 +39,7 @@ def page(system: System, browser: Any) -> Any:  # noqa: F811
     return page
 
 
-def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, page: Any) -> None:  # noqa: F811
+def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, page: Any) -> None:
     token = system.exports["XMC_AUTH_TOKEN"]
     xid = rest.experiment(system.api, token, "chatty", [rest.work_unit(CHATTY)])
     ui = system.exports["XMANAGER_UI_URL"]
@@ -99,7 +99,7 @@ def test_it_follows_a_running_pod_and_searches_and_downloads(system: System, pag
     assert "hello <b>from</b> main" in body and "step 1 loss " in body
 
 
-def _open_unit(system: System, page: Any, script: str, state: str) -> int:  # noqa: F811
+def _open_unit(system: System, page: Any, script: str, state: str) -> int:
     token = system.exports["XMC_AUTH_TOKEN"]
     xid = rest.experiment(system.api, token, "panel", [rest.work_unit(script)])
 
@@ -113,7 +113,7 @@ def _open_unit(system: System, page: Any, script: str, state: str) -> int:  # no
     return xid
 
 
-def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: Any) -> None:  # noqa: F811
+def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: Any) -> None:
     chatty = ";".join(f"print=line {n:03d}" for n in range(80)) + ";log=every:1s:step {n};run=600s;exit=0"
     _open_unit(system, page, chatty, "RUNNING")
     waiting.eventually(lambda: "line 079" in (page.reload() and page.wait_for_selector("#logtext") and
@@ -125,7 +125,7 @@ def test_it_opens_a_running_jobs_log_at_its_newest_line(system: System, page: An
     assert at[0] >= at[1] - 2, at  # ... and the panel shows its end
 
 
-def test_it_follows_a_container_to_its_last_line(system: System, page: Any) -> None:  # noqa: F811
+def test_it_follows_a_container_to_its_last_line(system: System, page: Any) -> None:
     _open_unit(system, page, "pull=1s;log=every:1s:step {n};run=6s;exit=0;stderr=the very last line", "RUNNING")
     page.check("input[name=follow]")
     page.wait_for_selector("#logtext[data-follow]")

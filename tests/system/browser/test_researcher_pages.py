@@ -17,7 +17,7 @@ import pytest
 
 from core import pb
 from tests import factories
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
 from tests.ui import pages
 from workunits import services as wu_services
 from workunits.models import WorkUnitExecution

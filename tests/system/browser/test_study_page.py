@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from studies import controller
 from studies.models import Trial
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
 from tests.system.browser.test_charts import _attribute_at_least, _fits
 from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixtures
     ALICE,

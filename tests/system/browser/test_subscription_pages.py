@@ -15,7 +15,7 @@ import pytest
 
 from notifications.models import Delivery
 from tests import factories
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
 from tests.notifications.conftest import Receiver, receiver  # noqa: F401 - fixture
 from tests.notifications.test_worker import broker, start_worker  # noqa: F401 - fixtures
 from tests.system.browser.test_researcher_pages import SHOTS, _signed_in  # noqa: F401

@@ -16,8 +16,8 @@ from django.contrib.auth.models import User
 
 from k8s_bridge import client
 from tests import factories
-from tests.browsers import needs_chromium
-from tests.k8s_bridge.reconciler.conftest import Cluster, make_cluster  # noqa: F401 - fixture
+from tests.fixtures.browsers import needs_chromium
+from tests.fixtures.simulators import Cluster
 from tests.k8s_bridge.reconciler.test_end_to_end import small_queue
 from tests.system.browser.test_researcher_pages import SHOTS, _signed_in  # noqa: F401
 from tests.system.browser.test_subscription_pages import _fits

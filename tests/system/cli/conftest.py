@@ -17,7 +17,7 @@ import pytest
 
 from tests.system.cli.cli_env import ROOT, ensure_cli_venv
 from tests.system.cli.runner import ALICE, BOB, Run, Xmc  # noqa: F401 - re-exported for the tests
-from tests.system.e2e.conftest import System, system  # noqa: F401 - the module-scoped live system
+from tests.fixtures.systems import System
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -32,7 +32,7 @@ def cli_venv() -> Path:
     return ensure_cli_venv()
 
 
-def system_env(system: System) -> dict[str, str]:  # noqa: F811
+def system_env(system: System) -> dict[str, str]:
     """The settings ``./dev run`` gave its processes (its run folder's ``env``), for manage.py calls."""
     env = dict(os.environ)
     for line in (system.run_dir / "env").read_text().splitlines():
@@ -42,7 +42,7 @@ def system_env(system: System) -> dict[str, str]:  # noqa: F811
     return env
 
 
-def issue_token(system: System, email: str, ttl: int | None = None) -> str:  # noqa: F811
+def issue_token(system: System, email: str, ttl: int | None = None) -> str:
     argv = [sys.executable, "manage.py", "issue_token", email, *(["--ttl", str(ttl)] if ttl else [])]
     done = subprocess.run(argv, cwd=ROOT, env=system_env(system), capture_output=True, text=True, timeout=60,
                           check=True)
@@ -50,12 +50,12 @@ def issue_token(system: System, email: str, ttl: int | None = None) -> str:  # n
 
 
 @pytest.fixture(scope="module")
-def tokens(system: System) -> dict[str, str]:  # noqa: F811
+def tokens(system: System) -> dict[str, str]:
     return {ALICE: issue_token(system, ALICE), BOB: issue_token(system, BOB)}
 
 
 @pytest.fixture(scope="module")
-def xmc(cli_venv: Path, system: System, tmp_path_factory: pytest.TempPathFactory) -> Xmc:  # noqa: F811
+def xmc(cli_venv: Path, system: System, tmp_path_factory: pytest.TempPathFactory) -> Xmc:
     home = tmp_path_factory.mktemp("home")
     return Xmc(cli_venv, home, system.api)
 

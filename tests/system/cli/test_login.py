@@ -55,11 +55,9 @@ def _login(venv: Path, home: Path, api: str, alice: Any) -> str:
     return output
 
 
-def test_it_uses_the_login_the_real_xmanager_cli_saved(live_server: Any, django_user_model: Any,
-                                                      tmp_path: Path) -> None:
+def test_it_uses_the_login_the_real_xmanager_cli_saved(live_server: Any, alice: Any, tmp_path: Path) -> None:
     from tests.system.cli.cli_env import ensure_cli_venv
 
-    alice = django_user_model.objects.create_user(username="alice", email=ALICE, password="correct horse battery")
     experiment = factories.experiment(title="logged in", creator=ALICE)
     factories.work_unit(experiment)
     stranger = factories.experiment(title="not alice's", creator="bob@example.com")

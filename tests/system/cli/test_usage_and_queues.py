@@ -13,7 +13,7 @@ from tests import waiting
 from tests.system.cli import rest
 from tests.system.cli.conftest import cli_venv, tokens, xmc  # noqa: F401 - fixtures
 from tests.system.cli.runner import ALICE, BOB, Xmc
-from tests.system.e2e.conftest import System, system  # noqa: F401 - fixture
+from tests.fixtures.systems import System
 
 
 def eventually(check: Any, what: str, timeout: float = 120.0) -> Any:

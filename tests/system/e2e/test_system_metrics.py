@@ -37,7 +37,8 @@ from metrics.models import MetricSummary
 from notifications import services as notification_services
 from notifications.models import Event
 from simulators.cluster.controllers.script import GPU_ANNOTATION
-from tests import browsers, factories
+from tests import factories
+from tests.fixtures import browsers
 from tests.system.e2e.conftest import System, eventually
 from tests.system.e2e.test_walkthrough import _signed_in
 from usage.models import RunningInterval

@@ -191,11 +191,6 @@ def rpc_log(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
     return log
 
 
-@pytest.fixture
-def fresh_email() -> Callable[[str], str]:
-    return lambda who: f"{who}-{uuid.uuid4().hex[:12]}@example.com"
-
-
 @pytest.fixture(autouse=True)
 def _no_git_above(tmp_path: Path) -> Iterator[None]:
     # The client snapshots the cwd's git repo (contract 2.2); tmp dirs must not be in one.

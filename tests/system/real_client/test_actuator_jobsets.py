@@ -13,7 +13,6 @@ import pytest
 from django.db import close_old_connections
 
 from tests.k8s_bridge.actuator.conftest import (  # noqa: F401 - fixtures
-    cluster,
     get_jobset,
     real_deliver,
     worker,
@@ -47,13 +46,13 @@ report(seen)
 """
 
 
-def test_it_turns_a_launch_scripts_work_units_into_jobsets(alice_client: Client, worker: Any, cluster: Any) -> None:
+def test_it_turns_a_launch_scripts_work_units_into_jobsets(alice_client: Client, worker: Any, api_cluster: Any) -> None:
     script = alice_client.write("launch_story.py", LAUNCH_SCRIPT)
     xid = alice_client.xmanager("launch", str(script), timeout=300).ok().result["id"]
 
     for wid in (1, 2):
-        eventually(lambda wid=wid: get_jobset(cluster, xid, wid), timeout=120, what=f"the JobSet of work unit {wid}")
-    cpu, group = get_jobset(cluster, xid, 1), get_jobset(cluster, xid, 2)
+        eventually(lambda wid=wid: get_jobset(api_cluster, xid, wid), timeout=120, what=f"the JobSet of work unit {wid}")
+    cpu, group = get_jobset(api_cluster, xid, 1), get_jobset(api_cluster, xid, 2)
     assert [r["name"] for r in cpu["spec"]["replicatedJobs"]] == ["trainer"]
     assert cpu["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cpu-queue"
     assert [r["name"] for r in group["spec"]["replicatedJobs"]] == ["server", "worker"]

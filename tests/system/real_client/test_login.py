@@ -27,15 +27,10 @@ from tests.system.real_client.conftest import ALICE, Client
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def alice_user(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user(username="alice", email=ALICE, password="correct horse battery")
-
-
 
 
 def test_it_logs_the_real_cli_in_and_calls_the_api_with_only_the_cached_token(
-    make_client: Callable[..., Client], alice_user: Any, live_server: Any, tmp_path: Path
+    make_client: Callable[..., Client], alice: Any, live_server: Any, tmp_path: Path
 ) -> None:
     client = make_client(None)  # holds no token: everything below rests on the login
     credentials = tmp_path / "credentials.json"
@@ -59,7 +54,7 @@ def test_it_logs_the_real_cli_in_and_calls_the_api_with_only_the_cached_token(
         assert url.startswith(f"{live_server.url}/api/cli/login?mode=manual&state=")
 
         browser = BrowserClient(enforce_csrf_checks=True)
-        browser.force_login(alice_user)
+        browser.force_login(alice)
         split = urlsplit(url)
         code = code_from_page(authorize(browser, f"{split.path}?{split.query}"))
         cli.stdin.write(code + "\n")

@@ -22,12 +22,12 @@ import pytest
 
 from experiments.models import Experiment
 from tests.api.auth.cli_steps import PRINTED_LOGIN_URL, read_until
-from tests.browsers import needs_chromium
+from tests.fixtures.browsers import needs_chromium
+from tests.fixtures.people import PASSWORD
 from tests.system.real_client.conftest import ALICE, Client
 from workunits.models import WorkUnit
 
 SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
-PASSWORD = "correct horse battery"
 pytestmark = [
     needs_chromium,
     pytest.mark.django_db(transaction=True),
@@ -60,7 +60,7 @@ if __name__ == "__main__":
 @pytest.mark.parametrize(("width", "height", "name"), [(390, 844, "phone"), (1440, 900, "desktop")])
 def test_it_logs_the_real_cli_in_through_chromium_and_launches_with_the_token(
     make_client: Callable[..., Client],
-    django_user_model: Any,
+    alice: Any,
     live_server: Any,
     browser: Any,
     tmp_path: Path,
@@ -68,7 +68,6 @@ def test_it_logs_the_real_cli_in_through_chromium_and_launches_with_the_token(
     height: int,
     name: str,
 ) -> None:
-    django_user_model.objects.create_user(username="alice", email=ALICE, password=PASSWORD)
     client = make_client(None)  # holds no token: everything below rests on the login
     credentials = tmp_path / "credentials.json"
     cli = subprocess.Popen(

@@ -12,13 +12,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import DatabaseError
 from django.test import Client
 from django.utils import timezone
 
 from lifecycle import events
 from lifecycle import tasks as lifecycle_tasks
+from tests.fixtures.people import PASSWORD, new_user
 from tests.lifecycle import brokers
 from delivery import leases
 from workunits import delivery, scheduling
@@ -175,8 +175,8 @@ def test_it_records_a_resumes_run_in_the_outbox(django_capture_on_commit_callbac
 def test_it_shows_messages_and_their_dead_letters_in_the_admin_and_requeues_them(
     client: Client, django_capture_on_commit_callbacks: Any
 ) -> None:
-    User.objects.create_superuser("olivia", "olivia@example.com", "pw")
-    client.login(username="olivia", password="pw")
+    new_user("olivia", is_superuser=True)
+    assert client.login(username="olivia", password=PASSWORD)
     row = message()
     delivery.dead_letter(row.id, events.TASK_NAME, "DEADLINE_EXCEEDED", "MLRun unavailable", 51)
     assert client.get("/admin/workunits/outboxmessage/").status_code == 200

@@ -21,9 +21,9 @@ from django.utils import timezone
 from core import convert, task_wire
 from core.protos import task_pb2
 from core.task_wire import decode_task
+from tests.fixtures.people import OLIVIA as OLIVIA  # the operator of the stories here
 from workunits.models import Operation, WorkUnit
 
-OLIVIA = "olivia@example.com"
 
 TYPES = {"CREATE": task_pb2.Task.CREATE, "RESTART": task_pb2.Task.RESTART,
          "UPDATE": task_pb2.Task.UPDATE, "DELETE": task_pb2.Task.DELETE}

@@ -27,7 +27,7 @@ import pytest
 from django.conf import settings
 
 from artifacts import services as artifact_services
-from simulators.cluster.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle
 from tests import factories, waiting
 from tests.workunits.scheduling.conftest import OLIVIA, broker  # noqa: F401 - fixture: this run's Redis, emptied
 from tests.celery_workers import ROOT, CeleryWorkers, worker_env
@@ -38,6 +38,7 @@ from core import pb
 from workunits.outbox import deliver_committed as REAL_DELIVER_COMMITTED
 
 NAMESPACE = "default"
+SIMULATOR_SPEED = 20  # `simulator`'s (tests/fixtures/simulators.py)
 EXECUTION_LABEL = "xmc.google.com/execution-id"
 NOTIFY_WHEN = "xmc.google.com/notify-when"
 #: Pods that keep running for the whole story (the simulator runs at speed 20,
@@ -49,13 +50,6 @@ def eventually(predicate: Callable[[], Any], what: str, timeout: float = 120.0) 
     return waiting.eventually(predicate, timeout, what, interval=0.25)
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[SimulatorHandle]:
-    handle = run_simulator(port=0, speed=20, kubeconfig_out=str(tmp_path / "kubeconfig"))
-    yield handle
-    handle.stop()
-
-
 #: The artifact lifecycle on (the notify-when patch needs ManagedXprofRule), which
 #: needs the MachineLearningRun project and location. No lifecycle worker runs
 #: here, so nothing calls the endpoint (a closed loopback port).
@@ -64,24 +58,24 @@ LIFECYCLE = {"XMC_ARTIFACT_LIFECYCLE_ENABLED": "true", "XMC_MLRUN_PROJECT": "xmc
              "XMC_MLRUN_TOKEN": "unused"}
 
 
-def _env(sim: SimulatorHandle) -> dict[str, str]:
-    return {"REDIS_URL": settings.CELERY_BROKER_URL, "KUBECONFIG": str(sim.kubeconfig_path),
+def _env(simulator: SimulatorHandle) -> dict[str, str]:
+    return {"REDIS_URL": settings.CELERY_BROKER_URL, "KUBECONFIG": str(simulator.kubeconfig_path),
             "XMC_K8S_NAMESPACE": NAMESPACE, **LIFECYCLE}
 
 
 @pytest.fixture
-def control_plane(sim: SimulatorHandle, broker: Any, tmp_path: Path, celery_workers: CeleryWorkers,
+def control_plane(simulator: SimulatorHandle, broker: Any, tmp_path: Path, celery_workers: CeleryWorkers,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A real worker (actuator + resumption queues) and the reconciler, against the simulator."""
     monkeypatch.setattr("workunits.outbox.deliver_committed", REAL_DELIVER_COMMITTED)
     monkeypatch.setattr("workunits.outbox.deliver", REAL_DELIVER)
     for name, value in LIFECYCLE.items():
         monkeypatch.setattr(settings, name, True if value == "true" else value)
-    celery_workers.start("actuator,resumption", pool="threads", concurrency=4, env=_env(sim))
+    celery_workers.start("actuator,resumption", pool="threads", concurrency=4, env=_env(simulator))
     with (tmp_path / "reconciler.log").open("w") as log:
         reconciler = subprocess.Popen([sys.executable, "manage.py", "reconcile", "--namespace", NAMESPACE,
                                        "--metrics-port", "0"],
-                                      cwd=ROOT, env=worker_env(_env(sim)), stdout=log, stderr=subprocess.STDOUT)
+                                      cwd=ROOT, env=worker_env(_env(simulator)), stdout=log, stderr=subprocess.STDOUT)
     yield
     reconciler.send_signal(signal.SIGTERM)
     celery_workers.stop_all()
@@ -92,13 +86,13 @@ def control_plane(sim: SimulatorHandle, broker: Any, tmp_path: Path, celery_work
         reconciler.wait(30)
 
 
-def jobsets(sim: SimulatorHandle) -> dict[str, dict[str, Any]]:
-    items = sim.store.list("jobsets", NAMESPACE)[0]
+def jobsets(simulator: SimulatorHandle) -> dict[str, dict[str, Any]]:
+    items = simulator.store.list("jobsets", NAMESPACE)[0]
     return {js["metadata"]["name"]: js for js in items}
 
 
-def jobset_of(sim: SimulatorHandle, wu: WorkUnit) -> dict[str, Any] | None:
-    return jobsets(sim).get(f"xmc-{wu.experiment_id}-{wu.wid}")
+def jobset_of(simulator: SimulatorHandle, wu: WorkUnit) -> dict[str, Any] | None:
+    return jobsets(simulator).get(f"xmc-{wu.experiment_id}-{wu.wid}")
 
 
 def state_of(wu: WorkUnit) -> str:
@@ -107,7 +101,7 @@ def state_of(wu: WorkUnit) -> str:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, control_plane: None,
+def test_it_resumes_exactly_the_right_work_after_a_pause(simulator: SimulatorHandle, control_plane: None,
                                                          broker: Any) -> None:  # noqa: F811
     def quiet() -> None:
         """Only the worker writes JobSets: wait until it has handled every task sent so far (its queues
@@ -119,7 +113,7 @@ def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, c
     running, to_restart = factories.work_unit(exp, **LONG), factories.work_unit(exp, **LONG)
     for wu in (running, to_restart):
         eventually(lambda wu=wu: state_of(wu) == "RUNNING", f"{wu.name} RUNNING")
-    created_uid = {wu.wid: jobset_of(sim, wu)["metadata"]["uid"] for wu in (running, to_restart)}
+    created_uid = {wu.wid: jobset_of(simulator, wu)["metadata"]["uid"] for wu in (running, to_restart)}
 
     scheduling.pause(reason="cluster upgrade", by=OLIVIA)
     fresh = [factories.work_unit(exp, **LONG) for _ in range(3)]
@@ -137,8 +131,8 @@ def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, c
     services.stop_work_units(exp.id, [stopped.wid], batch=False)
     assert state_of(stopped) == "STOPPED"
     quiet()  # the paused world stays still: nothing new on the cluster
-    assert set(jobsets(sim)) == {f"xmc-{exp.id}-{running.wid}", f"xmc-{exp.id}-{to_restart.wid}"}
-    assert jobset_of(sim, to_restart)["metadata"]["labels"][EXECUTION_LABEL] == "1"
+    assert set(jobsets(simulator)) == {f"xmc-{exp.id}-{running.wid}", f"xmc-{exp.id}-{to_restart.wid}"}
+    assert jobset_of(simulator, to_restart)["metadata"]["labels"][EXECUTION_LABEL] == "1"
 
     result = scheduling.resume(by=OLIVIA)  # dispatched to the resumption queue
     eventually(lambda: not PausedTask.objects.filter(processed_time__isnull=True).exists(), "the run to finish")
@@ -151,20 +145,20 @@ def test_it_resumes_exactly_the_right_work_after_a_pause(sim: SimulatorHandle, c
 
     for wu in fresh[1:]:
         eventually(lambda wu=wu: state_of(wu) == "RUNNING", f"{wu.name} RUNNING after resume")
-    eventually(lambda: (jobset_of(sim, to_restart) or {}).get("metadata", {}).get("labels", {})
+    eventually(lambda: (jobset_of(simulator, to_restart) or {}).get("metadata", {}).get("labels", {})
                .get(EXECUTION_LABEL) == "2", "the restarted JobSet at execution 2")
-    eventually(lambda: jobset_of(sim, running)["metadata"].get("annotations", {}).get(NOTIFY_WHEN),
+    eventually(lambda: jobset_of(simulator, running)["metadata"].get("annotations", {}).get(NOTIFY_WHEN),
                "the notify-when patch on the running JobSet")
-    assert jobset_of(sim, stopped) is None, "the stopped work unit never reached the cluster"
+    assert jobset_of(simulator, stopped) is None, "the stopped work unit never reached the cluster"
     assert state_of(stopped) == "STOPPED"
 
     # Nothing ran twice: one JobSet per work unit, the running one never re-created,
     # and a second resume finds nothing to send.
     names = {f"xmc-{exp.id}-{wu.wid}" for wu in [running, to_restart, *fresh[1:]]}
-    assert set(jobsets(sim)) == names
-    assert jobset_of(sim, running)["metadata"]["uid"] == created_uid[running.wid]
+    assert set(jobsets(simulator)) == names
+    assert jobset_of(simulator, running)["metadata"]["uid"] == created_uid[running.wid]
     again = resumption.run(scheduling.resume(by=OLIVIA, dispatch=False).run_id, batch_size=10)
     assert (again.resumed, again.skipped) == (0, 0)
-    uids = {name: js["metadata"]["uid"] for name, js in jobsets(sim).items()}
+    uids = {name: js["metadata"]["uid"] for name, js in jobsets(simulator).items()}
     quiet()
-    assert {name: js["metadata"]["uid"] for name, js in jobsets(sim).items()} == uids
+    assert {name: js["metadata"]["uid"] for name, js in jobsets(simulator).items()} == uids

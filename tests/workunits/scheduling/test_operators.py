@@ -5,7 +5,6 @@ import json
 from io import StringIO
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 
@@ -123,14 +122,6 @@ def test_it_explains_bad_command_input() -> None:
 # --- Admin ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def operator() -> Client:
-    user = User.objects.create_superuser("olivia", OLIVIA, "pw")
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def test_it_pauses_and_resumes_from_the_admin(operator: Client, broker, django_capture_on_commit_callbacks) -> None:
     page = operator.get("/admin/workunits/schedulingswitch/")
     assert page.status_code == 200 and "Pause scheduling" in page.content.decode()
@@ -167,15 +158,14 @@ def _rest_urls(settings):
 
 
 @pytest.fixture
-def staff_api(_rest_urls) -> Api:
-    User.objects.create_user("olivia", OLIVIA, "pw", is_staff=True)
+def staff_api(_rest_urls, make_user) -> Api:
+    make_user("olivia", OLIVIA, is_staff=True)
     return Api(OLIVIA)
 
 
 @pytest.fixture
-def researcher_api(_rest_urls) -> Api:
-    User.objects.create_user("alice", factories.ALICE, "pw")
-    return Api(factories.ALICE)
+def researcher_api(_rest_urls, alice, alice_api: Api) -> Api:
+    return alice_api
 
 
 def body(response) -> dict:

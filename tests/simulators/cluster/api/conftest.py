@@ -1,4 +1,4 @@
-"""One API-only simulator per test session, plus clients pointed at it.
+"""Clients pointed at ``api_simulator``, the session's one API-only simulator (tests/fixtures/simulators.py).
 
 The simulator runs in-process (`simulators.cluster.server.run_simulator` with
 controllers off, so nothing reacts to the objects the tests write); every test
@@ -23,23 +23,17 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def sim(api_simulator: SimulatorHandle) -> SimulatorHandle:
-    """The session's API-only simulator (tests/simulators/fixtures.py)."""
-    return api_simulator
-
-
-@pytest.fixture(scope="session")
-def api_client(sim: SimulatorHandle) -> Iterator[client.ApiClient]:
-    config = client.Configuration(host=sim.url)
+def api_client(api_simulator: SimulatorHandle) -> Iterator[client.ApiClient]:
+    config = client.Configuration(host=api_simulator.url)
     with client.ApiClient(config) as api:
         yield api
 
 
 @pytest.fixture
-def ns(sim: SimulatorHandle, request: pytest.FixtureRequest) -> str:
+def ns(api_simulator: SimulatorHandle, request: pytest.FixtureRequest) -> str:
     """A fresh namespace for one test."""
     name = f"t{next(_counter)}-{request.node.name[8:40].replace('_', '-').strip('-')}".lower().rstrip("-")
-    sim.store.create("namespaces", None, {"metadata": {"name": name}})
+    api_simulator.store.create("namespaces", None, {"metadata": {"name": name}})
     return name
 
 
@@ -52,12 +46,12 @@ KubectlRunner = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture
-def kubectl(sim: SimulatorHandle, kubectl_cache: Path, ns: str) -> KubectlRunner:
+def kubectl(api_simulator: SimulatorHandle, kubectl_cache: Path, ns: str) -> KubectlRunner:
     """Run real kubectl against the simulator in the test's namespace."""
 
     def run(*args: str, input: str | None = None, timeout: float = 30, check: bool = True,
             namespace: str | None = ns) -> subprocess.CompletedProcess[str]:
-        cmd = ["kubectl", "--kubeconfig", str(sim.kubeconfig_path), "--cache-dir", str(kubectl_cache)]
+        cmd = ["kubectl", "--kubeconfig", str(api_simulator.kubeconfig_path), "--cache-dir", str(kubectl_cache)]
         if namespace:
             cmd += ["-n", namespace]
         env = dict(os.environ, KUBECACHEDIR=str(kubectl_cache))

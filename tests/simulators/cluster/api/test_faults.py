@@ -23,10 +23,10 @@ from simulators.cluster.server import SimulatorHandle, run_simulator
 
 
 @pytest.fixture
-def faults(sim: SimulatorHandle) -> Iterator[Any]:
-    sim.faults.clear()
-    yield sim.faults
-    sim.faults.clear()
+def faults(api_simulator: SimulatorHandle) -> Iterator[Any]:
+    api_simulator.faults.clear()
+    yield api_simulator.faults
+    api_simulator.faults.clear()
 
 
 @pytest.fixture
@@ -63,21 +63,21 @@ def test_it_adds_latency(core: client.CoreV1Api, ns: str, faults: Any) -> None:
 
 
 def test_it_leaves_the_request_done_for_a_connection_dropped_after_it(
-    core: client.CoreV1Api, ns: str, faults: Any, sim: SimulatorHandle
+    core: client.CoreV1Api, ns: str, faults: Any, api_simulator: SimulatorHandle
 ) -> None:
     faults.add(action="drop_after", verb="create", resource="pods", times=1)
     with pytest.raises(Exception):  # noqa: B017 - urllib3's ProtocolError / MaxRetryError: no answer
         core.create_namespaced_pod(ns, cm("half"))
-    assert sim.store.get("pods", ns, "half")["metadata"]["name"] == "half"  # it happened all the same
+    assert api_simulator.store.get("pods", ns, "half")["metadata"]["name"] == "half"  # it happened all the same
 
 
 def test_it_changes_nothing_for_a_connection_dropped_before_the_request(
-    core: client.CoreV1Api, ns: str, faults: Any, sim: SimulatorHandle
+    core: client.CoreV1Api, ns: str, faults: Any, api_simulator: SimulatorHandle
 ) -> None:
     faults.add(action="drop", verb="create", resource="pods", times=1)
     with pytest.raises(Exception):  # noqa: B017
         core.create_namespaced_pod(ns, cm("never"))
-    assert sim.store.list("pods", ns)[0] == []
+    assert api_simulator.store.list("pods", ns)[0] == []
 
 
 def test_it_closes_a_watch_mid_stream_and_answers_gone_on_resume(
@@ -97,10 +97,10 @@ def test_it_closes_a_watch_mid_stream_and_answers_gone_on_resume(
     assert gone.value.status == 410
 
 
-def test_it_is_controlled_over_http_and_counts_what_fired(core: client.CoreV1Api, ns: str, sim: SimulatorHandle,
+def test_it_is_controlled_over_http_and_counts_what_fired(core: client.CoreV1Api, ns: str, api_simulator: SimulatorHandle,
                                                           faults: Any) -> None:
     def call(method: str, body: Any = None) -> tuple[int, Any]:
-        req = urllib.request.Request(f"{sim.url}/sim/faults", method=method,
+        req = urllib.request.Request(f"{api_simulator.url}/sim/faults", method=method,
                                      data=None if body is None else json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         try:

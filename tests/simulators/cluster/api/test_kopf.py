@@ -55,19 +55,19 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 def test_it_lets_kopf_handle_create_update_and_delete_of_a_jobset(
-    sim: SimulatorHandle, ns: str, tmp_path: Path
+    api_simulator: SimulatorHandle, ns: str, tmp_path: Path
 ) -> None:
     handlers = tmp_path / "operator.py"
     handlers.write_text(OPERATOR)
     log_path = tmp_path / "kopf.log"
-    env = dict(os.environ, KUBECONFIG=str(sim.kubeconfig_path))
+    env = dict(os.environ, KUBECONFIG=str(api_simulator.kubeconfig_path))
     kopf_bin = str(Path(sys.executable).with_name("kopf"))
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [kopf_bin, "run", "--standalone", f"--namespace={ns}", "--verbose", str(handlers)],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
-    store = sim.store
+    store = api_simulator.store
     try:
         # Once kopf watches JobSets (its log says so), not after a fixed 2 s.
         wait_until(lambda: "Starting the watch-stream for jobsets." in log_path.read_text())

@@ -116,13 +116,13 @@ def test_it_patches_labels_and_annotates(kubectl: KubectlRunner) -> None:
     assert failed.returncode == 1 and "the server rejected our request" in failed.stderr
 
 
-def _watching(sim: SimulatorHandle, cache: Path, ns: str, *args: str) -> subprocess.Popen[str]:
+def _watching(api_simulator: SimulatorHandle, cache: Path, ns: str, *args: str) -> subprocess.Popen[str]:
     """Real kubectl, started in the background; returned once its watch request has been answered
     (read from its request log, ``-v=6`` on stderr), so what the test changes next happens while it
     watches."""
     env = dict(os.environ, KUBECACHEDIR=str(cache))
     env.pop("KUBECONFIG", None)
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(sim.kubeconfig_path), "--cache-dir", str(cache),
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", str(api_simulator.kubeconfig_path), "--cache-dir", str(cache),
                              "-n", ns, "-v=6", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     watchdog = threading.Timer(30, proc.kill)  # a kubectl that never watches fails the test, never hangs it
@@ -138,7 +138,7 @@ def _watching(sim: SimulatorHandle, cache: Path, ns: str, *args: str) -> subproc
     raise AssertionError(f"kubectl {' '.join(args)} ended without watching ({proc.returncode})")
 
 
-def test_it_deletes_through_finalizers_and_waits(sim: SimulatorHandle, kubectl: KubectlRunner,
+def test_it_deletes_through_finalizers_and_waits(api_simulator: SimulatorHandle, kubectl: KubectlRunner,
                                                  kubectl_cache: Path, ns: str) -> None:
     kubectl("create", "-f", "-", input=JOBSET_YAML.format(name="eve").replace(
         "  labels:", "  finalizers: [jobset.xmanager.cloud/finalizer]\n  labels:"))
@@ -146,7 +146,7 @@ def test_it_deletes_through_finalizers_and_waits(sim: SimulatorHandle, kubectl: 
     obj = json.loads(kubectl("get", "jobset", "eve", "-o", "json").stdout)
     assert obj["metadata"]["deletionTimestamp"]
 
-    waiting = _watching(sim, kubectl_cache, ns, "wait", "--for=delete", "jobset/eve", "--timeout=20s")
+    waiting = _watching(api_simulator, kubectl_cache, ns, "wait", "--for=delete", "jobset/eve", "--timeout=20s")
     assert waiting.poll() is None  # still waiting: the finalizer holds the JobSet
     kubectl("patch", "jobset", "eve", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
     waiting.communicate(timeout=30)
@@ -154,12 +154,12 @@ def test_it_deletes_through_finalizers_and_waits(sim: SimulatorHandle, kubectl: 
     assert kubectl("get", "jobset", "eve", check=False).returncode == 1
 
 
-def test_it_waits_for_a_status_condition(sim: SimulatorHandle, kubectl: KubectlRunner, kubectl_cache: Path,
+def test_it_waits_for_a_status_condition(api_simulator: SimulatorHandle, kubectl: KubectlRunner, kubectl_cache: Path,
                                          ns: str) -> None:
     kubectl("create", "-f", "-", input=JOBSET_YAML.format(name="fay"))
-    waiting = _watching(sim, kubectl_cache, ns, "wait", "--for=condition=Completed", "jobset/fay", "--timeout=20s")
+    waiting = _watching(api_simulator, kubectl_cache, ns, "wait", "--for=condition=Completed", "jobset/fay", "--timeout=20s")
     assert waiting.poll() is None  # still waiting: not completed yet
-    sim.store.patch("jobsets", ns, "fay", "merge", {"status": {"terminalState": "Completed", "conditions": [
+    api_simulator.store.patch("jobsets", ns, "fay", "merge", {"status": {"terminalState": "Completed", "conditions": [
         {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed successfully",
          "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}, subresource="status")
     out, _ = waiting.communicate(timeout=30)
@@ -169,13 +169,13 @@ def test_it_waits_for_a_status_condition(sim: SimulatorHandle, kubectl: KubectlR
     assert row[:3] == ["fay", "Completed", "True"]
 
 
-def test_it_streams_get_watch_with_table_rows(sim: SimulatorHandle, kubectl_cache: Path, ns: str) -> None:
-    proc = _watching(sim, kubectl_cache, ns, "get", "pods", "-w")
+def test_it_streams_get_watch_with_table_rows(api_simulator: SimulatorHandle, kubectl_cache: Path, ns: str) -> None:
+    proc = _watching(api_simulator, kubectl_cache, ns, "get", "pods", "-w")
     watchdog = threading.Timer(30, proc.kill)  # rows that never come fail the test, never hang it
     watchdog.start()
     try:
-        sim.store.create("pods", ns, yaml.safe_load(POD_YAML.format(name="gil")))
-        sim.store.patch("pods", ns, "gil", "strategic", {"status": {"phase": "Running", "containerStatuses": [{
+        api_simulator.store.create("pods", ns, yaml.safe_load(POD_YAML.format(name="gil")))
+        api_simulator.store.patch("pods", ns, "gil", "strategic", {"status": {"phase": "Running", "containerStatuses": [{
             "name": "main", "image": "busybox:1.36", "imageID": "", "ready": True, "restartCount": 0,
             "started": True, "state": {"running": {"startedAt": "2025-01-01T00:00:00Z"}}}]}}, subresource="status")
         assert proc.stdout is not None
@@ -190,13 +190,13 @@ def test_it_streams_get_watch_with_table_rows(sim: SimulatorHandle, kubectl_cach
     assert lines[2][:4] == ["gil", "1/1", "Running", "0"]
 
 
-def test_it_prints_logs_and_describes_with_events(sim: SimulatorHandle, kubectl: KubectlRunner, ns: str) -> None:
+def test_it_prints_logs_and_describes_with_events(api_simulator: SimulatorHandle, kubectl: KubectlRunner, ns: str) -> None:
     kubectl("create", "-f", "-", input=POD_YAML.format(name="hal"))
-    sim.pod_logs.append(ns, "hal", "main", "epoch 1 loss 0.9\nepoch 2 loss 0.5")
+    api_simulator.pod_logs.append(ns, "hal", "main", "epoch 1 loss 0.9\nepoch 2 loss 0.5")
     assert kubectl("logs", "hal").stdout == "epoch 1 loss 0.9\nepoch 2 loss 0.5\n"
-    uid = sim.store.get("pods", ns, "hal")["metadata"]["uid"]
+    uid = api_simulator.store.get("pods", ns, "hal")["metadata"]["uid"]
     now = format_time(time.time())
-    sim.store.create("events", ns, {
+    api_simulator.store.create("events", ns, {
         "metadata": {"name": "hal.1"},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "hal", "namespace": ns, "uid": uid},
         "reason": "Pulled", "message": "Container image already present", "type": "Normal",
@@ -211,9 +211,9 @@ def test_it_prints_logs_and_describes_with_events(sim: SimulatorHandle, kubectl:
     assert "pod/hal" in events[1]
 
 
-def test_it_shows_kueue_printer_columns(sim: SimulatorHandle, kubectl: KubectlRunner, ns: str) -> None:
-    sim.store.create("localqueues", ns, {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq-main"}})
-    sim.store.create("workloads", ns, {"metadata": {"name": "jobset-x-1"}, "spec": {"queueName": "lq", "podSets": []}})
+def test_it_shows_kueue_printer_columns(api_simulator: SimulatorHandle, kubectl: KubectlRunner, ns: str) -> None:
+    api_simulator.store.create("localqueues", ns, {"metadata": {"name": "lq"}, "spec": {"clusterQueue": "cq-main"}})
+    api_simulator.store.create("workloads", ns, {"metadata": {"name": "jobset-x-1"}, "spec": {"queueName": "lq", "podSets": []}})
     assert kubectl("get", "lq").stdout.splitlines()[0].split() == [
         "NAME", "CLUSTERQUEUE", "PENDING", "WORKLOADS", "ADMITTED", "WORKLOADS"]
     header, row = kubectl("get", "wl").stdout.splitlines()

@@ -23,24 +23,16 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from simulators.cluster.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle
 from tests.waiting import eventually
 
-SPEED = 5.0
+SIMULATOR_SPEED = 5.0  # module_simulator's (tests/fixtures/simulators.py)
 NS = "default"
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatorHandle]:
-    kubeconfig = tmp_path_factory.mktemp("logsim") / "kubeconfig"
-    handle = run_simulator(port=0, speed=SPEED, kubeconfig_out=str(kubeconfig))
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def core(live: SimulatorHandle) -> Iterator[client.CoreV1Api]:
-    with client.ApiClient(client.Configuration(host=live.url)) as api:
+def core(module_simulator: SimulatorHandle) -> Iterator[client.CoreV1Api]:
+    with client.ApiClient(client.Configuration(host=module_simulator.url)) as api:
         yield client.CoreV1Api(api)
 
 
@@ -84,7 +76,7 @@ def test_it_prints_progress_lines_and_fixed_text_for_a_template_step(core: clien
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_it_honours_tail_since_time_and_timestamps(core: client.CoreV1Api, live: SimulatorHandle) -> None:
+def test_it_honours_tail_since_time_and_timestamps(core: client.CoreV1Api, module_simulator: SimulatorHandle) -> None:
     name = start_pod(core, "pull=0s;log=every:1s:step {n};run=forever")
     logged(core, name, "step 6\n")
     assert log(core, name, tail_lines=2).splitlines() == log(core, name).splitlines()[-2:]
@@ -97,7 +89,7 @@ def test_it_honours_tail_since_time_and_timestamps(core: client.CoreV1Api, live:
     cut = at.replace(microsecond=0)
     # (the Python client has no since_time: the query kubectl --since-time sends)
     since = urllib3.PoolManager().request(
-        "GET", f"{live.url}/api/v1/namespaces/{NS}/pods/{name}/log",
+        "GET", f"{module_simulator.url}/api/v1/namespaces/{NS}/pods/{name}/log",
         fields={"sinceTime": cut.strftime("%Y-%m-%dT%H:%M:%SZ"), "timestamps": "true"}).data.decode().splitlines()
     assert since and all(datetime.fromisoformat(ln.split(" ", 1)[0].replace("Z", "+00:00")) >= cut for ln in since)
     assert stamped[4] in since and stamped[0] not in since
@@ -106,16 +98,16 @@ def test_it_honours_tail_since_time_and_timestamps(core: client.CoreV1Api, live:
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_it_has_both_stdout_and_stderr_in_the_log_and_lets_one_choose(core: client.CoreV1Api, live: SimulatorHandle) -> None:
+def test_it_has_both_stdout_and_stderr_in_the_log_and_lets_one_choose(core: client.CoreV1Api, module_simulator: SimulatorHandle) -> None:
     name = start_pod(core, "pull=0s;run=2s;exit=3;stderr=Traceback (most recent call last):;stderr=RuntimeError: boom")
     text = logged(core, name, "exiting with code 3")
     assert text.splitlines()[-3:] == ["Traceback (most recent call last):", "RuntimeError: boom",
                                       "[sim] main: exiting with code 3"]
-    raw = urllib3.PoolManager().request("GET", f"{live.url}/api/v1/namespaces/{NS}/pods/{name}/log?stream=Stderr")
+    raw = urllib3.PoolManager().request("GET", f"{module_simulator.url}/api/v1/namespaces/{NS}/pods/{name}/log?stream=Stderr")
     assert raw.status == 200
     assert raw.data.decode().splitlines() == ["Traceback (most recent call last):", "RuntimeError: boom",
                                               "[sim] main: exiting with code 3"]
-    out = urllib3.PoolManager().request("GET", f"{live.url}/api/v1/namespaces/{NS}/pods/{name}/log?stream=Stdout")
+    out = urllib3.PoolManager().request("GET", f"{module_simulator.url}/api/v1/namespaces/{NS}/pods/{name}/log?stream=Stdout")
     assert "RuntimeError" not in out.data.decode() and "started image" in out.data.decode()
 
 
@@ -173,21 +165,21 @@ def test_it_says_so_for_a_container_without_a_previous_instance(core: client.Cor
     ("stream=Both", 422, 'stream: Unsupported value: "Both"'),
     ("follow=maybe", 400, "follow"),
 ])
-def test_it_refuses_bad_options_naming_the_parameter(core: client.CoreV1Api, live: SimulatorHandle, query: str,
+def test_it_refuses_bad_options_naming_the_parameter(core: client.CoreV1Api, module_simulator: SimulatorHandle, query: str,
                                                        status: int, needle: str) -> None:
     name = start_pod(core, "pull=0s;run=forever")
     logged(core, name, "started image")
-    resp = urllib3.PoolManager().request("GET", f"{live.url}/api/v1/namespaces/{NS}/pods/{name}/log?{query}")
+    resp = urllib3.PoolManager().request("GET", f"{module_simulator.url}/api/v1/namespaces/{NS}/pods/{name}/log?{query}")
     assert resp.status == status, resp.data
     assert needle in resp.json()["message"]
     core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
 
 
-def test_it_serves_kubectl_logs_follow_tail_and_previous(core: client.CoreV1Api, live: SimulatorHandle,
+def test_it_serves_kubectl_logs_follow_tail_and_previous(core: client.CoreV1Api, module_simulator: SimulatorHandle,
                                                tmp_path: Path) -> None:
     env = dict(os.environ, KUBECACHEDIR=str(tmp_path))
     env.pop("KUBECONFIG", None)
-    base = ["kubectl", "--kubeconfig", str(live.kubeconfig_path), "--cache-dir", str(tmp_path), "-n", NS]
+    base = ["kubectl", "--kubeconfig", str(module_simulator.kubeconfig_path), "--cache-dir", str(tmp_path), "-n", NS]
     name = start_pod(core, "pull=0s;log=every:1s:step {n};run=5s;exit=0")
     logged(core, name, "started image")
     proc = subprocess.Popen([*base, "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -19,24 +19,16 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from simulators.cluster.controllers.script import GPU_ANNOTATION, ScriptError, parse_script
-from simulators.cluster.server import SimulatorHandle, run_simulator
+from simulators.cluster.server import SimulatorHandle
 from tests.waiting import eventually
 
-SPEED = 1.0
+SIMULATOR_SPEED = 1.0  # module_simulator's (tests/fixtures/simulators.py): real time
 NS = "default"
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatorHandle]:
-    kubeconfig = tmp_path_factory.mktemp("metricsim") / "kubeconfig"
-    handle = run_simulator(port=0, speed=SPEED, kubeconfig_out=str(kubeconfig))
-    yield handle
-    handle.stop()
-
-
-@pytest.fixture(scope="module")
-def api(live: SimulatorHandle) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=live.url)) as api_client:
+def api(module_simulator: SimulatorHandle) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=module_simulator.url)) as api_client:
         yield api_client
 
 
@@ -52,8 +44,8 @@ def start_pod(api: client.ApiClient, name: str, script: str, *, gpus: int = 0, l
     })
 
 
-def scrape(live: SimulatorHandle, path: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    text = requests.get(f"{live.url}{path}", timeout=10).text
+def scrape(module_simulator: SimulatorHandle, path: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = requests.get(f"{module_simulator.url}{path}", timeout=10).text
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -61,13 +53,13 @@ def scrape(live: SimulatorHandle, path: str) -> dict[str, list[tuple[dict[str, s
     return out
 
 
-def test_it_shows_a_gpu_pods_scripted_utilisation_as_the_dcgm_exporter_does(live: SimulatorHandle,
+def test_it_shows_a_gpu_pods_scripted_utilisation_as_the_dcgm_exporter_does(module_simulator: SimulatorHandle,
                                                                             api: client.ApiClient) -> None:
     start_pod(api, "gpu-busy", "pull=0s;run=forever;gpu=util:0.75,mem:0.25", gpus=2)
     start_pod(api, "cpu-only", "pull=0s;run=forever")
 
     def gpus() -> list[tuple[dict[str, str], float]]:
-        found = [s for s in scrape(live, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", []) if s[0]["pod"] == "gpu-busy"]
+        found = [s for s in scrape(module_simulator, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", []) if s[0]["pod"] == "gpu-busy"]
         assert len(found) == 2
         return found
 
@@ -77,17 +69,17 @@ def test_it_shows_a_gpu_pods_scripted_utilisation_as_the_dcgm_exporter_does(live
     assert value == 75
     assert labels["namespace"] == NS and labels["container"] == "trainer" and labels["modelName"] == "NVIDIA H100 80GB HBM3"
     assert labels["UUID"].startswith("GPU-") and labels["Hostname"].startswith("sim-node")
-    families = scrape(live, "/metrics/dcgm")
+    families = scrape(module_simulator, "/metrics/dcgm")
     used = {s[0]["gpu"]: s[1] for s in families["DCGM_FI_DEV_FB_USED"] if s[0]["pod"] == "gpu-busy"}
     free = {s[0]["gpu"]: s[1] for s in families["DCGM_FI_DEV_FB_FREE"] if s[0]["pod"] == "gpu-busy"}
     assert used["0"] == pytest.approx(81559 * 0.25, abs=1) and used["0"] + free["0"] == pytest.approx(81559, abs=1)
     assert all(s[1] > 0 for s in families["DCGM_FI_DEV_POWER_USAGE"])
     assert not [s for s in families["DCGM_FI_DEV_GPU_UTIL"] if s[0]["pod"] == "cpu-only"]  # no GPUs asked for
 
-    cadvisor = scrape(live, "/metrics/cadvisor")
+    cadvisor = scrape(module_simulator, "/metrics/cadvisor")
     cpu = {s[0]["pod"]: s[1] for s in cadvisor["container_cpu_usage_seconds_total"]}
     assert cpu["cpu-only"] >= 0 and "gpu-busy" in cpu
-    later = eventually(lambda: (v := {s[0]["pod"]: s[1] for s in scrape(live, "/metrics/cadvisor")
+    later = eventually(lambda: (v := {s[0]["pod"]: s[1] for s in scrape(module_simulator, "/metrics/cadvisor")
                                       ["container_cpu_usage_seconds_total"]})["gpu-busy"] > cpu["gpu-busy"] and v,
                        timeout=10, what="the CPU counter rising")
     assert later["gpu-busy"] > cpu["gpu-busy"]  # a counter: half the 4 requested cores, times the seconds run
@@ -95,11 +87,11 @@ def test_it_shows_a_gpu_pods_scripted_utilisation_as_the_dcgm_exporter_does(live
     assert working["gpu-busy"] == 2 * 2**30  # half the 4Gi requested
 
 
-def test_it_makes_the_utilisation_follow_the_script_over_time(live: SimulatorHandle, api: client.ApiClient) -> None:
+def test_it_makes_the_utilisation_follow_the_script_over_time(module_simulator: SimulatorHandle, api: client.ApiClient) -> None:
     start_pod(api, "busy-then-idle", "pull=0s;run=forever;gpu=util:max(0,min(0.9,(2-t)*10))", gpus=1)
 
     def util() -> float:
-        (sample,) = [s for s in scrape(live, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", [])
+        (sample,) = [s for s in scrape(module_simulator, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", [])
                      if s[0]["pod"] == "busy-then-idle"]
         return sample[1]
 
@@ -107,12 +99,12 @@ def test_it_makes_the_utilisation_follow_the_script_over_time(live: SimulatorHan
     assert eventually(lambda: util() == 0, timeout=20, what="idle after 2 s", retry_on=(ValueError,))
 
 
-def test_it_changes_a_running_pods_load_from_then_on_by_its_gpu_annotation(live: SimulatorHandle,
+def test_it_changes_a_running_pods_load_from_then_on_by_its_gpu_annotation(module_simulator: SimulatorHandle,
                                                                      api: client.ApiClient) -> None:
     start_pod(api, "told-to-idle", "pull=0s;run=forever;gpu=util:0.9,mem:0.5", gpus=1)
 
     def util() -> float:
-        (sample,) = [s for s in scrape(live, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", [])
+        (sample,) = [s for s in scrape(module_simulator, "/metrics/dcgm").get("DCGM_FI_DEV_GPU_UTIL", [])
                      if s[0]["pod"] == "told-to-idle"]
         return sample[1]
 
@@ -125,7 +117,7 @@ def test_it_changes_a_running_pods_load_from_then_on_by_its_gpu_annotation(live:
                       retry_on=(ValueError,))
 
 
-def test_it_lets_kubectl_top_read_pod_metrics_through_the_metrics_api(live: SimulatorHandle, api: client.ApiClient) -> None:
+def test_it_lets_kubectl_top_read_pod_metrics_through_the_metrics_api(module_simulator: SimulatorHandle, api: client.ApiClient) -> None:
     start_pod(api, "topped", "pull=0s;run=forever", labels={"app": "top-me"})
     metrics = client.CustomObjectsApi(api)
     one = eventually(lambda: metrics.get_namespaced_custom_object("metrics.k8s.io", "v1beta1", NS, "pods", "topped"),
@@ -142,22 +134,22 @@ def test_it_lets_kubectl_top_read_pod_metrics_through_the_metrics_api(live: Simu
 
     kubectl = shutil.which("kubectl")
     if kubectl:  # the real kubectl top, where the machine has kubectl
-        out = subprocess.run([kubectl, "--kubeconfig", str(live.kubeconfig_path), "top", "pods", "-n", NS, "topped"],
+        out = subprocess.run([kubectl, "--kubeconfig", str(module_simulator.kubeconfig_path), "top", "pods", "-n", NS, "topped"],
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         assert "topped" in out.stdout and "2000m" in out.stdout
 
 
-def test_it_climbs_memory_towards_its_limit_before_an_oom_kill(live: SimulatorHandle, api: client.ApiClient) -> None:
+def test_it_climbs_memory_towards_its_limit_before_an_oom_kill(module_simulator: SimulatorHandle, api: client.ApiClient) -> None:
     start_pod(api, "leaky", "pull=0s;run=4s;exit=137;oom", memory_limit="1Gi")
 
     def working() -> float:
-        (value,) = [s[1] for s in scrape(live, "/metrics/cadvisor")["container_memory_working_set_bytes"]
+        (value,) = [s[1] for s in scrape(module_simulator, "/metrics/cadvisor")["container_memory_working_set_bytes"]
                     if s[0]["pod"] == "leaky"]
         return value
 
     assert eventually(lambda: working() > 0.9 * 2**30, timeout=20, what="near the 1Gi limit", retry_on=(ValueError,))
-    limits = {s[0]["pod"]: s[1] for s in scrape(live, "/metrics/cadvisor")["container_spec_memory_limit_bytes"]}
+    limits = {s[0]["pod"]: s[1] for s in scrape(module_simulator, "/metrics/cadvisor")["container_spec_memory_limit_bytes"]}
     assert limits.get("leaky", 2**30) == 2**30
 
 

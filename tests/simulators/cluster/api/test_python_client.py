@@ -259,12 +259,12 @@ def test_it_sends_bookmarks_when_asked(api_client: client.ApiClient, ns: str) ->
     assert types == ["BOOKMARK"]
 
 
-def test_it_expires_a_too_old_resource_version_with_410(sim: SimulatorHandle, api_client: client.ApiClient,
+def test_it_expires_a_too_old_resource_version_with_410(api_simulator: SimulatorHandle, api_client: client.ApiClient,
                                                         ns: str) -> None:
     co = client.CustomObjectsApi(api_client)
     old_rv = co.create_namespaced_custom_object(G, V, ns, P, jobset("lou"))["metadata"]["resourceVersion"]
     co.patch_namespaced_custom_object(G, V, ns, P, "lou", {"spec": {"suspend": True}})
-    sim.store.compact()
+    api_simulator.store.compact()
     with pytest.raises(ApiException) as err:
         for _ in watch.Watch().stream(co.list_namespaced_custom_object, G, V, ns, P,
                                       resource_version=old_rv, timeout_seconds=2):
@@ -286,13 +286,13 @@ def test_it_serves_leases_for_leader_election(api_client: client.ApiClient, ns: 
     assert err.value.status == 409
 
 
-def test_it_serves_pod_logs(sim: SimulatorHandle, api_client: client.ApiClient, ns: str) -> None:
+def test_it_serves_pod_logs(api_simulator: SimulatorHandle, api_client: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(ns, pod("mo"))
     with pytest.raises(ApiException) as err:
         core.read_namespaced_pod_log("mo", ns, container="main")
     assert err.value.status == 400 and "is waiting to start" in status_of(err.value)["message"]
-    sim.pod_logs.append(ns, "mo", "main", "step 1\nstep 2\nstep 3")
+    api_simulator.pod_logs.append(ns, "mo", "main", "step 1\nstep 2\nstep 3")
     assert core.read_namespaced_pod_log("mo", ns, container="main") == "step 1\nstep 2\nstep 3\n"
     assert core.read_namespaced_pod_log("mo", ns, container="main", tail_lines=1) == "step 3\n"
     with pytest.raises(ApiException) as err:
@@ -332,7 +332,7 @@ def test_it_deletes_a_namespace_with_its_contents(api_client: client.ApiClient, 
     assert err.value.status == 404
 
 
-def test_it_streams_typed_pod_events_and_follows_logs(sim: SimulatorHandle, api_client: client.ApiClient,
+def test_it_streams_typed_pod_events_and_follows_logs(api_simulator: SimulatorHandle, api_client: client.ApiClient,
                                                       ns: str) -> None:
     core = client.CoreV1Api(api_client)
     rv = core.list_namespaced_pod(ns).metadata.resource_version
@@ -347,20 +347,20 @@ def test_it_streams_typed_pod_events_and_follows_logs(sim: SimulatorHandle, api_
             w.stop()
     assert seen == [("ADDED", "pia")]
 
-    sim.pod_logs.append(ns, "pia", "main", "first")
+    api_simulator.pod_logs.append(ns, "pia", "main", "first")
 
     def finish() -> None:
         time.sleep(0.5)
-        sim.pod_logs.append(ns, "pia", "main", "second")
+        api_simulator.pod_logs.append(ns, "pia", "main", "second")
         time.sleep(0.5)
-        sim.store.patch("pods", ns, "pia", "merge", {"status": {"phase": "Succeeded"}}, subresource="status")
+        api_simulator.store.patch("pods", ns, "pia", "merge", {"status": {"phase": "Succeeded"}}, subresource="status")
 
     threading.Thread(target=finish).start()
     lines = list(watch.Watch().stream(core.read_namespaced_pod_log, "pia", ns, container="main", follow=True))
     assert lines == ["first", "second"]
 
 
-def test_it_deletes_a_running_pod_gracefully(sim: SimulatorHandle, api_client: client.ApiClient, ns: str) -> None:
+def test_it_deletes_a_running_pod_gracefully(api_simulator: SimulatorHandle, api_client: client.ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api_client)
     body = pod("quin")
     body["spec"]["nodeName"] = "sim-node-1"
@@ -382,8 +382,8 @@ def test_it_deletes_a_running_pod_gracefully(sim: SimulatorHandle, api_client: c
     assert core.list_namespaced_pod(ns).items == []
 
 
-def test_it_deletes_a_collection_by_label_and_accepts_a_dummy_token(sim: SimulatorHandle, ns: str) -> None:
-    config = client.Configuration(host=sim.url, api_key={"authorization": "dummy"}, api_key_prefix={"authorization": "Bearer"})
+def test_it_deletes_a_collection_by_label_and_accepts_a_dummy_token(api_simulator: SimulatorHandle, ns: str) -> None:
+    config = client.Configuration(host=api_simulator.url, api_key={"authorization": "dummy"}, api_key_prefix={"authorization": "Bearer"})
     with client.ApiClient(config) as api:
         co = client.CustomObjectsApi(api)
         for name, team in (("a", "x"), ("b", "x"), ("c", "y")):

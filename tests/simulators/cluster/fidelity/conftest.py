@@ -1,4 +1,6 @@
-"""A whole simulator (API server + controllers) over HTTP, driven by the real `kubernetes` client.
+"""`kube_cluster`: a whole simulator (API server + controllers) over HTTP, driven by the `kubernetes`
+library's own client and `kubectl` (not the product's `k8s_bridge.client`: that is `cluster`,
+tests/fixtures/simulators.py). Both serve the simulator through `start_simulator`.
 
 Each test starts its own simulator on a free port at speed 100 (one simulated
 minute is 0.6 wall seconds) with a queue config built from the default file
@@ -19,7 +21,7 @@ from kubernetes import client
 
 from simulators.cluster.server import SimulatorHandle
 from tests import waiting
-from tests.simulators.fixtures import rjob as rjob  # the one builder, re-exported for the tests here
+from tests.fixtures.simulators import rjob as rjob  # the one builder, re-exported for the tests here
 
 SPEED = 100.0
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -108,8 +110,8 @@ class Cluster:
 
 
 @pytest.fixture
-def make_cluster(start_simulator: Callable[..., SimulatorHandle], tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """Factory: `make_cluster(kueue={...}, clusterQueues=[...])` starts a simulator with config overrides."""
+def make_kube_cluster(start_simulator: Callable[..., SimulatorHandle], tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """Factory: `make_kube_cluster(kueue={...}, clusterQueues=[...])` starts a simulator with config overrides."""
     apis: list[client.ApiClient] = []
 
     def make(**overrides: Any) -> Cluster:
@@ -126,6 +128,6 @@ def make_cluster(start_simulator: Callable[..., SimulatorHandle], tmp_path: Path
 
 
 @pytest.fixture
-def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
+def kube_cluster(make_kube_cluster: Callable[..., Cluster]) -> Cluster:
     """A simulator with the default queue config (Kueue 0.19 defaults)."""
-    return make_cluster()
+    return make_kube_cluster()

@@ -37,25 +37,25 @@ spec:
 """
 
 
-def test_it_applies_the_same_manifest_twice_on_a_pending_jobset(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(clusterQueues=[{"name": "cluster-queue", "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+def test_it_applies_the_same_manifest_twice_on_a_pending_jobset(make_kube_cluster: Callable[..., Cluster]) -> None:
+    kube_cluster = make_kube_cluster(clusterQueues=[{"name": "cluster-queue", "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
         {"name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}])
     manifest = MANIFEST.format(name="twice", queue="cpu-queue", cpu="1")
-    assert "created" in cluster.kubectl("apply", "-f", "-", input=manifest).stdout
-    cluster.eventually(lambda: cluster.cond(cluster.workload_of("twice"), "QuotaReserved"), what="pending verdict")
-    before = cluster.jobset("twice")["metadata"]["resourceVersion"]
-    out = cluster.kubectl("apply", "-f", "-", input=manifest).stdout
+    assert "created" in kube_cluster.kubectl("apply", "-f", "-", input=manifest).stdout
+    kube_cluster.eventually(lambda: kube_cluster.cond(kube_cluster.workload_of("twice"), "QuotaReserved"), what="pending verdict")
+    before = kube_cluster.jobset("twice")["metadata"]["resourceVersion"]
+    out = kube_cluster.kubectl("apply", "-f", "-", input=manifest).stdout
     assert "unchanged" in out or "configured" in out
-    js = cluster.jobset("twice")
+    js = kube_cluster.jobset("twice")
     assert js["metadata"]["resourceVersion"] == before
     assert js["spec"]["suspend"] is True
 
 
-def test_it_applies_the_same_manifest_twice_on_an_unmanaged_running_jobset(cluster: Cluster) -> None:
-    cluster.core.create_namespace({"metadata": {"name": "plain"}})
+def test_it_applies_the_same_manifest_twice_on_an_unmanaged_running_jobset(kube_cluster: Cluster) -> None:
+    kube_cluster.core.create_namespace({"metadata": {"name": "plain"}})
     manifest = MANIFEST.format(name="again", queue="", cpu="1").replace("    kueue.x-k8s.io/queue-name: \n", "    team: a\n")
-    cluster.kubectl("apply", "-f", "-", input=manifest, namespace="plain")
-    cluster.eventually(lambda: cluster.jobset("again", "plain")["status"]["replicatedJobsStatus"][0]["ready"] == 2, what="running")
-    before = cluster.jobset("again", "plain")["metadata"]["generation"]
-    cluster.kubectl("apply", "-f", "-", input=manifest, namespace="plain")
-    assert cluster.jobset("again", "plain")["metadata"]["generation"] == before
+    kube_cluster.kubectl("apply", "-f", "-", input=manifest, namespace="plain")
+    kube_cluster.eventually(lambda: kube_cluster.jobset("again", "plain")["status"]["replicatedJobsStatus"][0]["ready"] == 2, what="running")
+    before = kube_cluster.jobset("again", "plain")["metadata"]["generation"]
+    kube_cluster.kubectl("apply", "-f", "-", input=manifest, namespace="plain")
+    assert kube_cluster.jobset("again", "plain")["metadata"]["generation"] == before

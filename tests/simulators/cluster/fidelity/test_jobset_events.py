@@ -7,15 +7,15 @@ from __future__ import annotations
 from tests.simulators.cluster.fidelity.conftest import Cluster, rjob
 
 
-def test_it_records_an_event_for_every_jobset_condition_change(cluster: Cluster) -> None:
+def test_it_records_an_event_for_every_jobset_condition_change(kube_cluster: Cluster) -> None:
     # Fails once (restart 1 heals it), then completes.
-    cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=2s;exit=1;heal=restarts:1")],
+    kube_cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=2s;exit=1;heal=restarts:1")],
                           failurePolicy={"maxRestarts": 2})
-    cluster.eventually(lambda: (c := cluster.cond(cluster.jobset("flaky"), "Completed")) and c["status"] == "True",
+    kube_cluster.eventually(lambda: (c := kube_cluster.cond(kube_cluster.jobset("flaky"), "Completed")) and c["status"] == "True",
                        timeout=30, what="completed after one restart")
 
     def seen() -> set[tuple[str, str, str]]:
-        return {(e.type, e.reason, e.message) for e in cluster.events("JobSet", "flaky")}
+        return {(e.type, e.reason, e.message) for e in kube_cluster.events("JobSet", "flaky")}
 
     failed_job = "flaky-main-0"
     expected = {
@@ -28,20 +28,20 @@ def test_it_records_an_event_for_every_jobset_condition_change(cluster: Cluster)
         ("Normal", "AllJobsCompleted", "jobset completed successfully"),
         ("Normal", "JobSetCompleted", "jobset completed successfully"),  # RestartingJobSet=False/JobSetCompleted
     }
-    cluster.eventually(lambda: expected <= seen(), what=f"events {sorted(expected - seen())}")
-    assert all(e.source.component == "jobset-controller" or e.reporting_component for e in cluster.events("JobSet", "flaky"))
+    kube_cluster.eventually(lambda: expected <= seen(), what=f"events {sorted(expected - seen())}")
+    assert all(e.source.component == "jobset-controller" or e.reporting_component for e in kube_cluster.events("JobSet", "flaky"))
 
     # kubectl, as a user would look at them.
-    out = cluster.kubectl("get", "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=flaky").stdout
+    out = kube_cluster.kubectl("get", "events", "--field-selector", "involvedObject.kind=JobSet,involvedObject.name=flaky").stdout
     for reason in ("DefaultFailurePolicy", "JobsReady", "JobSetCompleted", "AllJobsCompleted"):
         assert reason in out, out
 
 
-def test_it_records_the_failed_condition_as_a_warning_and_restarting_false_as_normal(cluster: Cluster) -> None:
-    cluster.create_jobset("doomed", [rjob("main", script="pull=0s;run=2s;exit=1")], failurePolicy={"maxRestarts": 1})
-    cluster.eventually(lambda: (c := cluster.cond(cluster.jobset("doomed"), "Failed")) and c["status"] == "True",
+def test_it_records_the_failed_condition_as_a_warning_and_restarting_false_as_normal(kube_cluster: Cluster) -> None:
+    kube_cluster.create_jobset("doomed", [rjob("main", script="pull=0s;run=2s;exit=1")], failurePolicy={"maxRestarts": 1})
+    kube_cluster.eventually(lambda: (c := kube_cluster.cond(kube_cluster.jobset("doomed"), "Failed")) and c["status"] == "True",
                        timeout=30, what="failed after the restart")
     msg = "jobset failed due to reaching max number of restarts (first failed job: doomed-main-0)"
-    cluster.eventually(lambda: {("Warning", "ReachedMaxRestarts", msg), ("Normal", "JobSetFailed", "jobset failed")}
-                       <= {(e.type, e.reason, e.message) for e in cluster.events("JobSet", "doomed")},
+    kube_cluster.eventually(lambda: {("Warning", "ReachedMaxRestarts", msg), ("Normal", "JobSetFailed", "jobset failed")}
+                       <= {(e.type, e.reason, e.message) for e in kube_cluster.events("JobSet", "doomed")},
                        what="Failed and RestartingJobSet=False events")

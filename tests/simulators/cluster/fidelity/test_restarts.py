@@ -10,7 +10,7 @@ from typing import Any
 from tests.simulators.cluster.fidelity.conftest import Cluster, rjob
 
 
-def test_it_fails_an_on_failure_job_when_restarts_reach_the_backoff_limit(cluster: Cluster) -> None:
+def test_it_fails_an_on_failure_job_when_restarts_reach_the_backoff_limit(kube_cluster: Cluster) -> None:
     restarts: list[int] = []
     target: list[int] = []
 
@@ -22,9 +22,9 @@ def test_it_fails_an_on_failure_job_when_restarts_reach_the_backoff_limit(cluste
                 and not target:
             target.append(max(restarts or [0]))
 
-    cluster.handle.store.add_listener(record)
-    cluster.create_jobset("crashy", [rjob("main", script="pull=0s;crash=every:3s", restart_policy="OnFailure", backoff_limit=2)])
-    job = cluster.eventually(lambda: (j := cluster.job("crashy-main-0")) and any(c.type == "Failed" for c in (j.status and j.status.conditions) or [])
+    kube_cluster.handle.store.add_listener(record)
+    kube_cluster.create_jobset("crashy", [rjob("main", script="pull=0s;crash=every:3s", restart_policy="OnFailure", backoff_limit=2)])
+    job = kube_cluster.eventually(lambda: (j := kube_cluster.job("crashy-main-0")) and any(c.type == "Failed" for c in (j.status and j.status.conditions) or [])
                              and j, what="Job failed")
     assert next(c for c in job.status.conditions if c.type == "Failed").reason == "BackoffLimitExceeded"
     assert target == [2]

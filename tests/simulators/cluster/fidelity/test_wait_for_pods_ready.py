@@ -21,28 +21,28 @@ def _conds(obj: Any) -> dict[str, Any]:
     return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
-def test_it_has_wait_for_pods_ready_on_by_default(cluster: Cluster) -> None:
+def test_it_has_wait_for_pods_ready_on_by_default(kube_cluster: Cluster) -> None:
     seen: list[Any] = []
-    cluster.handle.store.add_listener(lambda event, rt, obj: seen.extend(
+    kube_cluster.handle.store.add_listener(lambda event, rt, obj: seen.extend(
         c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "PodsReady") if rt.plural == "workloads" else None)
-    cluster.create_jobset("eager", [rjob("main", replicas=2, script="pull=2s;run=forever")])
-    first = cluster.eventually(lambda: seen and seen[0], what="PodsReady condition on the workload")
+    kube_cluster.create_jobset("eager", [rjob("main", replicas=2, script="pull=2s;run=forever")])
+    first = kube_cluster.eventually(lambda: seen and seen[0], what="PodsReady condition on the workload")
     assert (first["status"], first["reason"], first["message"]) == ("False", "WaitForStart", "Not all pods are ready or succeeded")
-    ready = cluster.eventually(lambda: (c := cluster.cond(cluster.workload_of("eager"), "PodsReady")) and c["status"] == "True" and c,
+    ready = kube_cluster.eventually(lambda: (c := kube_cluster.cond(kube_cluster.workload_of("eager"), "PodsReady")) and c["status"] == "True" and c,
                                what="PodsReady=True")
     assert (ready["reason"], ready["message"]) == ("Started", "All pods reached readiness and the workload is running")
 
 
-def test_it_can_turn_wait_for_pods_ready_off(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(kueue={"waitForPodsReady": {"enable": False}})
-    cluster.create_jobset("calm", [rjob("main", script="pull=1s;run=forever")])
-    cluster.eventually(lambda: cluster.cond(cluster.workload_of("calm"), "Admitted")["status"] == "True", what="admitted")
-    cluster.eventually(lambda: cluster.jobset("calm")["status"]["replicatedJobsStatus"][0]["ready"] == 1, what="running")
-    assert cluster.cond(cluster.workload_of("calm"), "PodsReady") is None
+def test_it_can_turn_wait_for_pods_ready_off(make_kube_cluster: Callable[..., Cluster]) -> None:
+    kube_cluster = make_kube_cluster(kueue={"waitForPodsReady": {"enable": False}})
+    kube_cluster.create_jobset("calm", [rjob("main", script="pull=1s;run=forever")])
+    kube_cluster.eventually(lambda: kube_cluster.cond(kube_cluster.workload_of("calm"), "Admitted")["status"] == "True", what="admitted")
+    kube_cluster.eventually(lambda: kube_cluster.jobset("calm")["status"]["replicatedJobsStatus"][0]["ready"] == 1, what="running")
+    assert kube_cluster.cond(kube_cluster.workload_of("calm"), "PodsReady") is None
 
 
-def test_it_loops_an_image_pull_backoff_through_eviction_backoff_and_readmission(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(kueue=_short("30s", limit=2))
+def test_it_loops_an_image_pull_backoff_through_eviction_backoff_and_readmission(make_kube_cluster: Callable[..., Cluster]) -> None:
+    kube_cluster = make_kube_cluster(kueue=_short("30s", limit=2))
     suspends: list[bool] = []
 
     released: list[Any] = []
@@ -56,10 +56,10 @@ def test_it_loops_an_image_pull_backoff_through_eviction_backoff_and_readmission
             if not suspends or suspends[-1] != value:
                 suspends.append(value)
 
-    cluster.handle.store.add_listener(record)
-    cluster.create_jobset("stuck", [rjob("main", script="pull=fail:ImagePullBackOff")])
+    kube_cluster.handle.store.add_listener(record)
+    kube_cluster.create_jobset("stuck", [rjob("main", script="pull=fail:ImagePullBackOff")])
     # The back-off is 10 simulated seconds (0.1 s wall): read the state the store saw at release.
-    evicted = cluster.eventually(lambda: released and released[0], what="first PodsReadyTimeout eviction released")
+    evicted = kube_cluster.eventually(lambda: released and released[0], what="first PodsReadyTimeout eviction released")
     name = evicted["metadata"]["name"]
     c = _conds(evicted)
     assert (c["Evicted"]["status"], c["Evicted"]["reason"], c["Evicted"]["message"]) == (
@@ -72,41 +72,41 @@ def test_it_loops_an_image_pull_backoff_through_eviction_backoff_and_readmission
     assert suspends[:3] == [True, False, True]
 
     # The 10 s back-off ends: Requeued=True/BackoffFinished, admitted again, suspended again.
-    again = cluster.eventually(lambda: (w := cluster.workload_of("stuck")) and (w["status"].get("requeueState") or {}).get("count") == 2
+    again = kube_cluster.eventually(lambda: (w := kube_cluster.workload_of("stuck")) and (w["status"].get("requeueState") or {}).get("count") == 2
                                and w, timeout=30, what="second timeout")
-    assert any(e.reason == "EvictedDueToPodsReadyTimeout" for e in cluster.events("Workload", name))
-    assert {"Started", "Stopped"} <= {e.reason for e in cluster.events("JobSet", "stuck")}
+    assert any(e.reason == "EvictedDueToPodsReadyTimeout" for e in kube_cluster.events("Workload", name))
+    assert {"Started", "Stopped"} <= {e.reason for e in kube_cluster.events("JobSet", "stuck")}
     assert suspends[:5] == [True, False, True, False, True]
     assert again["spec"].get("active", True) is True
 
     # Past backoffLimitCount (2) the workload is deactivated.
-    last = cluster.eventually(lambda: (w := cluster.workload_of("stuck")) and w["spec"].get("active") is False
+    last = kube_cluster.eventually(lambda: (w := kube_cluster.workload_of("stuck")) and w["spec"].get("active") is False
                               and not w["status"].get("admission") and w, timeout=40, what="deactivated")
     c = _conds(last)
     assert (c["Evicted"]["reason"], c["Evicted"]["message"]) == (
         "DeactivatedDueToRequeuingLimitExceeded", "The workload is deactivated due to exceeding the maximum number of re-queuing retries")
     assert (c["Requeued"]["status"], c["Requeued"]["reason"]) == ("False", "DeactivatedDueToRequeuingLimitExceeded")
     assert "DeactivationTarget" not in c and "requeueState" not in last["status"]
-    assert cluster.jobset("stuck")["spec"]["suspend"] is True
+    assert kube_cluster.jobset("stuck")["spec"]["suspend"] is True
 
 
-def test_it_evicts_unschedulable_pods_on_timeout(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(kueue=_short("20s"))
-    cluster.create_jobset("nowhere", [rjob("main", script="schedule=fail")])
-    wl = cluster.eventually(lambda: (w := cluster.workload_of("nowhere")) and (w["status"].get("requeueState") or {}).get("count")
+def test_it_evicts_unschedulable_pods_on_timeout(make_kube_cluster: Callable[..., Cluster]) -> None:
+    kube_cluster = make_kube_cluster(kueue=_short("20s"))
+    kube_cluster.create_jobset("nowhere", [rjob("main", script="schedule=fail")])
+    wl = kube_cluster.eventually(lambda: (w := kube_cluster.workload_of("nowhere")) and (w["status"].get("requeueState") or {}).get("count")
                             and w, what="evicted")
     assert any(e["reason"] == "PodsReadyTimeout" and e["underlyingCause"] == "WaitForStart"
                for e in wl["status"]["schedulingStats"]["evictions"])
-    assert any(e.reason == "Stopped" for e in cluster.events("JobSet", "nowhere"))
+    assert any(e.reason == "Stopped" for e in kube_cluster.events("JobSet", "nowhere"))
 
 
-def test_it_evicts_a_crash_loop_after_the_recovery_timeout(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(kueue=_short("60s", recovery="15s"))
+def test_it_evicts_a_crash_loop_after_the_recovery_timeout(make_kube_cluster: Callable[..., Cluster]) -> None:
+    kube_cluster = make_kube_cluster(kueue=_short("60s", recovery="15s"))
     # Runs 5 s (ready), exits 1, CrashLoopBackOff 10 s, 20 s, ... (restartPolicy OnFailure).
-    cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=5s;exit=1", restart_policy="OnFailure", backoff_limit=50)])
-    cluster.eventually(lambda: cluster.cond(cluster.workload_of("flaky"), "PodsReady")["reason"] == "WaitForRecovery",
+    kube_cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=5s;exit=1", restart_policy="OnFailure", backoff_limit=50)])
+    kube_cluster.eventually(lambda: kube_cluster.cond(kube_cluster.workload_of("flaky"), "PodsReady")["reason"] == "WaitForRecovery",
                        what="WaitForRecovery after the first crash")
-    wl = cluster.eventually(lambda: (w := cluster.workload_of("flaky")) and (w["status"].get("schedulingStats") or {}).get("evictions")
+    wl = kube_cluster.eventually(lambda: (w := kube_cluster.workload_of("flaky")) and (w["status"].get("schedulingStats") or {}).get("evictions")
                             and w, timeout=30, what="recovery timeout eviction")
-    assert cluster.cond(wl, "Evicted")["reason"] == "PodsReadyTimeout"
+    assert kube_cluster.cond(wl, "Evicted")["reason"] == "PodsReadyTimeout"
     assert [(e["reason"], e["underlyingCause"]) for e in wl["status"]["schedulingStats"]["evictions"]] == [("PodsReadyTimeout", "WaitForRecovery")]
