@@ -46,7 +46,7 @@ def deliveries(receiver: Receiver, n: int) -> list[int]:
     return services.fan_out_many(list(Event.objects.values_list("id", flat=True)))
 
 
-def test_a_copy_of_the_deliver_task_for_a_batch_whose_rows_another_live_run_holds_is_dropped_through_the_shared_claim(
+def test_it_drops_through_the_shared_claim_a_deliver_copy_whose_rows_another_live_run_holds(
         receiver: Receiver, resent: list[Any]) -> None:
     ids = deliveries(receiver, 4)
     held = ids[:2]
@@ -65,7 +65,7 @@ def test_a_copy_of_the_deliver_task_for_a_batch_whose_rows_another_live_run_hold
     assert set(Delivery.objects.values_list("status", "claimed_until")) == {(DeliveryStatus.DELIVERED, None)}
 
 
-def test_a_fan_out_copy_whose_events_another_live_run_holds_is_dropped_and_taken_over_once_its_claim_ran_out(
+def test_it_drops_a_fan_out_copy_whose_events_another_live_run_holds_and_takes_them_over_once_its_claim_ran_out(
         receiver: Receiver, resent: list[Any]) -> None:
     subscribe(receiver, allMyExperiments=True)
     failures(2)
@@ -81,7 +81,7 @@ def test_a_fan_out_copy_whose_events_another_live_run_holds_is_dropped_and_taken
     assert set(Event.objects.values_list("done", "claimed_until")) == {(True, None)}
 
 
-def test_a_database_error_in_a_batch_is_retried_with_jittered_backoff_holding_the_rows_past_the_countdown(
+def test_it_retries_a_database_error_in_a_batch_with_jittered_backoff_holding_the_rows_past_the_countdown(
         receiver: Receiver, resent: list[Any], task_request: Any, monkeypatch: pytest.MonkeyPatch,
         settings: Any) -> None:
     ids = deliveries(receiver, 3)
@@ -108,7 +108,7 @@ def test_a_database_error_in_a_batch_is_retried_with_jittered_backoff_holding_th
     assert notify_outbox.due_deliveries(timezone.now() + timedelta(seconds=10)) == []  # no copy from the sweep
 
 
-def test_a_batch_that_runs_out_of_database_retries_is_left_unclaimed_for_the_sweep(
+def test_it_leaves_a_batch_that_runs_out_of_database_retries_unclaimed_for_the_sweep(
         receiver: Receiver, resent: list[Any], task_request: Any, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     ids = deliveries(receiver, 3)

@@ -141,7 +141,7 @@ def refusing_database() -> Iterator[Callable[[], None]]:
         stop()
 
 
-def test_a_database_error_in_a_delivery_batch_is_retried_by_consumes_policy_holding_the_claim_through_the_countdown(
+def test_it_retries_a_database_error_in_a_delivery_batch_by_consumes_policy_holding_the_claim_through_the_countdown(
         broker: Any, receiver: Any, start_worker: Any, celery_workers: CeleryWorkers,
         refusing_database: Callable[[], None]) -> None:
     """The deliver task runs through ``delivery.consume.consume_many``: a database error is retried with

@@ -24,7 +24,7 @@ def rows(n: int) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_claim_of_many_rows_takes_only_unclaimed_or_own_rows_in_one_statement() -> None:
+def test_it_claims_many_rows_in_one_statement_taking_only_unclaimed_or_own_rows() -> None:
     done, other_live, other_expired, ours, unclaimed, locked = rows(6)
     now = timezone.now()
     OutboxMessage.objects.filter(id=done).update(done=True)
@@ -49,7 +49,7 @@ def test_the_claim_of_many_rows_takes_only_unclaimed_or_own_rows_in_one_statemen
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_heartbeat_keeps_a_batchs_claims_alive_but_not_one_released_while_the_rest_still_runs() -> None:
+def test_it_keeps_a_batchs_claims_alive_by_heartbeat_but_not_one_released_while_the_rest_still_runs() -> None:
     settled, running, also_running = rows(3)
     ids = leases.claim_many(OutboxMessage, [settled, running, also_running], "me", seconds=0.6)
     first = OutboxMessage.objects.get(id=running).claimed_until
@@ -62,7 +62,7 @@ def test_a_heartbeat_keeps_a_batchs_claims_alive_but_not_one_released_while_the_
 
 
 @pytest.mark.django_db
-def test_a_batch_is_retried_by_the_tables_policy_with_its_claims_pushed_past_the_countdown_then_given_up_released(
+def test_it_retries_a_batch_by_the_tables_policy_with_its_claims_pushed_past_the_countdown_then_gives_up_and_releases(
         ) -> None:
     batch = rows(3)
     assert leases.claim_many(OutboxMessage, [batch[2]], "other-run", seconds=60) == [batch[2]]
