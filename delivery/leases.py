@@ -118,6 +118,11 @@ def claim_many(model: Table, ids: Sequence[int], token: str, *, seconds: float |
 LOCKED_RETRY_S = 1.0
 
 
+def held_elsewhere(claimed_until: datetime | None, claimed_by: str, now: datetime, token: str) -> bool:
+    """A row read already is under another run's live claim (the rule :func:`unclaimed` states in SQL)."""
+    return claimed_until is not None and claimed_until > now and claimed_by != token
+
+
 def locked_out(model: Table, ids: Sequence[int], token: str) -> list[int]:
     """Of rows a claim did not take, those it skipped only because they were row-locked: not done and
     under no live claim of another run (gone, done and held rows are left alone). One read."""

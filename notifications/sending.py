@@ -231,11 +231,6 @@ def deliver_many(delivery_ids: Sequence[int], *, now: datetime | None = None,
     return outcomes
 
 
-def _claimed_elsewhere(claimed_until: datetime | None, claimed_by: str, now: datetime, token: str) -> bool:
-    """Another run's claim is live (``delivery.leases``: ``claimed_until`` ahead, another ``claimed_by``)."""
-    return claimed_until is not None and claimed_until > now and claimed_by != token
-
-
 def not_claimed(delivery_ids: Iterable[int], *, token: str, now: datetime | None = None) -> dict[int, Outcome]:
     """What the deliveries a claim did not take say (one read): missing; done; leased by another live
     run (left to it: it records the try and schedules the next, and the sweep takes over if it
@@ -256,7 +251,7 @@ def not_claimed(delivery_ids: Iterable[int], *, token: str, now: datetime | None
             outcomes[i] = Outcome("missing")
         elif rows[i][0]:
             outcomes[i] = Outcome("done")
-        elif _claimed_elsewhere(rows[i][1], rows[i][2], now, token):
+        elif leases.held_elsewhere(rows[i][1], rows[i][2], now, token):
             outcomes[i] = Outcome("leased")
         else:
             outcomes[i] = Outcome("leased", LOCKED_RETRY_S)
@@ -279,7 +274,7 @@ def _checked(found: Sequence[_Claimable], now: datetime, outcomes: dict[int, Out
         if d.done or d.status in (DeliveryStatus.DELIVERED, DeliveryStatus.DEAD, DeliveryStatus.SUPPRESSED):
             outcomes[d.id] = Outcome("done")
             continue
-        if _claimed_elsewhere(d.claimed_until, d.claimed_by, now, token):
+        if leases.held_elsewhere(d.claimed_until, d.claimed_by, now, token):
             outcomes[d.id] = Outcome("leased")  # another run is on it
             continue
         due = max(d.next_attempt_time, d.not_before)
