@@ -34,6 +34,7 @@ and its log.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import secrets
@@ -42,6 +43,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -107,13 +109,62 @@ def _stop(signum: int) -> Stop:
     return Stop(signal.Signals(signum).name)
 
 
+#: The ports this machine's runs have chosen, ``{port: pid of the run}``, kept while that run lives. A port
+#: is chosen seconds before its process binds it (each process waits for the one before it): two runs
+#: started together (two checkouts) both found the default 9090 free, and the second's Prometheus died.
+CLAIMS = Path(os.environ.get("XMC_PORT_CLAIMS") or Path(tempfile.gettempdir()) / "xmc-port-claims.json")
+
+
+def _in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _choose(preferred: int, claims: dict[int, int], mine: int) -> int:
+    port = preferred
+    while _in_use(port) or claims.get(port, mine) != mine:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+    return port
+
+
 def free_port(preferred: int) -> int:
-    with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", preferred)) != 0:
-            return preferred
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """``preferred`` when nothing listens on it and no other live run chose it, else a free port; either way
+    claimed for this process in `CLAIMS` (under a lock), so no other run takes it before its process binds.
+    Where the claims cannot be written (another user's file), the port is chosen as if there were none."""
+    mine = os.getpid()
+    try:
+        lock = open(CLAIMS.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+    except OSError:
+        return _choose(preferred, {}, mine)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            loaded = json.loads(CLAIMS.read_text())
+        except (OSError, ValueError):
+            loaded = {}
+        claims = {int(port): pid for port, pid in loaded.items()
+                  if str(port).isdigit() and isinstance(pid, int) and (pid == mine or _alive(pid))}
+        port = _choose(preferred, claims, mine)
+        claims[port] = mine
+        part = CLAIMS.with_suffix(f".{mine}.part")
+        try:
+            part.write_text(json.dumps({str(k): v for k, v in sorted(claims.items())}))
+            part.replace(CLAIMS)
+        except OSError:
+            pass
+        return port
 
 
 PORTS = RUN / "ports.json"

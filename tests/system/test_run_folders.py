@@ -135,6 +135,36 @@ def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
     assert run_all.stable_port("web", "XMC_WEB_PORT", default) == explicit
 
 
+_CHOOSE = ("import sys; sys.path.insert(0, 'scripts'); import run_all; "
+           "print(run_all.free_port(int(sys.argv[1])), flush=True); sys.stdin.read()")
+
+
+@pytest.mark.timeout(120)
+def test_it_never_gives_two_runs_started_together_the_same_port(machine_tmp: Path) -> None:
+    """A run chooses its ports seconds before its processes bind them (each waits for the one before):
+    two checkouts started together both found Prometheus's 9090 free, and the second's Prometheus died."""
+    machine_tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "XMC_PORT_CLAIMS": str(machine_tmp / "claims.json"), "XMC_RUN_DIR": str(machine_tmp / "run")}
+    preferred = _free_port()  # nothing listens on it, the whole time
+
+    def run() -> tuple[subprocess.Popen[str], int]:
+        proc = subprocess.Popen([sys.executable, "-c", _CHOOSE, str(preferred)], cwd=ROOT, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        return proc, int(proc.stdout.readline())
+
+    first, port = run()
+    try:
+        assert port == preferred
+        second, other = run()
+        second.communicate("", timeout=30)
+        assert other != preferred  # the first run lives and has not bound its port yet
+    finally:
+        first.communicate("", timeout=30)
+    third, again = run()  # the first run is gone, and its claim with it
+    third.communicate("", timeout=30)
+    assert again == preferred
+
 @pytest.mark.django_db
 @pytest.mark.timeout(600)
 def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_throttle(machine_tmp: Path) -> None:
