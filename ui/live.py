@@ -198,6 +198,11 @@ class _MetricsGate:
 _gate = _MetricsGate()
 
 
+def metrics_gate(xid: int, wid: int) -> str:
+    """The Redis key of work unit ``wid``'s coalescing gate: while it exists, its writes send no message."""
+    return f"xmc:ui:metrics-gate:v1:{xid}:{wid}"
+
+
 def metrics_event(xid: int, wid: int, eid: int) -> str:
     return json.dumps({"kind": "metrics", "xid": xid, "wid": wid, "eid": eid}, separators=(",", ":"))
 
@@ -230,7 +235,7 @@ def publish_metrics(written: Mapping[int, int]) -> None:
     try:
         pipe = _gate.redis().pipeline(transaction=False)
         for _, (xid, wid, eid) in keyed:
-            pipe.eval(_PUBLISH_METRICS_LUA, 2, f"xmc:ui:metrics-gate:v1:{xid}:{wid}", on, window_ms,
+            pipe.eval(_PUBLISH_METRICS_LUA, 2, metrics_gate(xid, wid), on, window_ms,
                       metrics_event(xid, wid, eid))
         answers: list[Any] = pipe.execute()
     except redis.RedisError:

@@ -70,7 +70,7 @@ def test_it_says_a_unit_has_no_metrics_and_listens_for_its_first_points(alice_si
     exp, _ = pages.sweep(ALICE)
     body = alice_signed_in.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
     assert 'id="metrics"' in body and "No metrics yet" in body and "data-chart " not in body
-    assert 'hx-trigger="sse:metrics"' in body and "metrics=1" in body  # the stream carries the metrics events
+    assert 'hx-trigger="metrics-read"' in body and "metrics=1" in body  # charts.js reads it on the stream's events
     assert "uPlot-1.6.32.iife.min.js" in body and "ui/charts.js" in body
 
 
@@ -106,7 +106,7 @@ def test_it_asks_for_the_section_s_contents_again_only_when_a_metric_or_a_chart_
         return alice_signed_in.get(f"/experiments/{exp.id}/workUnits/1?fragment=metrics&have={key}")
 
     body = alice_signed_in.get(f"/experiments/{exp.id}/workUnits/1").content.decode()
-    assert 'hx-include="#metrics-have" hx-trigger="sse:metrics" hx-swap="innerHTML"' in body
+    assert 'hx-include="#metrics-have" hx-trigger="metrics-read" hx-swap="innerHTML"' in body
     empty = have(body)
     assert ask(empty).status_code == 204  # no points yet, still none
     _write(exp.id, 1, "loss", [3.0, 2.0, 1.0])

@@ -122,7 +122,7 @@ def test_it_waits_for_another_process_holding_the_gate_only_until_the_gate_opens
     factories.work_unit(exp, wid=1)
     execution = _execution(exp)
     # Another web process published 0.8 s ago: the shared gate has 0.2 s left.
-    redis.Redis.from_url(settings.REDIS_URL).set(f"xmc:ui:metrics-gate:v1:{exp.id}:1", "1", px=200)
+    redis.Redis.from_url(settings.REDIS_URL).set(live.metrics_gate(exp.id, 1), "1", px=200)
     services.write_points(execution.pk, _points(0, 1))
     assert _messages(channel, 0.1) == []
     time.sleep(0.25)

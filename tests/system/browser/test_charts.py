@@ -17,7 +17,9 @@ import time
 from typing import Any
 
 import pytest
+import redis
 import requests
+from django.conf import settings
 
 from core import pb
 from metrics import services, tokens
@@ -28,6 +30,7 @@ from tests.system.browser.test_researcher_pages import (  # noqa: F401 - fixture
     _signed_in,
 )
 from tests.ui import pages
+from ui import live
 from workunits.models import WorkUnit
 
 pytestmark = [
@@ -129,6 +132,64 @@ def test_it_draws_the_work_unit_page_s_metrics_and_grows_them_live(browser: Any,
         page.screenshot(path=str(SHOTS / f"metrics-{suffix}.png"))
     assert page.csp_errors == []
 
+
+
+def test_it_charts_a_metric_that_began_while_the_stream_was_away_or_inside_another_s_coalescing_window(
+        browser: Any, site: str) -> None:
+    """The Metrics section reads the server again on the stream's "hello" and a window after each "metrics"
+    event, as the charts do: a new metric's own message may never come (nothing reaches a page that is not
+    yet subscribed; the shared gate holds back what is written within a window of the last message)."""
+    pages.person("alice")
+    exp, _ = pages.sweep(ALICE, title="resnet50 learning-rate sweep", lrs=("0.1", "0.03"))
+    pages.move(exp.id, 1, 1, "SCHEDULING", "STARTING", "RUNNING")
+    _write(site, exp.id, 1, _curve("loss", range(0, 20), _loss))
+    page = _signed_in(browser, site, "alice", width=1440, height=900)
+    away: list[Any] = []
+
+    def is_stream(url: str) -> bool:
+        return "/events" in url
+
+    def hold(route: Any) -> None:
+        away.append(route)
+
+    page.route(is_stream, hold)  # the page's event stream waits here, not yet subscribed
+    page.goto(f"{site}/experiments/{exp.id}/workUnits/1", wait_until="domcontentloaded")
+    _attribute_at_least(page, _figure("loss"), "data-points", 20)
+    deadline = time.monotonic() + DEADLINE_S
+    while not away and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert away, "the page never opened its event stream"
+    _write(site, exp.id, 1, _curve("accuracy", range(0, 20), _accuracy))  # its message reaches no page
+    away[0].continue_()
+    page.unroute(is_stream)
+    page.locator(_figure("accuracy")).wait_for(timeout=DEADLINE_S * 1000)  # read on "hello"
+    page.wait_for_selector("body[data-stream=ready]", timeout=DEADLINE_S * 1000)
+
+    # Inside another message's window: the gate is shut, so the write sends nothing; the message that shut it
+    # reaches the page, whose first read comes back "nothing new" (it reached the server before the write).
+    reads: list[str] = []
+
+    def is_section(url: str) -> bool:
+        return "fragment=metrics" in url
+
+    def first_finds_nothing(route: Any) -> None:
+        reads.append(route.request.url)
+        if len(reads) == 1:
+            route.fulfill(status=204)
+        else:
+            route.continue_()
+
+    shared = redis.Redis.from_url(settings.REDIS_URL)
+    shared.set(live.metrics_gate(exp.id, 1), "1", px=60_000)
+    try:
+        _write(site, exp.id, 1, _curve("learning_rate", range(0, 20), lambda s: 0.1 * 0.97 ** s))
+        page.route(is_section, first_finds_nothing)
+        shared.publish(live.channel(), f"{live.EPHEMERAL} {live.metrics_event(exp.id, 1, 1)}")
+        page.locator(_figure("learning_rate")).wait_for(timeout=DEADLINE_S * 1000)  # read a window later
+    finally:
+        shared.delete(live.metrics_gate(exp.id, 1))
+    assert len(reads) >= 2 and page.locator("figure[data-chart]").count() == 3
+    assert page.csp_errors == []
 
 def _chart(xid: int, wid: int, chart_id: str, title: str, *plots: Any) -> Any:
     unit = WorkUnit.objects.get(experiment_id=xid, wid=wid)

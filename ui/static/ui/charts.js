@@ -328,9 +328,25 @@
     state.trailing = setTimeout(function () { load(fig); }, METRICS_WINDOW_MS);
   }
 
+  // The work unit page's Metrics section (ui/_metrics.html) asks the server for its contents on
+  // "metrics-read": now and once more a window later, on each "metrics" event and on "hello", like the
+  // charts. A metric that began inside the coalescing window of another's message, or while the stream
+  // was away, gets its chart with them (no message of its own need come).
+  var section = { trailing: 0 };
+  function readSection() {
+    var el = document.getElementById("metrics");
+    if (el && el.hasAttribute("hx-get") && typeof htmx !== "undefined") htmx.trigger(el, "metrics-read");
+  }
+  function refreshSection() {
+    readSection();
+    clearTimeout(section.trailing);
+    section.trailing = setTimeout(readSection, METRICS_WINDOW_MS);
+  }
+
   function onMetrics(event) {
     var change;
     try { change = JSON.parse(event.data); } catch (e) { return; }
+    refreshSection(); // the work unit page's stream carries only its own work unit's events
     all().forEach(function (fig) {
       if (!fig.__chart || Number(fig.getAttribute("data-xid")) !== change.xid ||
           Number(fig.getAttribute("data-wid")) !== change.wid) return;
@@ -347,6 +363,7 @@
     source.__xmcCharts = true;
     source.addEventListener("hello", function () {
       all().forEach(function (fig) { if (fig.__chart) refresh(fig); });
+      refreshSection();
       document.body.setAttribute("data-stream", "ready"); // subscribed: from now on no change is missed
     });
     source.addEventListener("metrics", onMetrics);
