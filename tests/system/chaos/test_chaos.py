@@ -56,15 +56,17 @@ def _started_by(root: int, marker: str) -> dict[int, str]:
     return below
 
 
-def test_it_stops_the_chaos_run_and_everything_it_started_on_sigterm() -> None:
+def test_it_stops_the_chaos_run_and_everything_it_started_on_sigterm(machine_tmp: Path) -> None:
     import signal
-    import tempfile
     import time
 
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
     env.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    # Its data folder in a temporary folder of its own: a second suite's run of this story (the same seed)
+    # makes an "xmc-chaos-4242-" folder too, whose processes and folder are not this run's to judge or remove.
+    env["TMPDIR"] = str(machine_tmp)
     seed = 4242
-    marker = str(Path(tempfile.gettempdir()) / f"xmc-chaos-{seed}-")
+    marker = str(machine_tmp / f"xmc-chaos-{seed}-")
     started: dict[int, str] = {}
     run = subprocess.Popen([sys.executable, "bench/chaos.py", "--seed", str(seed), "--units", "50", "--faults", "3",
                             "--spacing", "60"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -84,12 +86,12 @@ def test_it_stops_the_chaos_run_and_everything_it_started_on_sigterm() -> None:
         assert run.returncode == 128 + signal.SIGTERM, out[-3000:]
         left = {pid: c for pid, c in _processes().items() if pid in started and c[1] == started[pid]}
         assert not left, f"still running after the run stopped: {left}"
-        assert not list(Path(tempfile.gettempdir()).glob(f"xmc-chaos-{seed}-*")), "its data folder was left behind"
+        assert not list(machine_tmp.glob(f"xmc-chaos-{seed}-*")), "its data folder was left behind"
     finally:  # a failed run leaves nothing to the tests after it
         if run.poll() is None:
             run.kill()
         for pid, cmdline in started.items():
             if _processes().get(pid, (0, ""))[1] == cmdline:
                 os.kill(pid, signal.SIGKILL)
-        for folder in Path(tempfile.gettempdir()).glob(f"xmc-chaos-{seed}-*"):
+        for folder in machine_tmp.glob(f"xmc-chaos-{seed}-*"):
             shutil.rmtree(folder, ignore_errors=True)
