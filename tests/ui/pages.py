@@ -5,6 +5,8 @@ work units come from the real services (``tests.factories``).
 """
 from __future__ import annotations
 
+import time
+
 from datetime import timedelta
 from typing import Any
 
@@ -61,8 +63,11 @@ def last_time() -> Any:
     return _last[0]
 
 
-def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> None:
-    """Commit state changes as the reconciler does, then hand the transitions to the committed hooks."""
+def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> float:
+    """Commit state changes as the reconciler does, then hand the transitions to the committed hooks.
+
+    Returns the moment (``time.monotonic()``) the last one committed: a page's "within N s" counts from it."""
+    committed = 0.0
     for state in states:
         at = _last[0] = max(timezone.now(), _last[0] + timedelta(seconds=1))
         transitions = services.update_work_unit_executions(
@@ -70,5 +75,7 @@ def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> No
                              state_update_time_ns=int(at.timestamp() * 1e9))],
             now=at,
         )
+        committed = time.monotonic()
         if publish:
             hooks.on_transitions_committed(transitions)
+    return committed
