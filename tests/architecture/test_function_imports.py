@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.architecture.production import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "delivery", "jobsets", "xmc", "experiments", "workunits", "artifacts", "metrics", "lifecycle", "studies", "k8s_bridge", "notifications", "usage", "ui", "simulators")
 
@@ -73,7 +75,7 @@ def function_level_imports() -> set[tuple[str, str, str]]:
                     else:
                         walk(child, function)
 
-            walk(ast.parse(path.read_text(), rel), None)
+            walk(parse(path.read_text(), rel), None)
     return found
 
 
