@@ -321,12 +321,12 @@
 
   // Read now, and once more a window later: the writes the server's gate holds back committed
   // within a window of the message that closed it (or, for "hello", of one sent before the stream).
-  function refresh(fig) {
-    var state = fig.__chart;
-    load(fig);
+  function nowAndLater(state, read) {
+    read();
     clearTimeout(state.trailing);
-    state.trailing = setTimeout(function () { load(fig); }, METRICS_WINDOW_MS);
+    state.trailing = setTimeout(read, METRICS_WINDOW_MS);
   }
+  function refresh(fig) { nowAndLater(fig.__chart, function () { load(fig); }); }
 
   // The work unit page's Metrics section (ui/_metrics.html) asks the server for its contents on
   // "metrics-read": now and once more a window later, on each "metrics" event and on "hello", like the
@@ -337,11 +337,7 @@
     var el = document.getElementById("metrics");
     if (el && el.hasAttribute("hx-get") && typeof htmx !== "undefined") htmx.trigger(el, "metrics-read");
   }
-  function refreshSection() {
-    readSection();
-    clearTimeout(section.trailing);
-    section.trailing = setTimeout(readSection, METRICS_WINDOW_MS);
-  }
+  function refreshSection() { nowAndLater(section, readSection); }
 
   function onMetrics(event) {
     var change;
