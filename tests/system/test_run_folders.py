@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.ports import free_port
 from tests.system.conftest import load_run_all
 from tests.system.test_run_command import _admin_sign_in, _fresh_machine_env, _wait_for_line
 from tests.waiting import eventually
@@ -30,12 +31,6 @@ def _devservices(*args: str) -> str:
     done = subprocess.run(SCRIPT + list(args), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -51,7 +46,7 @@ def test_it_gives_each_run_folder_its_own_redis_even_on_the_same_asked_for_port(
     two_run_folders: tuple[Path, Path],
 ) -> None:
     first, second = two_run_folders
-    port = _free_port()
+    port = free_port()
     url_a, how_a = _devservices("redis", str(first / "redis"), str(port)).split()
     # The second checkout asks for the same port, where the first one's Redis answers.
     url_b, how_b = _devservices("redis", str(second / "redis"), str(port)).split()
@@ -130,7 +125,7 @@ def test_it_gives_a_restart_the_ports_of_the_last_run_when_they_are_free(
     assert moved != first
     assert run_all.stable_port("web", "XMC_WEB_PORT", default) == moved
     # An explicit setting wins over what was recorded.
-    explicit = _free_port()
+    explicit = free_port()
     monkeypatch.setenv("XMC_WEB_PORT", str(explicit))
     assert run_all.stable_port("web", "XMC_WEB_PORT", default) == explicit
 
@@ -145,7 +140,7 @@ def test_it_never_gives_two_runs_started_together_the_same_port(machine_tmp: Pat
     two checkouts started together both found Prometheus's 9090 free, and the second's Prometheus died."""
     machine_tmp.mkdir(exist_ok=True)
     env = {**os.environ, "XMC_PORT_CLAIMS": str(machine_tmp / "claims.json"), "XMC_RUN_DIR": str(machine_tmp / "run")}
-    preferred = _free_port()  # nothing listens on it, the whole time
+    preferred = free_port()  # nothing listens on it, the whole time
 
     def run() -> tuple[subprocess.Popen[str], int]:
         proc = subprocess.Popen([sys.executable, "-c", _CHOOSE, str(preferred)], cwd=ROOT, env=env,
@@ -214,7 +209,7 @@ def test_it_runs_two_systems_side_by_side_each_with_its_own_broker_and_sign_in_t
 def test_it_runs_dev_test_in_two_checkouts_at_once_each_on_its_own_services(machine_tmp: Path) -> None:
     # Two checkouts' ./dev test: two test run folders, the same first-choice Redis port (6391 on a real machine).
     envs = []
-    port = str(_free_port())
+    port = str(free_port())
     for name in ("a", "b"):
         env = _fresh_machine_env(machine_tmp / name)
         env["XMC_TEST_RUN_DIR"] = str(machine_tmp / name / "test")
