@@ -66,7 +66,8 @@ def last_time() -> Any:
 def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> float:
     """Commit state changes as the reconciler does, then hand the transitions to the committed hooks.
 
-    Returns the moment (``time.monotonic()``) the last one committed: a page's "within N s" counts from it."""
+    Returns the moment (``time.time()``, the clock a page's ``Date.now()`` reads) the last one committed: a
+    page's "within N s" counts from it."""
     committed = 0.0
     for state in states:
         at = _last[0] = max(timezone.now(), _last[0] + timedelta(seconds=1))
@@ -75,7 +76,7 @@ def move(xid: int, wid: int, eid: int, *states: str, publish: bool = True) -> fl
                              state_update_time_ns=int(at.timestamp() * 1e9))],
             now=at,
         )
-        committed = time.monotonic()
+        committed = time.time()
         if publish:
             hooks.on_transitions_committed(transitions)
     return committed
