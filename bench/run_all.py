@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         if stopped:
             return 128 + stopped[0]
         print(f"== bench/{name}.py", flush=True)
-        child = subprocess.Popen([sys.executable, str(HERE / f"{name}.py"), *options], cwd=HERE)
+        child = subprocess.Popen([sys.executable, str(HERE / f"{name}.py"), *options], cwd=HERE.parent)
         running[:] = [child]
         status |= child.wait()
     return 128 + stopped[0] if stopped else status
