@@ -89,6 +89,9 @@ from _signals import exit_on_termination
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "scripts"))  # devservices, after the project
+
+from devservices import postmaster_pid  # noqa: E402
 
 FATES = ("complete", "fail", "stop", "restart", "preempt")
 SCRIPTS = {"complete": "pull=1s;run=4s;exit=0", "fail": "pull=1s;run=2s;exit=1",
@@ -202,7 +205,9 @@ class System:
     def crash_postgres(self) -> None:
         """Immediate shutdown (SIGQUIT to the postmaster): no checkpoint, recovery at the next start."""
         assert self.pg_dir is not None
-        pid = int((self.pg_dir / "postmaster.pid").read_text().splitlines()[0])
+        pid = postmaster_pid(self.pg_dir)  # None: no postmaster of ours runs (a stale file's pid is another's)
+        if pid is None:
+            return
         os.kill(pid, signal.SIGQUIT)
         for _ in range(200):
             try:

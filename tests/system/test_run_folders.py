@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +81,25 @@ def test_it_refuses_manage_with_one_line_where_no_system_has_run(machine_tmp: Pa
     # Nothing was started there: no Postgres, no Redis.
     assert not (machine_tmp / "never-run" / "pg").exists()
     assert not (machine_tmp / "never-run" / "redis").exists()
+
+
+def test_it_never_signals_the_process_a_stale_postmaster_pid_names(tmp_path: Path) -> None:
+    """A postmaster that was killed leaves its ``postmaster.pid``; its pid is soon another process's (two
+    suites on a machine go through Linux's 32,768 pids in minutes). Stopping the folder's Postgres sent that
+    process SIGINT: a pytest beside it once took it as Ctrl-C."""
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # SIGINT ends it
+    try:
+        pg = tmp_path / "pg"
+        pg.mkdir()
+        an_hour_ago = int(time.time()) - 3600
+        (pg / "postmaster.pid").write_text(f"{bystander.pid}\n{pg}\n{an_hour_ago}\n5432\n{pg}\n127.0.0.1\n"
+                                           "  5432001         0\nready   \n")
+        _devservices("stop-postgres", str(pg))
+        with pytest.raises(subprocess.TimeoutExpired):
+            bystander.wait(timeout=1)
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 @pytest.mark.timeout(240)
