@@ -52,13 +52,20 @@ def test_it_stops_what_a_terminated_test_run_s_fixtures_started(tmp_path: Path) 
         run.send_signal(signal.SIGTERM)
         out, _ = run.communicate(timeout=30)
         assert "KeyboardInterrupt: stopped by signal 15" in out, out
-        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2], \
-            "the fixture's process outlived the run"
+        assert not _the_fixtures_sleep(child), "the fixture's process outlived the run"
     finally:
         if run.poll() is None:
             run.kill()
-        if started.exists():
-            try:
-                os.kill(int(started.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if started.exists() and _the_fixtures_sleep(int(started.read_text())):
+            os.kill(int(started.read_text()), signal.SIGKILL)
+
+
+def _the_fixtures_sleep(pid: int) -> bool:
+    """Whether ``pid`` is still the fixture's running ``sleep 600``, not a zombie and not another process
+    that has the pid since (a machine running two suites reuses pids within minutes)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return cmdline == b"sleep\x00600\x00" and state != "Z"
