@@ -12,10 +12,15 @@ from tests.simulators.cluster.controllers.conftest import Sim, rjob
 
 
 def test_it_runs_a_queued_jobset_to_completion_with_real_names_and_labels(sim: Sim) -> None:
+    # Admission waits until the JobSet controller has seen the JobSet suspended: the two run apart, as
+    # upstream, and one that Kueue admitted first would never be seen suspended (no SuspendedJobs).
+    sim.stop_policy("cpu-queue", "Hold")
     sim.create_jobset("alice", [rjob("workers", replicas=2, pods=2, script="pull=1s;run=3s;exit=0")])
 
     created = sim.jobset("alice")
     assert created["spec"]["suspend"] is True, "Kueue's webhook suspends a queued JobSet at creation"
+    sim.eventually(lambda: "SuspendedJobs" in sim.reasons("JobSet", "alice"), what="alice seen suspended")
+    sim.stop_policy("cpu-queue", "None")
     assert created["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": []}
     assert created["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] == "Indexed"
 
