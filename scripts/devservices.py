@@ -47,8 +47,8 @@ def postmaster_pid(data_dir: Path) -> int | None:
     ``postmaster.pid`` outlives a postmaster that was killed, and its pid is soon
     another process's: a machine running two suites goes through Linux's 32,768
     pids in minutes, and stopping a folder's Postgres sent SIGINT to whatever had
-    the pid then (a test run's own pytest among them). The pid counts only when
-    that process started when the file says the postmaster did (its third line).
+    the pid then (a pytest takes it as Ctrl-C). The pid counts only when that
+    process started when the file says the postmaster did (its third line).
     """
     try:
         lines = (data_dir / "postmaster.pid").read_text().splitlines()

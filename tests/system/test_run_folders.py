@@ -86,7 +86,7 @@ def test_it_refuses_manage_with_one_line_where_no_system_has_run(machine_tmp: Pa
 def test_it_never_signals_the_process_a_stale_postmaster_pid_names(tmp_path: Path) -> None:
     """A postmaster that was killed leaves its ``postmaster.pid``; its pid is soon another process's (two
     suites on a machine go through Linux's 32,768 pids in minutes). Stopping the folder's Postgres sent that
-    process SIGINT: a pytest beside it once took it as Ctrl-C."""
+    process SIGINT, which a pytest beside it takes as Ctrl-C."""
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # SIGINT ends it
     try:
         pg = tmp_path / "pg"
