@@ -1213,9 +1213,12 @@ class KueueScheduler:
             if self._cycle_cq(deferred, tree, flavors, now, None):
                 again = True
         if self._status_dirty and time.monotonic() - self._last_status_write >= self.opts.status_interval_wall:
+            # Marked clean before a snapshot taken now, not the cycle's opening one: this cycle's own
+            # admissions and evictions (and other threads' writes meanwhile) marked it dirty after that
+            # snapshot, and a status written from it would stay stale until the next Workload change.
             self._status_dirty = False
             self._last_status_write = time.monotonic()
-            self._write_queue_status(cqs)
+            self._write_queue_status(self._snapshot()[0])
         elif self._status_dirty and not self._status_timer:
             # One pending wake-up at a time: the status is written on the next cycle after it.
             self._status_timer = True

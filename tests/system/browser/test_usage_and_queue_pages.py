@@ -95,11 +95,22 @@ def test_it_shows_kueues_numbers_and_the_pending_work_in_order_in_queues(
     def cq() -> dict[str, Any]:
         return dict(client.custom_objects().get_cluster_custom_object(
             client.KUEUE_GROUP, client.KUEUE_VERSION, "clusterqueues", "cluster-queue"))
-    eventually(lambda: cq().get("status", {}).get("admittedWorkloads") == 2, what="two admitted")
+
+    def queue_and_workloads() -> str:
+        """What Kueue says, for a wait that times out: the queue's counts and each Workload's conditions."""
+        wls = client.custom_objects().list_namespaced_custom_object(
+            client.KUEUE_GROUP, client.KUEUE_VERSION, "default", client.WORKLOAD_PLURAL)["items"]
+        conds = {w["metadata"]["name"]: [(c["type"], c["status"], c.get("reason"))
+                                         for c in (w.get("status") or {}).get("conditions") or []] for w in wls}
+        status = cq().get("status", {})
+        return f"queue: {({k: v for k, v in status.items() if k.endswith('Workloads')})}\nworkloads: {conds}"
+    eventually(lambda: cq().get("status", {}).get("admittedWorkloads") == 2, what="two admitted",
+               detail=queue_and_workloads)
     cluster.create_jobset(units[2], script="pull=0s;run=forever")
-    eventually(lambda: cq()["status"].get("pendingWorkloads") == 1, what="one pending")
+    eventually(lambda: cq()["status"].get("pendingWorkloads") == 1, what="one pending", detail=queue_and_workloads)
     cluster.create_jobset(theirs, script="pull=0s;run=forever")
-    status = eventually(lambda: cq()["status"].get("pendingWorkloads") == 2 and cq()["status"], what="two pending")
+    status = eventually(lambda: cq()["status"].get("pendingWorkloads") == 2 and cq()["status"], what="two pending",
+                        detail=queue_and_workloads)
 
     page = _signed_in(browser, site, "alice", width=width, height=900 if width > 400 else 844)
     page.click("header.top a[href='/queues']")

@@ -219,3 +219,20 @@ def test_it_evicts_on_pods_ready_timeout_with_backoff_then_deactivates(make_sim:
     assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("False", "DeactivatedDueToRequeuingLimitExceeded")
     assert sim.jobset("stuck")["spec"]["suspend"] is True
     assert {"EvictedDueToPodsReadyTimeout"} <= sim.reasons("Workload", last["metadata"]["name"])
+
+
+def test_it_counts_in_the_queue_status_the_workloads_the_same_cycle_admitted(make_sim: Callable[..., Sim]) -> None:
+    """The ClusterQueue's status written at the end of an admission cycle counts what that cycle admitted.
+
+    Without waitForPodsReady nothing writes a Workload after its admission, so a status taken from the
+    cycle's opening snapshot (before the admissions) would say "0 admitted" until some other change.
+    """
+    sim: Sim = make_sim(clusterQueues=small_cluster_queue("2"), kueue={"waitForPodsReady": {"enable": False}})
+    sim.ctrls.scheduler.opts.status_interval_wall = 0.0  # every cycle writes the status: no timer to hide it
+    for name in ("a", "b"):
+        sim.create_jobset(name, [rjob("main", script="pull=0s;run=forever")])
+    sim.eventually(lambda: _is_admitted(sim, "a") and _is_admitted(sim, "b"), what="both admitted")
+    sim.eventually(lambda: sim.get("clusterqueues", "cluster-queue", None)["status"]["admittedWorkloads"] == 2,
+                   what="the ClusterQueue's status counting both")
+    sim.eventually(lambda: sim.get("localqueues", "cpu-queue")["status"]["admittedWorkloads"] == 2,
+                   what="the LocalQueue's status counting both")
