@@ -67,6 +67,11 @@ class Cluster:
                 return wl
         return None
 
+    def stop_policy(self, local_queue: str, policy: str, namespace: str = "default") -> Any:
+        """Set a LocalQueue's ``stopPolicy`` (``Hold``: Kueue admits nothing new from it; ``None``: again)."""
+        return self.custom.patch_namespaced_custom_object(
+            KUEUE, "v1beta2", namespace, "localqueues", local_queue, {"spec": {"stopPolicy": policy}})
+
     def pods(self, namespace: str = "default", selector: str | None = None) -> list[Any]:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector or "").items)
 

@@ -11,13 +11,13 @@ def test_it_records_an_event_for_every_jobset_condition_change(kube_cluster: Clu
     # The JobSet controller and Kueue run apart, as upstream: when Kueue admits the new JobSet before the
     # JobSet controller first looks at it, the controller never sees it suspended and records neither
     # SuspendedJobs nor ResumeJobs (run 33). Its queue holds admission until the controller has seen it.
-    _hold("cpu-queue", kube_cluster, "Hold")
+    kube_cluster.stop_policy("cpu-queue", "Hold")
     # Fails once (restart 1 heals it), then completes.
     kube_cluster.create_jobset("flaky", [rjob("main", script="pull=0s;run=2s;exit=1;heal=restarts:1")],
                           failurePolicy={"maxRestarts": 2})
     kube_cluster.eventually(lambda: any(e.reason == "SuspendedJobs" for e in kube_cluster.events("JobSet", "flaky")),
                             what="the JobSet seen suspended")
-    _hold("cpu-queue", kube_cluster, "None")
+    kube_cluster.stop_policy("cpu-queue", "None")
     kube_cluster.eventually(lambda: (c := kube_cluster.cond(kube_cluster.jobset("flaky"), "Completed")) and c["status"] == "True",
                        timeout=30, what="completed after one restart")
 
@@ -52,8 +52,3 @@ def test_it_records_the_failed_condition_as_a_warning_and_restarting_false_as_no
     kube_cluster.eventually(lambda: {("Warning", "ReachedMaxRestarts", msg), ("Normal", "JobSetFailed", "jobset failed")}
                        <= {(e.type, e.reason, e.message) for e in kube_cluster.events("JobSet", "doomed")},
                        what="Failed and RestartingJobSet=False events")
-
-
-def _hold(local_queue: str, kube_cluster: Cluster, policy: str) -> None:
-    kube_cluster.custom.patch_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta2", "default", "localqueues", local_queue, {"spec": {"stopPolicy": policy}})
